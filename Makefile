@@ -1,0 +1,41 @@
+# Every target creates .venv if missing and installs what it needs, so a fresh
+# machine with only Python and pip runs `make demo` or `make test` directly.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit examples bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy -p actorflow
+	$(BIN)/mypy examples bench
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+examples: $(STAMP)
+	$(BIN)/python examples/run_all.py
+
+test: lint typecheck unit examples
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,227 @@
+"""Every error actorflow raises, in one hierarchy under :class:`ActorflowError`.
+
+Errors are named by condition. Each message says what happened and what to do.
+Sub-bases group them by area so callers can catch a whole family:
+
+- :class:`CodecError`: a value could not cross the wire (:class:`EncodeError`,
+  :class:`DecodeError`, :class:`RegistrationError`).
+- :class:`GraphError`: the workflow graph is malformed (raised by ``build()``).
+- :class:`WorkflowError`: something went wrong while running (:class:`RunFailed`,
+  :class:`ExecutorFailed`, :class:`UnroutableMessage`, :class:`InputNotAccepted`,
+  :class:`SuperstepLimitExceeded`, :class:`SessionBusy`, :class:`SessionClosed`,
+  :class:`RequestError`).
+- :class:`CheckpointError`: storing or restoring a checkpoint failed
+  (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
+  :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`).
+
+This module is also the definition site: the runtime, actor and storage packages
+import from here, never the other way round.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorflowError",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "CheckpointNotFound",
+    "CheckpointWriteFailed",
+    "CodecError",
+    "DecodeError",
+    "EncodeError",
+    "ExecutorFailed",
+    "GraphError",
+    "GraphMismatch",
+    "InputNotAccepted",
+    "RegistrationError",
+    "RequestError",
+    "RunCancelled",
+    "RunFailed",
+    "SessionBusy",
+    "SessionClosed",
+    "SuperstepLimitExceeded",
+    "UnroutableMessage",
+    "WorkflowError",
+]
+
+
+class ActorflowError(Exception):
+    """Base class of every error raised by actorflow."""
+
+
+# --- codec -------------------------------------------------------------------------
+
+
+class CodecError(ActorflowError):
+    """A value could not be turned into bytes, or bytes back into a value."""
+
+
+class EncodeError(CodecError):
+    """A value has a type the wire format does not know.
+
+    Raised when a message, output, request or executor state contains an object
+    that is neither a built-in encodable type nor a dataclass registered with
+    ``@actorflow.message``. Register the type, or convert it before sending.
+
+    Attributes:
+        type_name: qualified name of the offending type.
+        executor: id of the executor whose value failed, when known.
+    """
+
+    def __init__(self, message: str, *, type_name: str = "", executor: str | None = None):
+        super().__init__(message)
+        self.type_name = type_name
+        self.executor = executor
+
+
+class DecodeError(CodecError):
+    """Bytes could not be decoded into a value.
+
+    Raised for corrupt or tampered bytes, for an unknown registered-type name (the
+    type was never registered with ``@actorflow.message`` in this process: import
+    the module that defines it), and for anything that is not actorflow's format.
+    Decoding never imports modules or calls anything but registered constructors.
+    """
+
+
+class RegistrationError(CodecError):
+    """``@actorflow.message`` was used wrongly (not a dataclass, or a wire name
+    already taken by another class: pass ``name=`` to choose a distinct one)."""
+
+
+# --- graph -------------------------------------------------------------------------
+
+
+class GraphError(ActorflowError):
+    """The workflow graph is malformed. ``build()`` reports every problem at once.
+
+    Attributes:
+        problems: one human-readable line per problem found.
+    """
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"the workflow graph has {len(self.problems)} problem(s):\n{lines}")
+
+
+# --- running -----------------------------------------------------------------------
+
+
+class WorkflowError(ActorflowError):
+    """Something went wrong while a workflow ran."""
+
+
+class InputNotAccepted(WorkflowError):
+    """The start executor has no handler for the type of the run's input.
+
+    Raised by ``run()`` / ``stream()`` before any actor starts. Pass a value of a
+    type the start executor handles, or add a handler for this type.
+    """
+
+
+class UnroutableMessage(WorkflowError):
+    """An executor sent a value that no out-edge target has a handler for.
+
+    A message is never dropped silently: add an edge to an executor that handles
+    the type, add a handler to a target, or stop sending the value.
+    """
+
+
+class RunFailed(WorkflowError):
+    """A run ended in failure. The original error is chained as ``__cause__``.
+
+    Attributes:
+        run_id: the failed run.
+        superstep: the superstep in which it failed.
+    """
+
+    def __init__(self, message: str, *, run_id: str = "", superstep: int = 0):
+        super().__init__(message)
+        self.run_id = run_id
+        self.superstep = superstep
+
+
+class ExecutorFailed(RunFailed):
+    """A handler raised (or timed out, or its actor died) and no restart was left.
+
+    Attributes:
+        executor: id of the executor that failed.
+        error_type: qualified name of the original exception type.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        executor: str,
+        error_type: str = "",
+        run_id: str = "",
+        superstep: int = 0,
+    ):
+        super().__init__(message, run_id=run_id, superstep=superstep)
+        self.executor = executor
+        self.error_type = error_type
+
+
+class SuperstepLimitExceeded(RunFailed):
+    """The run reached ``max_supersteps`` with messages still in flight.
+
+    When a store is configured, the state at the limit is checkpointed, so the run
+    can be continued with ``wf.resume(...)``; otherwise raise ``max_supersteps``.
+    """
+
+
+class RunCancelled(WorkflowError):
+    """The run was cancelled and stopped at a barrier; its last consistent state is kept."""
+
+
+class SessionBusy(WorkflowError):
+    """A session was asked to do a second thing while busy (a run during a run,
+    a reset during a run, a run during a reset). Wait for the first to finish, or
+    open another session."""
+
+
+class SessionClosed(WorkflowError):
+    """The session or workflow was closed; open a new one."""
+
+
+class RequestError(WorkflowError):
+    """A response could not be accepted: unknown request id, a second answer to the
+    same request, or a value of the wrong type. Nothing was consumed."""
+
+
+# --- checkpoints -------------------------------------------------------------------
+
+
+class CheckpointError(ActorflowError):
+    """Storing, loading or restoring a checkpoint failed."""
+
+
+class CheckpointNotFound(CheckpointError):
+    """No checkpoint (or blob) with the requested id exists in the store."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """Stored bytes are truncated, tampered with, or do not match their digest.
+
+    Never skipped silently. Restore from an older checkpoint (``store.list()``),
+    or run ``actorflow checkpoints verify STORE`` to find every damaged record.
+    """
+
+
+class UnsupportedFormat(CheckpointError):
+    """A checkpoint was written in a format version this actorflow cannot read.
+    Upgrade actorflow, or restore with the version that wrote it."""
+
+
+class GraphMismatch(CheckpointError):
+    """A checkpoint was taken on a graph different from the one restoring it.
+
+    The message names what differs (executor, edge, handler type). Restore with
+    the workflow that wrote it, or start a new session.
+    """
+
+
+class CheckpointWriteFailed(CheckpointError):
+    """Writing a checkpoint failed; the run stops rather than continue unsaved."""

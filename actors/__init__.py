@@ -1,0 +1,37 @@
+"""actorflow.actors: the isolation boundary.
+
+Every value that crosses an actor boundary is encoded with this package's codec:
+:func:`encode` / :func:`decode` for messages, outputs and requests, and
+:func:`encode_state` / :func:`decode_state` for executor snapshots. Only types
+registered with :func:`message` (plus the built-in value types) can be decoded.
+
+It also holds the generic executor host actor, which speaks bytes only, and the
+backends that place hosts (threads via pykka by default) with their warm pool.
+"""
+
+from ._backend import ActorBackend, HostFuture, HostPool, HostRef, ThreadBackend
+
+from ._chunks import decode_state, encode_state
+from ._codec import decode, encode
+from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop
+from ._registry import is_registered, message, wire_name
+
+__all__ = [
+    "ActorBackend",
+    "ExecutorHost",
+    "HandlerAborted",
+    "HostFuture",
+    "HostLoop",
+    "HostPool",
+    "HostRef",
+    "Hosted",
+    "HostedFactory",
+    "ThreadBackend",
+    "decode",
+    "decode_state",
+    "encode",
+    "encode_state",
+    "is_registered",
+    "message",
+    "wire_name",
+]

@@ -1,0 +1,169 @@
+"""Actor backends: where executor hosts live, and the warm pool that reuses them.
+
+The runtime talks to hosts only through :class:`HostRef` (load a program, call it
+with bytes, get a :class:`HostFuture`), so a backend is free to put a host on a
+thread (:class:`ThreadBackend`, the default) or elsewhere.
+
+Starting a pykka actor costs ~180 us and stopping ~130 us; a run of ten
+executors would spend more on that than on its work. So hosts are pooled: a run
+borrows warm hosts, loads fresh programs into them (no state survives a run: the
+program is rebuilt from blueprint bytes), and gives them back. The pool is
+bounded, so the thread count does not grow with the number of runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from typing import Any, Protocol
+
+import pykka
+
+from ._host import ExecutorHost, HostedFactory
+
+__all__ = ["ActorBackend", "HostFuture", "HostPool", "HostRef", "ThreadBackend"]
+
+
+class HostFuture(Protocol):
+    """The pending answer of one host call."""
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait at most ``timeout`` seconds; raise what the call raised, or ``TimeoutError``."""
+
+
+class HostRef(Protocol):
+    """A handle on one executor host."""
+
+    def load(self, factory: HostedFactory) -> HostFuture:
+        """Build and start a program from ``factory`` inside the host."""
+
+    def call(self, method: str, payload: bytes) -> HostFuture:
+        """Call the loaded program: bytes in, bytes out."""
+
+    def unload(self) -> HostFuture:
+        """Stop the loaded program, keeping the host for reuse."""
+
+    def stop(self) -> None:
+        """Stop the host for good. Never blocks on a hung program."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the host can still take calls."""
+
+
+class ActorBackend(Protocol):
+    """Creates executor hosts."""
+
+    def spawn(self) -> HostRef:
+        """Start one new host."""
+
+
+class _PykkaFuture:
+    __slots__ = ("_future",)
+
+    def __init__(self, future: pykka.Future[Any]) -> None:
+        self._future = future
+
+    def get(self, timeout: float | None = None) -> Any:
+        try:
+            return self._future.get(timeout=timeout)
+        except pykka.Timeout as exc:
+            raise TimeoutError(f"no answer within {timeout} s") from exc
+
+
+class _ThreadHost:
+    """A host on its own daemon thread (a pykka ``ThreadingActor``)."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self) -> None:
+        self._ref = ExecutorHost.start()
+
+    def load(self, factory: HostedFactory) -> HostFuture:
+        return _PykkaFuture(self._ref.ask(("load", factory), block=False))
+
+    def call(self, method: str, payload: bytes) -> HostFuture:
+        return _PykkaFuture(self._ref.ask(("call", method, payload), block=False))
+
+    def unload(self) -> HostFuture:
+        return _PykkaFuture(self._ref.ask(("unload",), block=False))
+
+    def stop(self) -> None:
+        # block=False: a host stuck in a hung handler must not hang whoever stops it;
+        # it is a daemon thread and stops as soon as the handler returns.
+        self._ref.stop(block=False)
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._ref.is_alive())
+
+
+class ThreadBackend:
+    """The default backend: every host is a pykka actor on its own daemon thread."""
+
+    def spawn(self) -> HostRef:
+        """Start one host thread."""
+        return _ThreadHost()
+
+
+_LIVE_POOLS: weakref.WeakSet[HostPool] = weakref.WeakSet()
+
+
+class HostPool:
+    """A bounded stack of idle, warm hosts shared by the runs of one workflow.
+
+    Thread-safe. ``acquire`` hands out distinct hosts (concurrent runs never share
+    one); ``release`` keeps at most ``max_idle`` and stops the rest. ``close``
+    stops every idle host; hosts still lent out are stopped when given back.
+    """
+
+    def __init__(self, backend: ActorBackend, max_idle: int = 64) -> None:
+        self._backend = backend
+        self._max_idle = max_idle
+        self._idle: list[HostRef] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        _LIVE_POOLS.add(self)
+
+    def acquire(self, count: int) -> list[HostRef]:
+        """Borrow ``count`` hosts, starting new ones when too few are idle."""
+        with self._lock:
+            split = max(len(self._idle) - count, 0)
+            taken, self._idle = self._idle[split:], self._idle[:split]
+        warm = [host for host in taken if host.alive]
+        return warm + [self._backend.spawn() for _ in range(count - len(warm))]
+
+    def release(self, hosts: list[HostRef]) -> None:
+        """Give hosts back. Their programs must already be unloaded."""
+        surplus: list[HostRef] = []
+        with self._lock:
+            for host in hosts:
+                if not self._closed and host.alive and len(self._idle) < self._max_idle:
+                    self._idle.append(host)
+                else:
+                    surplus.append(host)
+        for host in surplus:
+            host.stop()
+
+    def close(self) -> None:
+        """Stop every idle host; later releases stop their hosts."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for host in idle:
+            host.stop()
+
+    @property
+    def idle_count(self) -> int:
+        """How many warm hosts wait in the pool."""
+        with self._lock:
+            return len(self._idle)
+
+
+@atexit.register
+def _close_pools_at_exit() -> None:
+    # Hosts run on daemon threads, so exit never hangs on them; stopping them here
+    # lets programs release resources (connections, files) in an orderly way.
+    for pool in list(_LIVE_POOLS):
+        pool.close()

@@ -1,0 +1,514 @@
+"""The wire codec: every value in actorflow crosses a boundary as these bytes.
+
+Decoding is the isolation boundary. It never imports a module and never calls
+anything but the constructors of classes registered with :func:`message` (plus
+the stdlib value types listed below), so stored or received bytes cannot run code.
+
+Wire layout
+-----------
+A value is one msgpack object. Plain values use msgpack's own types: ``None``,
+``bool``, ``int`` in [-2**63, 2**64), ``float`` (always float64, so nan, inf and
+-0.0 survive), ``str`` (UTF-8), ``bytes`` (bin; ``bytearray`` and ``memoryview``
+are written as bin too and decode as ``bytes``), ``list`` (array) and ``dict``
+(map, in insertion order, keys of any encodable hashable type).
+
+Everything else is an ext object whose payload is itself msgpack (one nested
+level per ext) unless noted:
+
+=================  ====  ====================================================
+constant           code  payload
+=================  ====  ====================================================
+EXT_TUPLE          1     array of the items
+EXT_SET            2     array of the items, in canonical order (see below)
+EXT_FROZENSET      3     same as EXT_SET
+EXT_BIGINT         4     raw bytes: big-endian two's complement (ints outside
+                         the msgpack range only)
+EXT_DATETIME       5     [year, month, day, hour, minute, second, microsecond,
+                         fold, tz]
+EXT_DATE           6     [year, month, day]
+EXT_TIME           7     [hour, minute, second, microsecond, fold, tz]
+EXT_TIMEDELTA      8     [days, seconds, microseconds]
+EXT_UUID           9     raw bytes: the 16 bytes of the UUID
+EXT_DECIMAL        10    raw bytes: ``str(value)`` in ASCII (NaN, sNaN,
+                         Infinity and signed zeros included)
+EXT_ENUM           11    [wire name, member name]; a composite ``Flag`` value
+                         writes [wire name, [member names]]
+EXT_DATACLASS      12    [wire name, {field name: value}] for every field set
+                         on the instance (``init=False`` fields included)
+=================  ====  ====================================================
+
+``tz`` is nil (naive), an int (a ``datetime.timezone`` offset in microseconds),
+[offset, name] (a ``timezone`` created with an explicit name), or a str (the key
+of a ``zoneinfo.ZoneInfo``). Sets are written in a canonical order so that equal
+sets give equal bytes in every process: sorted values when every item is an exact
+``int``, ``str`` or ``bytes``, else sorted by each item's own encoding.
+
+Ext code -1 (msgpack's timestamp) is never written; if foreign bytes carry one it
+decodes as an aware UTC ``datetime``. Every other unknown code is a DecodeError.
+
+Dataclass fields are matched by name, so bytes written before a field (with a
+default) was added still decode, and bytes naming a field the class no longer has
+raise DecodeError. Enum members travel by name, so changing values is safe.
+
+Limits: each declared length is bounded by the input's size, so a short input can
+never make the decoder allocate a large object, and there is no smaller cap (a
+64 MB bin decodes). Nesting is bounded: msgpack allows 1024 container levels per
+ext payload, and at most MAX_DEPTH ext levels nest; beyond _C_DEPTH ext levels the
+pure-Python msgpack implementation takes over so the C stack stays small.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import enum
+import functools
+import operator
+import re
+import threading
+import uuid
+import zoneinfo
+from collections.abc import Callable
+from typing import Any, cast
+
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+from msgpack import fallback as _fallback
+
+from actorflow.errors import DecodeError, EncodeError
+
+from ._registry import Entry, entry_for, entry_named, qualified_name
+
+EXT_TUPLE = 1
+EXT_SET = 2
+EXT_FROZENSET = 3
+EXT_BIGINT = 4
+EXT_DATETIME = 5
+EXT_DATE = 6
+EXT_TIME = 7
+EXT_TIMEDELTA = 8
+EXT_UUID = 9
+EXT_DECIMAL = 10
+EXT_ENUM = 11
+EXT_DATACLASS = 12
+
+MAX_DEPTH = 100
+"""Most ext values (tuples, sets, dataclasses...) that may nest inside one another."""
+
+# The C unpacker keeps a ~40 KB parse stack on the C stack for each nested call, and
+# the C packer recurses natively; past this many ext levels the pure-Python msgpack
+# takes over, whose recursion Python bounds (RecursionError) instead of the C stack.
+_C_DEPTH = 8
+
+_FIX_MESSAGE = (
+    "register it with @actorflow.message, declare it as a resource (actorflow.resource)"
+    " if it is not state, or convert it to a supported type"
+)
+_ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
+
+# --- encoding ------------------------------------------------------------------------
+
+
+class _Unsupported(Exception):
+    """Internal: ``obj`` cannot be encoded; turned into EncodeError with a path."""
+
+    def __init__(self, obj: object, culprit: type, reason: str) -> None:
+        super().__init__(reason)
+        self.obj = obj
+        self.culprit = culprit
+        self.reason = reason
+
+
+class _TooDeep(Exception):
+    """Internal: more than MAX_DEPTH ext values nest inside one another."""
+
+
+class _ThreadState(threading.local):
+    """Per-thread nesting depths and reusable packers (a Packer is not thread-safe)."""
+
+    def __init__(self) -> None:
+        self.pack_depth = 0
+        self.unpack_depth = 0
+        self.packers: list[Any] = []
+
+
+_state = _ThreadState()
+
+# A packer keeps its largest buffer alive; one that produced more than this is
+# replaced, so a thread that once encoded a huge state does not hold it forever.
+_KEEP_PACKER_BYTES = 4 << 20
+
+
+def _pack(value: object) -> bytes:
+    """Pack ``value`` with the packer of the current nesting level (reentrant)."""
+    state = _state
+    depth = state.pack_depth
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    packers = state.packers
+    if depth == len(packers):
+        packers.append(_new_packer(depth))
+    state.pack_depth = depth + 1
+    try:
+        data = cast(bytes, packers[depth].pack(value))
+    finally:
+        state.pack_depth = depth
+    if len(data) > _KEEP_PACKER_BYTES:
+        packers[depth] = _new_packer(depth)
+    return data
+
+
+def _new_packer(depth: int) -> Any:
+    impl = msgpack if depth < _C_DEPTH else _fallback
+    return impl.Packer(default=_default, strict_types=True, use_bin_type=True, autoreset=True)
+
+
+def array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items (its items follow, already packed)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _pack_set(items: set[Any] | frozenset[Any]) -> bytes:
+    # Canonical order so equal sets give equal bytes whatever their hash order.
+    for exact in (int, str, bytes):
+        if all(type(item) is exact for item in items):
+            return _pack(sorted(items))
+    return array_header(len(items)) + b"".join(sorted(_pack(item) for item in items))
+
+
+def _tz_payload(value: dt.datetime | dt.time) -> object:
+    tz = value.tzinfo
+    if tz is None:
+        return None
+    if type(tz) is dt.timezone:
+        offset = tz.utcoffset(None) // dt.timedelta(microseconds=1)
+        name = tz.tzname(None)
+        return offset if name == dt.timezone(tz.utcoffset(None)).tzname(None) else [offset, name]
+    if type(tz) is zoneinfo.ZoneInfo and tz.key is not None:
+        return tz.key
+    raise _Unsupported(
+        value,
+        type(tz),
+        f"its tzinfo {tz!r} is not supported: use datetime.timezone or"
+        " zoneinfo.ZoneInfo(key) (not from_file), or convert the value",
+    )
+
+
+def _encode_enum(member: enum.Enum, entry: Entry) -> msgpack.ExtType:
+    name = member.name
+    if name is not None and entry.members is not None and entry.members.get(name) is member:
+        return msgpack.ExtType(EXT_ENUM, _pack([entry.name, name]))
+    # A composite Flag value (A|B) travels as the names of its members.
+    parts = list(member) if isinstance(member, enum.Flag) else []
+    if not parts or functools.reduce(operator.or_, parts) != member:
+        raise _Unsupported(member, entry.cls, f"{member!r} cannot be spelled with member names")
+    return msgpack.ExtType(EXT_ENUM, _pack([entry.name, [part.name for part in parts]]))
+
+
+def _encode_dataclass(obj: object, entry: Entry) -> msgpack.ExtType:
+    try:
+        values = {name: getattr(obj, name) for name in entry.order}
+    except AttributeError:  # an init=False field never assigned: leave it unset
+        values = {n: getattr(obj, n) for n in entry.order if hasattr(obj, n)}
+    return msgpack.ExtType(EXT_DATACLASS, _pack([entry.name, values]))
+
+
+def _encode_bigint(n: int) -> msgpack.ExtType:
+    return msgpack.ExtType(EXT_BIGINT, n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True))
+
+
+def _encode_datetime(v: dt.datetime) -> msgpack.ExtType:
+    fields = [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.fold]
+    return msgpack.ExtType(EXT_DATETIME, _pack([*fields, _tz_payload(v)]))
+
+
+def _encode_time(v: dt.time) -> msgpack.ExtType:
+    fields = [v.hour, v.minute, v.second, v.microsecond, v.fold, _tz_payload(v)]
+    return msgpack.ExtType(EXT_TIME, _pack(fields))
+
+
+_ENCODERS: dict[type, Callable[[Any], msgpack.ExtType]] = {
+    tuple: lambda v: msgpack.ExtType(EXT_TUPLE, _pack(list(v))),
+    set: lambda v: msgpack.ExtType(EXT_SET, _pack_set(v)),
+    frozenset: lambda v: msgpack.ExtType(EXT_FROZENSET, _pack_set(v)),
+    int: _encode_bigint,
+    dt.datetime: _encode_datetime,
+    dt.date: lambda v: msgpack.ExtType(EXT_DATE, _pack([v.year, v.month, v.day])),
+    dt.time: _encode_time,
+    dt.timedelta: lambda v: msgpack.ExtType(
+        EXT_TIMEDELTA, _pack([v.days, v.seconds, v.microseconds])
+    ),
+    uuid.UUID: lambda v: msgpack.ExtType(EXT_UUID, v.bytes),
+    decimal.Decimal: lambda v: msgpack.ExtType(EXT_DECIMAL, str(v).encode("ascii")),
+}
+
+_BUILTIN_BASES = (str, bytes, int, float, list, dict, tuple, set, frozenset)
+
+
+def _default(obj: object) -> object:
+    """msgpack's hook: called only for values msgpack cannot pack natively."""
+    tp = type(obj)
+    encoder = _ENCODERS.get(tp)
+    if encoder is not None:
+        return encoder(obj)
+    entry = entry_for(tp)
+    if entry is not None:
+        if entry.members is not None:
+            return _encode_enum(cast(enum.Enum, obj), entry)
+        return _encode_dataclass(obj, entry)
+    if isinstance(obj, enum.Enum):
+        reason = f"its Enum class {qualified_name(tp)} is not registered: {_FIX_MESSAGE}"
+    elif isinstance(obj, _BUILTIN_BASES):
+        base = next(b for b in _BUILTIN_BASES if isinstance(obj, b))
+        reason = (
+            f"it subclasses {base.__name__}, and a subclass is never sent as its base type:"
+            f" {_FIX_MESSAGE}"
+        )
+    else:
+        reason = _FIX_MESSAGE
+    raise _Unsupported(obj, tp, reason)
+
+
+def encode(value: object) -> bytes:
+    """Encode ``value`` into actorflow's wire format.
+
+    Args:
+        value: a value made of the supported types (see the module docstring).
+
+    Returns:
+        Bytes that :func:`decode` turns back into an equal value of the same types.
+        The caller owns them.
+
+    Raises:
+        EncodeError: some part of ``value`` has an unsupported type (the message names
+            the type and where in ``value`` it was found), or it nests too deeply.
+    """
+    return encode_at(value, "value")
+
+
+def encode_at(value: object, label: str) -> bytes:
+    """Like :func:`encode`, naming the root ``label`` in error paths (e.g. ``state['x']``)."""
+    try:
+        return _pack(value)
+    except _Unsupported as exc:
+        target = exc.obj
+        path = _find_path(value, lambda o: o is target, _root_label(value, label))
+        raise EncodeError(
+            f"cannot encode a value of type {qualified_name(exc.culprit)!r} at {path}:"
+            f" {exc.reason}",
+            type_name=qualified_name(exc.culprit),
+        ) from None
+    except UnicodeEncodeError:
+        path = _find_path(value, _bad_str, _root_label(value, label))
+        raise EncodeError(
+            f"cannot encode the str at {path}: it holds a lone surrogate, which is not"
+            " valid UTF-8; convert it (e.g. s.encode('utf-8', 'surrogatepass')) first",
+            type_name="str",
+        ) from None
+    except (_TooDeep, RecursionError, ValueError) as exc:
+        detail = f" ({exc})" if isinstance(exc, ValueError) else ""
+        raise EncodeError(
+            f"cannot encode {label}: it nests too deeply (at most 1024 list/dict levels and"
+            f" {MAX_DEPTH} tuple/set/dataclass levels), holds a reference cycle, or is too"
+            f" large{detail}",
+            type_name=qualified_name(type(value)),
+        ) from None
+
+
+def _find_path(root: object, match: Callable[[object], bool], label: str) -> str:
+    """Where the first value ``match`` accepts sits in ``root``, e.g. ``Order.items[3]``.
+
+    Walked only to report an error, in encoding order, without recursion.
+    """
+    stack: list[tuple[object, str]] = [(root, label)]
+    seen: set[int] = set()
+    while stack:
+        obj, path = stack.pop()
+        if match(obj):
+            return path
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        entry = entry_for(type(obj))
+        children: list[tuple[object, str]] = []
+        if isinstance(obj, list | tuple):
+            children = [(item, f"{path}[{i}]") for i, item in enumerate(obj)]
+        elif isinstance(obj, dict):
+            for key, item in obj.items():
+                children += [(key, f"{path} key {_short(key)}"), (item, f"{path}[{_short(key)}]")]
+        elif isinstance(obj, set | frozenset):
+            children = [(item, f"{path} item {_short(item)}") for item in obj]
+        elif entry is not None:
+            children = [(getattr(obj, n), f"{path}.{n}") for n in entry.order if hasattr(obj, n)]
+        stack.extend(reversed(children))
+    return label
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bad_str(obj: object) -> bool:
+    if type(obj) is not str:
+        return False
+    try:
+        obj.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _root_label(value: object, label: str) -> str:
+    entry = entry_for(type(value))
+    return entry.cls.__qualname__ if label == "value" and entry is not None else label
+
+
+# --- decoding ------------------------------------------------------------------------
+
+
+def _unpack(data: bytes) -> Any:
+    """Unpack one msgpack object, at the next nesting level."""
+    state = _state
+    depth = state.unpack_depth
+    if depth >= MAX_DEPTH:
+        raise DecodeError(f"the data nests more than {MAX_DEPTH} tuple/set/dataclass levels")
+    unpackb = msgpack.unpackb if depth < _C_DEPTH else _fallback.unpackb
+    size = len(data)
+    state.unpack_depth = depth + 1
+    try:
+        return unpackb(
+            data,
+            ext_hook=_ext_hook,
+            strict_map_key=False,
+            timestamp=3,
+            max_str_len=size,
+            max_bin_len=size,
+            max_array_len=size,
+            max_map_len=size,
+            max_ext_len=size,
+        )
+    finally:
+        state.unpack_depth = depth
+
+
+def _unpack_list(data: bytes, length: int | None, what: str) -> list[Any]:
+    value = _unpack(data)
+    if type(value) is not list or (length is not None and len(value) != length):
+        raise DecodeError(f"malformed {what} payload")
+    return value
+
+
+def _decode_dataclass(data: bytes) -> object:
+    name, values = _unpack_list(data, 2, "dataclass")
+    entry = entry_named(name)
+    if entry.members is not None or type(values) is not dict:
+        raise DecodeError(f"malformed payload for {name!r}: expected dataclass fields")
+    kwargs: dict[str, object] = {}
+    late: list[tuple[str, object]] = []
+    for key, value in values.items():
+        if key in entry.init:
+            kwargs[key] = value
+        elif key in entry.fields:
+            late.append((key, value))
+        else:
+            raise DecodeError(
+                f"the data for {name!r} has a field {key!r} that {qualified_name(entry.cls)}"
+                " no longer has: restore the field, or convert the stored data"
+            )
+    try:
+        obj = entry.cls(**kwargs)
+    except Exception as exc:  # any constructor failure means the bytes do not fit the class
+        raise DecodeError(f"constructing {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    for key, value in late:
+        # init=False fields, set as dataclasses do, so frozen and slotted classes work too.
+        object.__setattr__(obj, key, value)
+    return obj
+
+
+def _decode_enum(data: bytes) -> object:
+    name, member = _unpack_list(data, 2, "Enum")
+    entry = entry_named(name)
+    members = entry.members
+    if members is None:
+        raise DecodeError(f"malformed payload for {name!r}: expected an Enum member")
+    names = member if type(member) is list and issubclass(entry.cls, enum.Flag) else [member]
+    found = [members.get(m) if type(m) is str else None for m in names]
+    if not found or None in found:
+        raise DecodeError(f"Enum {name!r} has no member named {member!r}")
+    return functools.reduce(operator.or_, found)
+
+
+def _decode_tz(tz: object) -> dt.tzinfo | None:
+    if tz is None:
+        return None
+    if type(tz) is int:
+        return dt.timezone(dt.timedelta(microseconds=tz))
+    if type(tz) is list and len(tz) == 2 and type(tz[0]) is int and type(tz[1]) is str:
+        return dt.timezone(dt.timedelta(microseconds=tz[0]), tz[1])
+    if type(tz) is str and _ZONE_KEY.fullmatch(tz):
+        try:
+            return zoneinfo.ZoneInfo(tz)
+        except Exception as exc:  # not found, a directory, unreadable: all bad data
+            raise DecodeError(f"unknown time zone {tz!r}: {exc}") from exc
+    raise DecodeError(f"malformed time zone payload {tz!r}")
+
+
+def _decode_datetime(data: bytes) -> dt.datetime:
+    y, mo, d, h, mi, s, us, fold, tz = _unpack_list(data, 9, "datetime")
+    return dt.datetime(y, mo, d, h, mi, s, us, _decode_tz(tz), fold=fold)
+
+
+def _decode_time(data: bytes) -> dt.time:
+    h, mi, s, us, fold, tz = _unpack_list(data, 6, "time")
+    return dt.time(h, mi, s, us, _decode_tz(tz), fold=fold)
+
+
+_DECODERS: dict[int, Callable[[bytes], object]] = {
+    EXT_TUPLE: lambda data: tuple(_unpack_list(data, None, "tuple")),
+    EXT_SET: lambda data: set(_unpack_list(data, None, "set")),
+    EXT_FROZENSET: lambda data: frozenset(_unpack_list(data, None, "frozenset")),
+    EXT_BIGINT: lambda data: int.from_bytes(data, "big", signed=True),
+    EXT_DATETIME: _decode_datetime,
+    EXT_DATE: lambda data: dt.date(*_unpack_list(data, 3, "date")),
+    EXT_TIME: _decode_time,
+    EXT_TIMEDELTA: lambda data: dt.timedelta(*_unpack_list(data, 3, "timedelta")),
+    EXT_UUID: lambda data: uuid.UUID(bytes=data),
+    EXT_DECIMAL: lambda data: decimal.Decimal(data.decode("ascii")),
+    EXT_ENUM: _decode_enum,
+    EXT_DATACLASS: _decode_dataclass,
+}
+
+
+def _ext_hook(code: int, data: bytes) -> object:
+    decoder = _DECODERS.get(code)
+    if decoder is None:
+        raise DecodeError(f"unknown ext type code {code}: not actorflow's wire format")
+    return decoder(data)
+
+
+def decode(data: bytes) -> Any:
+    """Decode bytes written by :func:`encode`.
+
+    Args:
+        data: the bytes (``bytes``, ``bytearray`` or ``memoryview``); not retained.
+
+    Returns:
+        A new value, owned by the caller; nothing in it is shared with other calls.
+
+    Raises:
+        DecodeError: for anything but a well-formed encoding of registered types:
+            garbage, truncated or tampered bytes, an unknown wire name or field, a
+            constructor that raised, or data nested too deeply. Never another type.
+    """
+    try:
+        return _unpack(data)
+    except DecodeError:
+        raise
+    except RecursionError:
+        raise DecodeError("the data nests too deeply to decode") from None
+    except Exception as exc:  # untrusted bytes: every failure is a DecodeError
+        raise DecodeError(f"malformed data: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,136 @@
+"""The executor host: one pykka actor per executor, speaking bytes only.
+
+A host is generic. It knows nothing of graphs or handlers: it owns a thread, an
+asyncio event loop private to that thread, and at most one *hosted program* (an
+object implementing :class:`Hosted`), which the runtime loads into it. Every call
+into the program carries bytes and returns bytes, so another backend (a Ray actor,
+a subprocess) can host the same program without the runtime changing.
+
+Hosts are reusable: ``load`` installs a program, ``unload`` removes it, and the
+host can then be handed to the next run (the warm pool in :mod:`._backend`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+import pykka
+
+__all__ = ["Hosted", "HostedFactory", "HostLoop", "ExecutorHost", "HandlerAborted"]
+
+T = TypeVar("T")
+
+
+class HandlerAborted(Exception):  # noqa: N818 - named by condition, like trio's errors
+    """A hosted program raised a ``BaseException`` (``SystemExit``, ...).
+
+    pykka stops *every* actor when a ``BaseException`` escapes one, so the host
+    converts it into this ordinary exception, which fails only the one call.
+    The original is chained as ``__cause__``.
+    """
+
+
+class HostLoop:
+    """The asyncio event loop private to one host's thread.
+
+    ``run`` drives a coroutine to completion on that loop. It is called only from
+    the host's own thread (from inside a hosted program), so an ``async def``
+    handler never stalls another actor and never touches the caller's loop.
+    """
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` to completion on this host's loop and return its result."""
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        """Close the loop, cancelling whatever a program left scheduled on it."""
+        loop, self._loop = self._loop, None
+        if loop is None or loop.is_closed():
+            return
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+class Hosted(Protocol):
+    """A program a host runs. Every method runs on the host's own thread."""
+
+    def start(self, loop: HostLoop) -> None:
+        """Build private state (and resources) inside the actor."""
+
+    def call(self, method: str, payload: bytes) -> bytes:
+        """Handle one request; bytes in, bytes out. Exceptions fail only this call."""
+
+    def stop(self) -> None:
+        """Release what ``start`` acquired. Must not raise."""
+
+
+HostedFactory = Callable[[], Hosted]
+
+
+class ExecutorHost(pykka.ThreadingActor):
+    """A pykka actor that hosts one :class:`Hosted` program at a time.
+
+    Messages are tuples, answered by ``ask``:
+
+    - ``("load", factory)``: stop the current program, build ``factory()`` and
+      start it on this thread.
+    - ``("call", method, payload)``: forward to the program; returns bytes.
+    - ``("unload",)``: stop the current program; the host stays alive for reuse.
+
+    Daemon thread: a forgotten host never keeps the interpreter alive.
+    """
+
+    use_daemon_thread = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._program: Hosted | None = None
+        self._loop = HostLoop()
+
+    def on_receive(self, message: Any) -> Any:
+        """Dispatch one request (runs on the host's thread)."""
+        kind = message[0]
+        try:
+            if kind == "call":
+                program = self._program
+                if program is None:
+                    raise RuntimeError("host has no program loaded; load one first")
+                return program.call(message[1], message[2])
+            if kind == "load":
+                self._unload()
+                program = message[1]()
+                program.start(self._loop)
+                self._program = program
+                return None
+            if kind == "unload":
+                self._unload()
+                return None
+        except Exception:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - see HandlerAborted: keep other actors alive
+            raise HandlerAborted(f"a hosted program raised {type(exc).__name__}: {exc}") from exc
+        raise ValueError(f"unknown host message {kind!r}")
+
+    def on_stop(self) -> None:
+        """Stop the program and close the loop when the actor stops."""
+        self._unload()
+        self._loop.close()
+
+    def _unload(self) -> None:
+        program, self._program = self._program, None
+        if program is not None:
+            program.stop()

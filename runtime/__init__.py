@@ -1,0 +1,72 @@
+"""actorflow.runtime: graphs, executors, the supervisor, workflows and sessions."""
+
+from ._builder import WorkflowBuilder
+from ._context import RUN_INPUT, Context
+from ._edges import Case, Default
+from ._events import (
+    CheckpointedEvent,
+    CheckpointFailedEvent,
+    Event,
+    ExecutorCompletedEvent,
+    ExecutorFailedEvent,
+    ExecutorInvokedEvent,
+    OutputEvent,
+    PendingRequest,
+    RequestEvent,
+    RunCancelledEvent,
+    RunCompletedEvent,
+    RunFailedEvent,
+    RunIdleEvent,
+    RunIdleWithPendingRequestsEvent,
+    RunRestartedEvent,
+    RunResult,
+    RunStartedEvent,
+    RunStatus,
+    SuperstepCompletedEvent,
+    SuperstepStartedEvent,
+)
+from ._executor import Executor, Resource, handler, resource, response_handler
+from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
+from ._session import Session
+from ._supervisor import Fault
+from ._workflow import Workflow
+
+__all__ = [
+    "RUN_INPUT",
+    "Backoff",
+    "Case",
+    "CheckpointFailedEvent",
+    "CheckpointPolicy",
+    "CheckpointedEvent",
+    "Context",
+    "Default",
+    "Durability",
+    "Event",
+    "Executor",
+    "ExecutorCompletedEvent",
+    "ExecutorFailedEvent",
+    "ExecutorInvokedEvent",
+    "Fault",
+    "OutputEvent",
+    "PendingRequest",
+    "RequestEvent",
+    "Resource",
+    "RestartPolicy",
+    "RunCancelledEvent",
+    "RunCompletedEvent",
+    "RunFailedEvent",
+    "RunIdleEvent",
+    "RunIdleWithPendingRequestsEvent",
+    "RunRestartedEvent",
+    "RunResult",
+    "RunStartedEvent",
+    "RunStatus",
+    "Session",
+    "SuperstepCompletedEvent",
+    "SuperstepStartedEvent",
+    "Workflow",
+    "WorkflowBuilder",
+    "handler",
+    "resource",
+    "response_handler",
+]

@@ -1,0 +1,185 @@
+"""Writing checkpoints from the supervisor's consistent cuts, and reading them back.
+
+Only chunks the store does not already hold are written: a checkpoint costs
+O(what changed), not O(state). With ``Durability.ASYNC`` the write happens on a
+background thread through a bounded queue; a failed write is re-raised at the
+next barrier (or when the run ends), never dropped.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from actorflow.errors import CheckpointError, CheckpointNotFound, GraphMismatch
+from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_checkpoint_id
+
+from ._graph import GraphSpec, explain_mismatch
+from ._policy import CheckpointPolicy, Durability
+from ._state import RunState
+from ._wire import unpack
+
+__all__ = ["Checkpointer", "Restored", "load_for_resume"]
+
+
+class Checkpointer:
+    """Writes one lineage's checkpoints into a store (supervisor thread only)."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        spec: GraphSpec,
+        session: str,
+        policy: CheckpointPolicy,
+        *,
+        parent: Checkpoint | None = None,
+    ) -> None:
+        self.store = store
+        self.spec = spec
+        self.session = session
+        self.policy = policy
+        self.last_id: str | None = parent.id if parent is not None else None
+        self._stored: set[str] = set(parent.blob_digests) if parent is not None else set()
+        self._queue: queue.Queue[tuple[Checkpoint, dict[str, bytes]] | None] | None = None
+        self._writer: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    def due(self, superstep: int) -> bool:
+        """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
+        return not self.policy.on_idle_only and superstep % self.policy.every == 0
+
+    def write(
+        self,
+        *,
+        kind: str,
+        superstep: int,
+        state: RunState,
+        snapshots: Mapping[str, list[str]],
+        chunks: Mapping[str, bytes],
+        metadata: Mapping[str, Any],
+    ) -> str:
+        """Write one checkpoint; returns its id.
+
+        Raises:
+            CheckpointError (or what the store raised): the write failed; with async
+                durability, a failure of an *earlier* write surfaces here.
+        """
+        self.raise_failure()
+        executors = {eid: tuple(digests) for eid, digests in snapshots.items()}
+        referenced = {d for digests in executors.values() for d in digests}
+        blobs = {d: chunks[d] for d in referenced - self._stored}
+        checkpoint = Checkpoint(
+            id=new_checkpoint_id(),
+            parent_id=self.last_id,
+            session=self.session,
+            workflow=self.spec.name,
+            graph_signature=self.spec.signature,
+            superstep=superstep,
+            kind=CheckpointKind(kind),
+            created_at=time.time(),
+            executors=executors,
+            runtime=state.to_bytes({"graph": self.spec.description}),
+            metadata=dict(metadata),
+        )
+        if self.policy.durability is Durability.SYNC or kind == "entry":
+            self.store.save(checkpoint, blobs)
+        else:
+            self._enqueue(checkpoint, blobs)
+        self._stored = referenced
+        self.last_id = checkpoint.id
+        return checkpoint.id
+
+    def flush(self) -> None:
+        """Wait for queued writes; raise the first failure, if any."""
+        if self._queue is not None:
+            self._queue.join()
+        self.raise_failure()
+
+    def raise_failure(self) -> None:
+        """Re-raise a background write failure (once)."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise CheckpointError(f"a background checkpoint write failed: {failure}") from failure
+
+    def close(self) -> None:
+        """Stop the background writer after it drained its queue."""
+        if self._queue is not None and self._writer is not None:
+            self._queue.put(None)
+            self._writer.join(timeout=60)
+            self._queue = self._writer = None
+
+    def _enqueue(self, checkpoint: Checkpoint, blobs: dict[str, bytes]) -> None:
+        if self._queue is None:
+            self._queue = queue.Queue(maxsize=8)
+            self._writer = threading.Thread(
+                target=self._drain, name=f"actorflow-ckpt-{self.session}", daemon=True
+            )
+            self._writer.start()
+        self._queue.put((checkpoint, blobs))
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        work = self._queue
+        while True:
+            item = work.get()
+            try:
+                if item is None:
+                    return
+                if self._failure is None:
+                    self.store.save(*item)
+            except Exception as exc:  # noqa: BLE001 - surfaced by raise_failure at the next barrier
+                self._failure = exc
+            finally:
+                work.task_done()
+
+
+class Restored:
+    """A checkpoint read back for resuming: state, snapshots and lineage."""
+
+    __slots__ = ("checkpoint", "extra", "snapshots", "state")
+
+    def __init__(self, checkpoint: Checkpoint, state: RunState, extra: dict[str, Any]) -> None:
+        self.checkpoint = checkpoint
+        self.state = state
+        self.extra = extra
+        self.snapshots: dict[str, list[tuple[str, bytes | None]]] = {
+            eid: [(d, None) for d in digests] for eid, digests in checkpoint.executors.items()
+        }
+
+
+def load_for_resume(
+    store: CheckpointStore,
+    spec: GraphSpec,
+    *,
+    session: str | None,
+    checkpoint_id: str | None,
+) -> Restored:
+    """Load a checkpoint (the session's latest, or ``checkpoint_id``) and check its graph.
+
+    Raises:
+        CheckpointNotFound: nothing to resume.
+        GraphMismatch: the checkpoint was taken on another graph (says what differs).
+    """
+    if checkpoint_id is not None:
+        checkpoint = store.load(checkpoint_id)
+    else:
+        latest = store.latest(workflow=spec.name, session=session)
+        if latest is None:
+            raise CheckpointNotFound(
+                f"no checkpoint of workflow {spec.name!r} for session {session!r} in the store; "
+                "run the session with this store first, or pass checkpoint_id="
+            )
+        checkpoint = latest
+    if checkpoint.graph_signature != spec.signature:
+        stored = unpack(checkpoint.runtime).get("graph", {})
+        raise explain_mismatch(stored, spec.description)
+    if set(checkpoint.executors) != set(spec.programs):
+        raise GraphMismatch(
+            f"checkpoint {checkpoint.id} names executors {sorted(checkpoint.executors)}, the "
+            f"graph has {sorted(spec.programs)}"
+        )
+    state, extra = RunState.from_bytes(checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()})
+    return Restored(checkpoint, state, extra)

@@ -1,0 +1,77 @@
+"""The handler's window on the run: send, output, request."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from ._runner import StepBuffer
+
+__all__ = ["RUN_INPUT", "Context"]
+
+RUN_INPUT = "__input__"
+"""``ctx.source`` of the run's input (and of answers to requests: ``"__response__"``)."""
+
+T_Send = TypeVar("T_Send")
+
+
+class Context(Generic[T_Send]):
+    """What a handler may do besides changing its own state.
+
+    One context per delivered message; valid only while the handler runs. The
+    type parameter (``Context[Order | Refund]``) optionally declares what the
+    handler sends, so ``build()`` can check that every such type has a target.
+    """
+
+    __slots__ = ("_buffer", "_source")
+
+    def __init__(self, buffer: StepBuffer, source: str) -> None:
+        self._buffer = buffer
+        self._source = source
+
+    @property
+    def source(self) -> str:
+        """Id of the executor that sent the message being handled (:data:`RUN_INPUT` for input)."""
+        return self._source
+
+    @property
+    def superstep(self) -> int:
+        """The superstep this handler runs in (messages sent now arrive in the next)."""
+        return self._buffer.superstep
+
+    @property
+    def executor_id(self) -> str:
+        """Id of the executor running this handler."""
+        return self._buffer.executor_id
+
+    def send(self, value: T_Send, to: str | None = None) -> None:
+        """Send a copy of ``value`` along every out-edge whose target handles its type.
+
+        Edge conditions run now, in this actor, before the value is encoded; the
+        value is encoded immediately, so mutating it afterwards changes nothing.
+        It arrives in the next superstep.
+
+        Args:
+            value: an encodable value (built-in types or ``@actorflow.message`` classes).
+            to: restrict delivery to this target id (must be an out-edge target).
+
+        Raises:
+            UnroutableMessage: no out-edge target has a handler for the value.
+            EncodeError: the value (or something in it) cannot be encoded.
+        """
+        self._buffer.send(value, to)
+
+    def output(self, value: Any) -> None:
+        """Emit ``value`` as a run output (encoded now; the caller receives its own copy)."""
+        self._buffer.output(value)
+
+    def request(self, value: Any, response_type: type) -> str:
+        """Ask the caller for an answer of ``response_type``; returns the request id.
+
+        The run goes idle with the request pending; the answer is delivered to this
+        executor's ``@response_handler`` as ``(value, answer, ctx)``.
+        """
+        return self._buffer.request(value, response_type)
+
+    def __repr__(self) -> str:
+        return f"<Context of {self.executor_id!r} step {self.superstep} from {self._source!r}>"

@@ -1,0 +1,71 @@
+"""Handing a run's events to the caller: sinks, and decoding payloads in the caller's thread.
+
+The supervisor emits events whose values are still bytes (:class:`Payload`); the
+caller's side decodes each one, so every value a caller sees is its own copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import queue
+from collections.abc import Callable
+from typing import Any
+
+from actorflow.actors import decode
+
+from . import _events as ev
+from ._supervisor import Payload
+
+__all__ = ["AsyncSink", "QueueSink", "materialize", "outputs_of", "pending_of"]
+
+
+def materialize(event: ev.Event) -> ev.Event:
+    """Return ``event`` with any encoded value decoded into a fresh object."""
+    value = getattr(event, "value", None)
+    if isinstance(value, Payload):
+        return dataclasses.replace(event, value=decode(value))  # type: ignore[type-var]  # every event is a dataclass
+    return event
+
+
+def outputs_of(raw: list[ev.Event]) -> list[Any]:
+    """Decode the outputs of a run, independently of the events' copies."""
+    return [decode(e.value) for e in raw if isinstance(e, ev.OutputEvent)]
+
+
+def pending_of(raw: list[ev.Event], open_ids: set[str]) -> tuple[ev.PendingRequest, ...]:
+    """The run's requests that are still open, decoded."""
+    return tuple(
+        ev.PendingRequest(e.request_id, e.executor, decode(e.value), e.response_type)
+        for e in raw
+        if isinstance(e, ev.RequestEvent) and e.request_id in open_ids
+    )
+
+
+class QueueSink:
+    """Events into a thread-safe queue, for a blocking ``stream()`` consumer."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def __call__(self, event: Any) -> None:
+        self.queue.put(event)
+
+
+class AsyncSink:
+    """Events into an asyncio queue owned by ``loop``; safe to call from any thread."""
+
+    __slots__ = ("_put", "loop", "queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._put: Callable[[Any], None] = self.queue.put_nowait
+
+    def __call__(self, event: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._put, event)
+        except RuntimeError:
+            pass  # the consumer's loop is closed: nobody is left to receive the event

@@ -1,0 +1,243 @@
+"""Events a run emits, and the result a finished run returns.
+
+Events are small immutable records. Every event names its run, its superstep
+and its wall-clock time. Values inside events (outputs, request payloads) are
+decoded from bytes for each caller, so they are the caller's own.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CheckpointFailedEvent",
+    "CheckpointedEvent",
+    "Event",
+    "ExecutorCompletedEvent",
+    "ExecutorFailedEvent",
+    "ExecutorInvokedEvent",
+    "OutputEvent",
+    "PendingRequest",
+    "RequestEvent",
+    "RunCancelledEvent",
+    "RunCompletedEvent",
+    "RunFailedEvent",
+    "RunIdleEvent",
+    "RunIdleWithPendingRequestsEvent",
+    "RunRestartedEvent",
+    "RunResult",
+    "RunStartedEvent",
+    "RunStatus",
+    "SuperstepCompletedEvent",
+    "SuperstepStartedEvent",
+]
+
+
+class RunStatus(enum.Enum):
+    """How a run ended."""
+
+    COMPLETED = "completed"
+    """No message left in flight and no request pending."""
+    IDLE_WITH_PENDING_REQUESTS = "idle_with_pending_requests"
+    """No message in flight, but requests wait for answers (``session.respond``)."""
+    FAILED = "failed"
+    """A handler failed past the restart policy, or the run broke a rule."""
+    CANCELLED = "cancelled"
+    """``cancel()`` stopped the run at a barrier."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every event."""
+
+    run_id: str
+    """The run that emitted it."""
+    superstep: int
+    """Superstep it belongs to (0 before the first)."""
+    time: float
+    """Wall-clock time, seconds since the epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStartedEvent(Event):
+    """A run began."""
+
+    workflow: str = ""
+    """Workflow name."""
+    session: str = ""
+    """Session (checkpoint lineage) id."""
+
+
+@dataclass(frozen=True, slots=True)
+class SuperstepStartedEvent(Event):
+    """A superstep began; ``executors`` are the ones with messages to handle."""
+
+    executors: tuple[str, ...] = ()
+    """Ids of the executors invoked in this superstep, sorted."""
+
+
+@dataclass(frozen=True, slots=True)
+class SuperstepCompletedEvent(Event):
+    """Every executor of the superstep reached the barrier."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorInvokedEvent(Event):
+    """An executor was handed its inbox for this superstep."""
+
+    executor: str = ""
+    """Executor id."""
+    messages: int = 0
+    """How many deliveries its inbox held."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorCompletedEvent(Event):
+    """An executor finished its part of the superstep."""
+
+    executor: str = ""
+    """Executor id."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorFailedEvent(Event):
+    """An executor's handler raised, timed out or its actor died."""
+
+    executor: str = ""
+    """Executor id."""
+    error_type: str = ""
+    """Qualified name of the exception type."""
+    error: str = ""
+    """The exception's message."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEvent(Event):
+    """A handler called ``ctx.output(value)``."""
+
+    executor: str = ""
+    """Executor that emitted it."""
+    value: Any = None
+    """The output (the caller's own copy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent(Event):
+    """A handler called ``ctx.request(value, response_type)``."""
+
+    request_id: str = ""
+    """Id to answer with ``session.respond({request_id: answer})``."""
+    executor: str = ""
+    """Executor that asked."""
+    value: Any = None
+    """The request (the caller's own copy)."""
+    response_type: str = ""
+    """Name of the type the answer must have."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointedEvent(Event):
+    """A checkpoint was written."""
+
+    checkpoint_id: str = ""
+    """Its id in the store."""
+    kind: str = ""
+    """``entry``, ``step``, ``response`` or ``final``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFailedEvent(Event):
+    """Writing a checkpoint failed; the run fails rather than continue unsaved."""
+
+    error_type: str = ""
+    """Qualified name of the exception type."""
+    error: str = ""
+    """The exception's message."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRestartedEvent(Event):
+    """The supervisor restored a failed executor and re-ran its part of the superstep."""
+
+    executor: str = ""
+    """Executor that failed."""
+    attempt: int = 0
+    """Restarts so far within the policy's window."""
+    error_type: str = ""
+    """Qualified name of the exception that caused it."""
+    error: str = ""
+    """Its message."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunIdleEvent(Event):
+    """No message is in flight and no request is pending."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunIdleWithPendingRequestsEvent(Event):
+    """No message is in flight; the listed requests wait for answers."""
+
+    request_ids: tuple[str, ...] = ()
+    """Pending request ids."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompletedEvent(Event):
+    """The run ended normally (status COMPLETED or IDLE_WITH_PENDING_REQUESTS)."""
+
+    status: RunStatus = RunStatus.COMPLETED
+    """How it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailedEvent(Event):
+    """The run failed."""
+
+    executor: str | None = None
+    """The executor at fault, if any."""
+    error_type: str = ""
+    """Qualified name of the exception type."""
+    error: str = ""
+    """Its message."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunCancelledEvent(Event):
+    """The run was cancelled and stopped at a barrier."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A request waiting for an answer."""
+
+    request_id: str
+    """Id to answer with."""
+    executor: str
+    """Executor that asked."""
+    value: Any
+    """The request value (the caller's own copy)."""
+    response_type: str
+    """Name of the type the answer must have."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a finished run returns. Everything in it is the caller's own."""
+
+    run_id: str
+    """Id of the run."""
+    status: RunStatus
+    """How it ended."""
+    outputs: list[Any]
+    """Values passed to ``ctx.output``, in superstep order, then executor id, then call order."""
+    events: list[Event] = field(default_factory=list)
+    """Every event, in order."""
+    supersteps: int = 0
+    """Supersteps executed in this run."""
+    pending_requests: tuple[PendingRequest, ...] = ()
+    """Requests still waiting for answers."""
+    checkpoint_id: str | None = None
+    """Id of the last checkpoint written, when a store is used."""

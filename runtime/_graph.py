@@ -1,0 +1,116 @@
+"""The compiled graph and its signature.
+
+The signature is a hash of a canonical description of the graph: executor ids
+and types, handler types, edges. It uses only names (wire names of registered
+types, module-qualified names otherwise), never ``id()`` or ``hash()``, so it is
+the same in every process and Python run. The description itself travels with
+each checkpoint, so a mismatch can say *what* differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actorflow.errors import GraphMismatch
+
+from ._edges import Accepts
+from ._executor import HandlerInfo
+from ._runner import ExecutorProgram
+
+__all__ = ["GraphSpec", "describe", "explain_mismatch", "signature_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphSpec:
+    """A checked, compiled workflow graph. Immutable; shared by all runs."""
+
+    name: str
+    """Workflow name."""
+    start: str
+    """Id of the executor that receives the input."""
+    programs: Mapping[str, ExecutorProgram]
+    """Executor id -> what its actor runs."""
+    fan_in: tuple[tuple[str, tuple[str, ...]], ...]
+    """Fan-in groups by index: (target, sources in list order)."""
+    accepts: Mapping[str, Accepts]
+    """Executor id -> its handler table (for checking inputs and answers)."""
+    description: dict[str, Any]
+    """Canonical description (JSON-able) the signature hashes."""
+    max_supersteps: int
+    """Default bound on one run."""
+
+    @property
+    def signature(self) -> str:
+        """Hex digest of :attr:`description`."""
+        return signature_of(self.description)
+
+
+def describe(
+    name: str,
+    start: str,
+    infos: Mapping[str, tuple[HandlerInfo, ...]],
+    programs: Mapping[str, ExecutorProgram],
+    fan_in: list[tuple[str, tuple[str, ...]]],
+) -> dict[str, Any]:
+    """A canonical, JSON-able description of a graph (sorted, names only)."""
+    executors = {
+        eid: {
+            "type": f"{p.cls.__module__}.{p.cls.__qualname__}",
+            "handlers": sorted(
+                ("response:" if h.is_response else "") + "|".join(h.spec.labels())
+                for h in infos[eid]
+            ),
+        }
+        for eid, p in sorted(programs.items())
+    }
+    edges = sorted(
+        [edge.kind, eid, list(edge.targets), edge.when is not None or bool(edge.predicates)]
+        for eid, p in programs.items()
+        for edge in p.edges
+        if edge.group < 0
+    )
+    groups = [[target, list(sources)] for target, sources in fan_in]
+    return {"start": start, "executors": executors, "edges": edges, "fan_in": groups}
+
+
+def signature_of(description: Mapping[str, Any]) -> str:
+    """Hash a description; stable across processes."""
+    canonical = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def explain_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any], path: str = "") -> GraphMismatch:
+    """Build a :class:`GraphMismatch` that says what differs between two descriptions."""
+    where = f" in {path}" if path else ""
+    lines: list[str] = []
+    old_ex, new_ex = stored.get("executors", {}), current.get("executors", {})
+    for eid in sorted(set(old_ex) | set(new_ex)):
+        if eid not in new_ex:
+            lines.append(f"executor {eid!r} is in the checkpoint but not in this graph")
+        elif eid not in old_ex:
+            lines.append(f"executor {eid!r} is in this graph but not in the checkpoint")
+        elif old_ex[eid]["type"] != new_ex[eid]["type"]:
+            lines.append(
+                f"executor {eid!r} was a {old_ex[eid]['type']}, now a {new_ex[eid]['type']}"
+            )
+        elif old_ex[eid]["handlers"] != new_ex[eid]["handlers"]:
+            lines.append(
+                f"executor {eid!r} handled {old_ex[eid]['handlers']}, now {new_ex[eid]['handlers']}"
+            )
+    old_edges = {json.dumps(e) for e in stored.get("edges", [])}
+    new_edges = {json.dumps(e) for e in current.get("edges", [])}
+    lines += [f"edge {e} is in the checkpoint but not in this graph" for e in sorted(old_edges - new_edges)]
+    lines += [f"edge {e} is in this graph but not in the checkpoint" for e in sorted(new_edges - old_edges)]
+    if stored.get("fan_in") != current.get("fan_in"):
+        lines.append(f"fan-in groups differ: {stored.get('fan_in')} vs {current.get('fan_in')}")
+    if stored.get("start") != current.get("start"):
+        lines.append(f"start executor was {stored.get('start')!r}, now {current.get('start')!r}")
+    detail = "; ".join(lines) or "the graph signatures differ"
+    return GraphMismatch(
+        f"the checkpoint was taken on a different graph{where}: {detail}. Restore with the "
+        "workflow that wrote it, or start a new session"
+    )

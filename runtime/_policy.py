@@ -1,0 +1,100 @@
+"""Restart policies (Erlang-style intensity limits with backoff) and checkpoint policies."""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["Backoff", "CheckpointPolicy", "Durability", "RestartPolicy", "RestartTracker"]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before each restart: ``initial * multiplier**n``, capped, with jitter."""
+
+    initial: float = 0.0
+    """Delay before the first restart, seconds."""
+    maximum: float = 5.0
+    """Upper bound on any delay, seconds."""
+    multiplier: float = 2.0
+    """Growth factor per consecutive restart."""
+    jitter: float = 0.0
+    """Fraction of the delay added at random (0.1 = up to +10%)."""
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before restart number ``attempt`` (1-based)."""
+        base = min(self.maximum, self.initial * self.multiplier ** max(attempt - 1, 0))
+        return base * (1.0 + random.random() * self.jitter) if self.jitter else base  # noqa: S311 - jitter needs no crypto
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """How the supervisor reacts when a handler raises, times out or its actor dies.
+
+    At most ``max_restarts`` restarts within any ``within_seconds`` window; past
+    that the run fails with the original exception chained. Only exceptions that
+    are instances of ``retry_on`` are restarted.
+    """
+
+    max_restarts: int = 3
+    """Restarts allowed within the window."""
+    within_seconds: float = 60.0
+    """Length of the sliding window, seconds."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """Delay before each restart."""
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    """Exception types that trigger a restart; others fail the run at once."""
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0 or self.within_seconds <= 0:
+            raise ValueError("RestartPolicy needs max_restarts >= 0 and within_seconds > 0")
+
+
+class RestartTracker:
+    """Counts restarts of one executor in a sliding window (supervisor thread only)."""
+
+    __slots__ = ("_policy", "_times")
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self._policy = policy
+        self._times: deque[float] = deque()
+
+    def allow(self, now: float) -> int | None:
+        """Record a restart at ``now`` and return its attempt number, or None if over the limit."""
+        window = self._policy.within_seconds
+        while self._times and now - self._times[0] > window:
+            self._times.popleft()
+        if len(self._times) >= self._policy.max_restarts:
+            return None
+        self._times.append(now)
+        return len(self._times)
+
+
+class Durability(enum.Enum):
+    """When a checkpoint write must finish."""
+
+    SYNC = "sync"
+    """The next superstep starts only after the write is durable."""
+    ASYNC = "async"
+    """Written in the background; a failed write fails the run at the next barrier."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPolicy:
+    """When to checkpoint (only ever when a store is given).
+
+    Default: after every superstep, synchronously.
+    """
+
+    every: int = 1
+    """Checkpoint after every ``every``-th superstep (1 = each)."""
+    on_idle_only: bool = False
+    """Only checkpoint when the run goes idle (plus the entry checkpoint)."""
+    durability: Durability = Durability.SYNC
+    """Whether supersteps wait for the write."""
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError(f"CheckpointPolicy.every must be >= 1, got {self.every}")

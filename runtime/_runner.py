@@ -1,0 +1,259 @@
+"""The program an executor host runs: one executor instance and its handlers.
+
+An :class:`ExecutorProgram` is the immutable, picklable description of one
+executor (class, blueprint bytes, out-edges). The host calls it to make an
+:class:`ExecutorRunner`, which rebuilds a private instance from the blueprint
+bytes on the actor's own thread and then answers byte requests (see
+:mod:`._wire`). Nothing it holds is reachable from another actor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
+from actorflow.errors import EncodeError, UnroutableMessage
+
+from ._context import Context
+from ._edges import OutEdge, route
+from ._executor import Executor, HandlerInfo
+from ._types import type_label
+from ._wire import RESPONSE, SINGLE, pack, unpack
+
+__all__ = ["RESPONSE_SOURCE", "ExecutorProgram", "ExecutorRunner", "InjectedFault", "StepBuffer"]
+
+RESPONSE_SOURCE = "__response__"
+
+
+class InjectedFault(Exception):  # noqa: N818 - named like the condition it simulates
+    """A failure injected on purpose by :mod:`actorflow.testing`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorProgram:
+    """Everything an actor needs to host one executor. Immutable; bytes for state."""
+
+    executor_id: str
+    """Id in the graph."""
+    cls: type[Executor]
+    """The executor class (code, not state)."""
+    blueprint: tuple[bytes, ...]
+    """Initial state as encoded at build time (``encode_state`` chunks)."""
+    timeout: float | None
+    """Per-superstep time limit."""
+    edges: tuple[OutEdge, ...]
+    """Out-edges, for routing in this actor."""
+
+    def __call__(self) -> ExecutorRunner:
+        """Make the runner (called by the host, on its thread)."""
+        return ExecutorRunner(self)
+
+
+class StepBuffer:
+    """What one superstep of one executor produced, before it is framed as bytes."""
+
+    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "superstep")
+
+    def __init__(self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int) -> None:
+        self.executor_id = executor_id
+        self.edges = edges
+        self.superstep = superstep
+        self.sends: list[list[Any]] = []
+        self.outputs: list[bytes] = []
+        self.requests: list[list[Any]] = []
+
+    def send(self, value: object, to: str | None) -> None:
+        routes = route(self.executor_id, self.edges, value, to)
+        if not routes:
+            return
+        payload = self._encode(value, "message")
+        for target, group in routes:
+            self.sends.append([target, group, payload])
+
+    def output(self, value: object) -> None:
+        self.outputs.append(self._encode(value, "output"))
+
+    def request(self, value: object, response_type: type) -> str:
+        request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}"
+        self.requests.append([request_id, self._encode(value, "request"), type_label(response_type)])
+        return request_id
+
+    def _encode(self, value: object, what: str) -> bytes:
+        try:
+            return encode(value)
+        except EncodeError as exc:
+            raise EncodeError(
+                f"executor {self.executor_id!r} (superstep {self.superstep}) could not encode "
+                f"its {what}: {exc}",
+                type_name=exc.type_name,
+                executor=self.executor_id,
+            ) from exc
+
+
+class ExecutorRunner:
+    """Hosts one executor instance. Every method runs on the host actor's thread."""
+
+    def __init__(self, program: ExecutorProgram) -> None:
+        self._program = program
+        self._instance: Executor | None = None
+        self._loop: HostLoop | None = None
+        self._dispatch: dict[type, tuple[Callable[..., Any], HandlerInfo]] = {}
+        self._reported: set[str] = set()
+
+    # --- Hosted protocol ------------------------------------------------------
+
+    def start(self, loop: HostLoop) -> None:
+        """Rebuild the executor from its blueprint bytes and create its resources."""
+        self._loop = loop
+        self._install(decode_state(self._program.blueprint))
+
+    def call(self, method: str, payload: bytes) -> bytes:
+        """Answer one request from the supervisor (see :mod:`._wire`)."""
+        if method == "step":
+            return self._step(payload)
+        if method == "snapshot":
+            return pack(self._snapshot())
+        if method == "restore":
+            self._install(decode_state(unpack(payload)))
+            return b""
+        raise ValueError(f"unknown runner method {method!r}")
+
+    def stop(self) -> None:
+        """Drop the instance; resources are released with it."""
+        self._instance = None
+        self._dispatch.clear()
+
+    # --- internals ------------------------------------------------------------
+
+    def _install(self, state: dict[str, Any]) -> None:
+        program = self._program
+        cls = program.cls
+        instance = cls.__new__(cls)
+        instance._af_id = program.executor_id
+        instance._af_timeout = program.timeout
+        instance._af_live = None
+        instance.restore(state)
+        live: dict[str, Any] = {}
+        for name, res in cls._af_resources().items():
+            made = res.factory()
+            if inspect.isawaitable(made):
+                assert self._loop is not None
+                made = self._loop.run(_await(made))
+            live[name] = made
+        instance._af_live = live
+        self._instance = instance
+        self._dispatch.clear()
+        self._reported.clear()
+
+    def _handler_for(self, value: object) -> tuple[Callable[..., Any], HandlerInfo] | None:
+        kind = type(value)
+        hit = self._dispatch.get(kind)
+        if hit is not None:
+            return hit
+        instance = self._instance
+        assert instance is not None
+        infos = [i for i in type(instance)._af_handler_infos() if not i.is_response]
+        for klass in kind.__mro__:
+            for info in infos:
+                if klass in info.spec.classes:
+                    hit = (getattr(instance, info.name), info)
+                    self._dispatch[kind] = hit
+                    return hit
+        if kind is list:
+            for info in infos:
+                if info.spec.list_items:
+                    return (getattr(instance, info.name), info)
+        return None
+
+    def _response_handler_for(
+        self, request: object, answer: object
+    ) -> tuple[Callable[..., Any], HandlerInfo] | None:
+        instance = self._instance
+        assert instance is not None
+        for info in type(instance)._af_handler_infos():
+            if (
+                info.is_response
+                and info.request_spec is not None
+                and isinstance(request, info.request_spec.classes)
+                and isinstance(answer, info.spec.classes)
+            ):
+                return (getattr(instance, info.name), info)
+        return None
+
+    def _step(self, payload: bytes) -> bytes:
+        superstep, deliveries, want_snapshot, fault = unpack(payload)
+        buffer = StepBuffer(self._program.executor_id, self._program.edges, superstep)
+        for source, group, body in deliveries:
+            ctx = Context(buffer, source)
+            if group == SINGLE:
+                value = decode(body)
+                found = self._handler_for(value)
+                args: tuple[Any, ...] = (value, ctx)
+            elif group == RESPONSE:
+                request_id, request_body, answer_body = body
+                request, answer = decode(request_body), decode(answer_body)
+                found = self._response_handler_for(request, answer)
+                args = (request, answer, ctx)
+            else:
+                value = [decode(item) for item in body]
+                found = self._handler_for(value)
+                args = (value, ctx)
+            if found is None:
+                raise UnroutableMessage(
+                    f"executor {self._program.executor_id!r} received a "
+                    f"{type_label(type(args[-2]))} from {source!r} but has no handler for it"
+                )
+            fn, info = found
+            if info.is_async:
+                assert self._loop is not None
+                self._loop.run(fn(*args))
+            else:
+                fn(*args)
+        if fault:
+            self._inject(fault, superstep)
+        snapshot = self._snapshot() if want_snapshot else None
+        return pack([buffer.sends, buffer.outputs, buffer.requests, snapshot])
+
+    def _inject(self, fault: str, superstep: int) -> None:
+        """Fail on purpose, after the handlers changed state (see actorflow.testing)."""
+        where = f"executor {self._program.executor_id!r} at superstep {superstep}"
+        if fault == "timeout":
+            # Simulates a hung handler: outlive the supervisor's deadline, then answer
+            # late; the supervisor has abandoned this host by then.
+            limit = self._program.timeout or 0.0
+            threading.Event().wait(limit * 2 + 0.05)
+            return
+        raise InjectedFault(f"injected {fault} in {where}")
+
+    def _snapshot(self) -> list[list[Any]]:
+        """The state as content-addressed chunks; chunks reported before are elided."""
+        instance = self._instance
+        assert instance is not None
+        try:
+            chunks = encode_state(instance.snapshot())
+        except EncodeError as exc:
+            raise EncodeError(
+                f"executor {self._program.executor_id!r} ({type(instance).__qualname__}): its "
+                f"state cannot be snapshotted: {exc}",
+                type_name=exc.type_name,
+                executor=self._program.executor_id,
+            ) from exc
+        out: list[list[Any]] = []
+        reported = self._reported
+        now: set[str] = set()
+        for chunk in chunks:
+            digest = hashlib.sha256(chunk).hexdigest()
+            now.add(digest)
+            out.append([digest, None if digest in reported else chunk])
+        self._reported = now
+        return out
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+

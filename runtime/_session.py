@@ -1,0 +1,418 @@
+"""Sessions: long-lived actors whose state carries over from one run to the next.
+
+A session does one thing at a time (:class:`~actorflow.errors.SessionBusy`
+otherwise); any number of sessions run at once. Its id is the checkpoint lineage
+key. ``Workflow.run`` is a one-off session on warm pooled actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from actorflow.actors import encode
+from actorflow.errors import (
+    EncodeError,
+    InputNotAccepted,
+    SessionBusy,
+    SessionClosed,
+)
+from actorflow.storage import CheckpointStore
+
+from . import _events as ev
+from ._checkpointing import Checkpointer, Restored
+from ._context import RUN_INPUT
+from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
+from ._policy import CheckpointPolicy
+from ._supervisor import Driver, Fault, RunJob, SupervisorActor, new_run_id
+from ._types import type_label
+from ._wire import SINGLE
+
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+__all__ = ["NO_INPUT", "End", "Session"]
+
+NO_INPUT: Any = object()
+"""Run without new input: continue what is in flight (after a cancel or a limit)."""
+
+
+class Session:
+    """A live instance of a workflow: actors and state persist between runs.
+
+    Create with ``workflow.session(...)`` or ``workflow.resume(...)``; use as a
+    context manager or call :meth:`close`. Thread-safe: concurrent calls get
+    :class:`SessionBusy` instead of interleaving.
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        session_id: str | None = None,
+        *,
+        store: CheckpointStore | None = None,
+        checkpoint: CheckpointPolicy | None = None,
+        restored: Restored | None = None,
+    ) -> None:
+        self._workflow = workflow
+        self._id = session_id or uuid.uuid4().hex
+        self._store = store
+        self._policy = checkpoint or CheckpointPolicy()
+        self._busy = threading.Lock()
+        self._closed = False
+        self._cancel = threading.Event()
+        self._supervisor: pykka.ActorRef[SupervisorActor] | None = None
+        self._restored = restored
+        self._driver = self._new_driver(restored)
+        self._started = False
+        self._last_checkpoint: str | None = restored.checkpoint.id if restored else None
+
+    # --- properties ---------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The session id (checkpoint lineage key)."""
+        return self._id
+
+    @property
+    def last_checkpoint_id(self) -> str | None:
+        """Id of the newest checkpoint this session wrote or resumed from."""
+        checkpointer = self._driver.checkpointer
+        return checkpointer.last_id if checkpointer is not None else self._last_checkpoint
+
+    @property
+    def pending_requests(self) -> tuple[str, ...]:
+        """Ids of requests waiting for answers."""
+        return tuple(sorted(self._driver.state.pending))
+
+    # --- running ------------------------------------------------------------------
+
+    def run(
+        self,
+        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ev.RunResult:
+        """Run to idle and return the result.
+
+        Raises:
+            InputNotAccepted: the start executor has no handler for the input type
+                (raised before anything runs).
+            SessionBusy: the session is already running or resetting.
+            RunFailed: the run failed (``ExecutorFailed``, ``SuperstepLimitExceeded``,
+                ...), the original error chained.
+        """
+        raw: list[ev.Event] = []
+        job = self._begin(input, max_supersteps, metadata, raw.append)
+        future = self._submit(job)
+        try:
+            end: End = future.get()
+        except BaseException:
+            # KeyboardInterrupt or similar in the caller: stop at the next barrier.
+            self._abandon(future)
+            raise
+        return self._finish(job, raw, end)
+
+    def stream(
+        self,
+        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Iterator[ev.Event]:
+        """Run and yield each event as it happens.
+
+        Abandoning the iterator (``break``, ``close()``) cancels the run at the next
+        barrier; its remaining events are never delivered to a later run. A failure
+        raises after its ``RunFailedEvent`` was yielded.
+        """
+        sink = QueueSink()
+        job = self._begin(input, max_supersteps, metadata, sink)
+        future = self._submit(job)
+        return self._iterate(sink, future)
+
+    def _iterate(self, sink: QueueSink, future: pykka.Future[Any]) -> Iterator[ev.Event]:
+        finished = False
+        try:
+            while True:
+                item = sink.queue.get()
+                if isinstance(item, End):
+                    finished = True
+                    item.raise_error()
+                    return
+                yield materialize(item)
+        finally:
+            if not finished:
+                self._abandon(future)
+
+    async def arun(
+        self,
+        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ev.RunResult:
+        """Async :meth:`run`: never blocks the event loop.
+
+        Cancelling the awaiting task cancels the run at the next barrier (the task
+        waits for that barrier, then raises ``CancelledError``).
+        """
+        raw: list[ev.Event] = []
+        job, sink = self._abegin(input, max_supersteps, metadata)
+        end = None
+        async for item in self._adrain(job, sink):
+            if isinstance(item, End):
+                end = item
+            else:
+                raw.append(item)
+        assert end is not None
+        return self._finish(job, raw, end)
+
+    async def astream(
+        self,
+        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ev.Event]:
+        """Async :meth:`stream`: never blocks the event loop."""
+        job, sink = self._abegin(input, max_supersteps, metadata)
+        async for item in self._adrain(job, sink):
+            if isinstance(item, End):
+                item.raise_error()
+            else:
+                yield materialize(item)
+
+    def _abegin(
+        self, value: Any, max_supersteps: int | None, metadata: Mapping[str, Any] | None
+    ) -> tuple[RunJob, AsyncSink]:
+        sink = AsyncSink(asyncio.get_running_loop())
+        job = self._begin(value, max_supersteps, metadata, sink)
+        self._submit(job)
+        return job, sink
+
+    async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncIterator[Any]:
+        finished = False
+        try:
+            while True:
+                item = await sink.queue.get()
+                if isinstance(item, End):
+                    finished = True
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                # Cancelled or abandoned: stop at the next barrier, and wait for it
+                # without blocking the loop, so the session is free afterwards.
+                job.cancel.set()
+                while not isinstance(await sink.queue.get(), End):
+                    pass
+
+    def cancel(self) -> None:
+        """Ask the current run to stop at the next barrier (safe from any thread)."""
+        self._cancel.set()
+
+    def inject_fault(self, fault: Fault) -> None:
+        """Fail ``fault.executor`` once at ``fault.superstep`` (see :mod:`actorflow.testing`)."""
+        self._driver.faults[(fault.executor, fault.superstep)] = fault
+
+    def reset(self) -> None:
+        """Rebuild every actor from its blueprint; drop everything in flight.
+
+        Fan-in buffers, in-flight messages, pending requests and undelivered events
+        are dropped, and checkpoints continue under a new lineage (no parent).
+
+        Raises:
+            SessionBusy: a run is active (a run started during a reset raises too).
+        """
+        self._acquire("reset")
+        try:
+            self._check_open()
+            if self._started:
+                self._driver.release_hosts()
+                self._started = False
+            if self._driver.checkpointer is not None:
+                self._driver.checkpointer.close()
+            self._restored = None
+            self._last_checkpoint = None
+            self._driver = self._new_driver(None)
+        finally:
+            self._busy.release()
+
+    def close(self) -> None:
+        """Stop this session's run (at the next barrier) and give back every actor."""
+        if self._closed:
+            return
+        self._cancel.set()
+        with self._busy:
+            self._closed = True
+            if self._started:
+                self._driver.release_hosts()
+                self._started = False
+            if self._driver.checkpointer is not None:
+                self._driver.checkpointer.close()
+            if self._supervisor is not None:
+                self._workflow._release_supervisor(self._supervisor)
+                self._supervisor = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Session {self._id!r} of workflow {self._workflow.name!r}>"
+
+    # --- internals ----------------------------------------------------------------
+
+    def _new_driver(self, restored: Restored | None) -> Driver:
+        spec = self._workflow._spec
+        checkpointer = None
+        if self._store is not None:
+            checkpointer = Checkpointer(
+                self._store,
+                spec,
+                self._id,
+                self._policy,
+                parent=restored.checkpoint if restored else None,
+            )
+        driver = Driver(
+            spec,
+            self._workflow._pool,
+            session=self._id,
+            restart=self._workflow._restart,
+            restart_overrides=self._workflow._restart_overrides,
+            checkpointer=checkpointer,
+        )
+        if restored is not None:
+            driver.state = restored.state
+        return driver
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(f"session {self._id!r} is closed; open a new one")
+
+    def _acquire(self, what: str) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise SessionBusy(
+                f"session {self._id!r} is busy and cannot {what} now; wait for the current "
+                "run or reset to finish, or use another session"
+            )
+
+    def _begin(
+        self,
+        value: Any,
+        max_supersteps: int | None,
+        metadata: Mapping[str, Any] | None,
+        emit: Callable[[Any], None],
+    ) -> RunJob:
+        spec = self._workflow._spec
+        payload = None
+        if value is not NO_INPUT:
+            if not spec.accepts[spec.start].single(value):
+                labels = ", ".join(spec.accepts[spec.start].labels) or "nothing"
+                raise InputNotAccepted(
+                    f"the start executor {spec.start!r} has no handler for the input type "
+                    f"{type_label(type(value))} (it handles {labels}); pass one of those, or "
+                    "add a handler for this type"
+                )
+            try:
+                payload = encode(value)
+            except EncodeError as exc:
+                raise EncodeError(
+                    f"the run's input cannot be encoded: {exc}", type_name=exc.type_name
+                ) from exc
+        self._acquire("start a run")
+        try:
+            self._check_open()
+        except BaseException:
+            self._busy.release()
+            raise
+        self._cancel = threading.Event()
+        return RunJob(
+            run_id=new_run_id(),
+            emit=emit,
+            cancel=self._cancel,
+            max_supersteps=max_supersteps or spec.max_supersteps,
+            metadata=dict(metadata or {}),
+            input=payload,
+        )
+
+    def _submit(self, job: RunJob) -> pykka.Future[Any]:
+        """Hand the job to the supervisor actor; its last event is an :class:`End`."""
+        if self._supervisor is None:
+            self._supervisor = self._workflow._acquire_supervisor()
+
+        def work() -> End:
+            end = End(ev.RunStatus.FAILED, None)
+            try:
+                end = End(self._drive(job), None)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller through End
+                end = End(ev.RunStatus.FAILED, exc)
+            finally:
+                self._busy.release()
+                job.emit(end)
+            return end
+
+        return self._supervisor.ask(work, block=False)
+
+    def _drive(self, job: RunJob) -> ev.RunStatus:
+        """Supervisor thread: start actors if needed, queue the input, run."""
+        driver = self._driver
+        spec = self._workflow._spec
+        if not self._started:
+            driver.start_hosts(self._restored.snapshots if self._restored is not None else None)
+            self._started = True
+        job.emit(ev.RunStartedEvent(job.run_id, driver.state.superstep, time.time(), spec.name, self._id))
+        if job.input is not None:
+            driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
+            if driver.checkpointer is not None:
+                driver.checkpoint_entry(job)
+        status = driver.run(job)
+        if driver.checkpointer is not None:
+            driver.checkpointer.flush()
+        return status
+
+    def _abandon(self, future: pykka.Future[Any]) -> None:
+        """The caller stopped waiting: cancel at the next barrier and wait a bounded time."""
+        self._cancel.set()
+        try:
+            future.get(timeout=30)
+        except Exception:  # noqa: BLE001 - the caller already left; nothing to report to
+            pass
+
+    def _finish(self, job: RunJob, raw: list[ev.Event], end: End) -> ev.RunResult:
+        end.raise_error()
+        return ev.RunResult(
+            run_id=job.run_id,
+            status=end.status,
+            outputs=outputs_of(raw),
+            events=[materialize(e) for e in raw if not isinstance(e, End)],
+            supersteps=sum(1 for e in raw if isinstance(e, ev.SuperstepCompletedEvent)),
+            pending_requests=pending_of(raw, set(self._driver.state.pending)),
+            checkpoint_id=self.last_checkpoint_id,
+        )
+
+
+class End:
+    """Last item of a run's event stream: how it ended."""
+
+    __slots__ = ("error", "status")
+
+    def __init__(self, status: ev.RunStatus, error: BaseException | None) -> None:
+        self.status = status
+        self.error = error
+
+    def raise_error(self) -> None:
+        """Raise the run's failure in the caller's thread, if it failed."""
+        if self.error is not None:
+            raise self.error

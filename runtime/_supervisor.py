@@ -1,0 +1,452 @@
+"""The supervisor: drives supersteps over executor hosts, routes bytes, recovers.
+
+A :class:`Driver` is one session's supervisor logic: its hosts, its in-flight
+state and (optionally) its checkpointer. It runs only on a supervisor actor's
+thread (:class:`SupervisorActor`), one run at a time. Per superstep it hands each
+target its inbox as one batch, waits at the barrier for every report, routes the
+returned payloads without decoding them, and checkpoints. A failed executor is
+restored from its last good state and re-run alone (confined recovery): the
+executors that completed keep their results, routed once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+import structlog
+
+from actorflow.actors import HostPool, HostRef
+from actorflow.errors import (
+    ExecutorFailed,
+    RunCancelled,
+    RunFailed,
+    SuperstepLimitExceeded,
+)
+
+from . import _events as ev
+from ._checkpointing import Checkpointer
+from ._graph import GraphSpec
+from ._policy import RestartPolicy, RestartTracker
+from ._state import RunState
+from ._wire import SINGLE, pack, unpack
+
+__all__ = ["Driver", "Fault", "Payload", "RunJob", "SupervisorActor"]
+
+_log = structlog.get_logger("actorflow.supervisor")
+
+
+class Payload(bytes):
+    """An encoded value inside an event, decoded in the caller's thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A failure to inject (see :mod:`actorflow.testing`)."""
+
+    executor: str
+    """Executor to fail."""
+    superstep: int
+    """Superstep (lineage-wide count) in which to fail."""
+    kind: str = "exception"
+    """``exception`` (after the handlers ran), ``timeout`` or ``death`` (actor stopped)."""
+
+
+@dataclass(slots=True)
+class RunJob:
+    """One run request, handed to the supervisor thread."""
+
+    run_id: str
+    """Id of this run."""
+    emit: Callable[[ev.Event], None]
+    """Event sink (thread-safe; called on the supervisor thread)."""
+    cancel: threading.Event
+    """Set to stop at the next barrier."""
+    max_supersteps: int
+    """Bound on this run's supersteps."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """User metadata for checkpoints."""
+    input: bytes | None = None
+    """The encoded input to queue for the start executor, if any."""
+
+
+class _StepFailure(Exception):
+    def __init__(self, executor: str, error: BaseException) -> None:
+        super().__init__(executor)
+        self.executor = executor
+        self.error = error
+
+
+class Driver:
+    """Supervisor logic for one session (or one one-off run). Supervisor thread only."""
+
+    def __init__(
+        self,
+        spec: GraphSpec,
+        pool: HostPool,
+        *,
+        session: str,
+        restart: RestartPolicy | None,
+        restart_overrides: dict[str, RestartPolicy],
+        checkpointer: Checkpointer | None,
+    ) -> None:
+        self.spec = spec
+        self.pool = pool
+        self.session = session
+        self.state = RunState()
+        self.hosts: dict[str, HostRef] = {}
+        self.faults: dict[tuple[str, int], Fault] = {}
+        self._restart = restart
+        self._restart_overrides = restart_overrides
+        self._trackers: dict[str, RestartTracker] = {}
+        self.checkpointer = checkpointer
+        # Last good state per executor, kept only when someone asked for it
+        # (a restart policy or a store): digests, and the chunk bytes behind them.
+        self._keep_state = checkpointer is not None or restart is not None or bool(restart_overrides)
+        self._chunks: dict[str, bytes] = {}
+        self._good: dict[str, list[str]] = {}
+        self._dirty: set[str] = set()
+        self._log = _log.bind(workflow=spec.name, session=session)
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def start_hosts(self, initial: dict[str, list[tuple[str, bytes | None]]] | None = None) -> None:
+        """Borrow hosts and load every executor (from blueprints, or ``initial`` snapshots)."""
+        ids = sorted(self.spec.programs)
+        hosts = self.pool.acquire(len(ids))
+        self.hosts = dict(zip(ids, hosts, strict=True))
+        futures = [self.hosts[eid].load(self.spec.programs[eid]) for eid in ids]
+        for future in futures:
+            future.get(timeout=60)
+        for eid in ids:
+            blueprint = [(_digest(c), c) for c in self.spec.programs[eid].blueprint]
+            chunks = (initial or {}).get(eid, blueprint)
+            if initial and eid in initial:
+                self._load_state(eid, chunks)
+            if self._keep_state:
+                self._remember(eid, chunks)
+
+    def release_hosts(self) -> None:
+        """Unload every program and give the hosts back to the pool."""
+        hosts, self.hosts = list(self.hosts.values()), {}
+        futures = [h.unload() for h in hosts]
+        healthy: list[HostRef] = []
+        for host, future in zip(hosts, futures, strict=True):
+            try:
+                future.get(timeout=5)
+                healthy.append(host)
+            except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
+                host.stop()
+        self.pool.release(healthy)
+
+    # --- the run ------------------------------------------------------------------
+
+    def run(self, job: RunJob) -> ev.RunStatus:
+        """Drive supersteps until idle, cancelled, failed or over the limit.
+
+        Raises:
+            RunFailed (or a subclass): the run failed; emitted as an event too.
+        """
+        log = self._log.bind(run=job.run_id)
+        steps = 0
+        emit = job.emit
+        try:
+            while self.state.inbox:
+                if job.cancel.is_set():
+                    emit(ev.RunCancelledEvent(job.run_id, self.state.superstep, time.time()))
+                    return ev.RunStatus.CANCELLED
+                if steps >= job.max_supersteps:
+                    raise SuperstepLimitExceeded(
+                        f"run {job.run_id} reached max_supersteps={job.max_supersteps} with "
+                        f"messages still in flight for {sorted(self.state.inbox)}; raise "
+                        "max_supersteps, or resume from the last checkpoint to continue",
+                        run_id=job.run_id,
+                        superstep=self.state.superstep,
+                    )
+                steps += 1
+                self._superstep(job, log)
+            pending = tuple(sorted(self.state.pending))
+            now = time.time()
+            if self.checkpointer is not None:
+                self._checkpoint(job, "final")
+            if pending:
+                emit(ev.RunIdleWithPendingRequestsEvent(job.run_id, self.state.superstep, now, pending))
+                status = ev.RunStatus.IDLE_WITH_PENDING_REQUESTS
+            else:
+                emit(ev.RunIdleEvent(job.run_id, self.state.superstep, now))
+                status = ev.RunStatus.COMPLETED
+            emit(ev.RunCompletedEvent(job.run_id, self.state.superstep, time.time(), status))
+            return status
+        except RunFailed as exc:
+            cause = exc.__cause__ or exc
+            emit(
+                ev.RunFailedEvent(
+                    job.run_id,
+                    self.state.superstep,
+                    time.time(),
+                    getattr(exc, "executor", None),
+                    _qualname(type(cause)),
+                    str(exc),
+                )
+            )
+            log.warning("run failed", error=str(exc))
+            raise
+
+    def _superstep(self, job: RunJob, log: Any) -> None:
+        state = self.state
+        superstep = state.superstep + 1
+        inbox, state.inbox = state.inbox, {}
+        targets = sorted(inbox)
+        emit = job.emit
+        now = time.time()
+        emit(ev.SuperstepStartedEvent(job.run_id, superstep, now, tuple(targets)))
+        for target in targets:
+            emit(ev.ExecutorInvokedEvent(job.run_id, superstep, now, target, len(inbox[target])))
+        checkpoint_now = self.checkpointer is not None and self.checkpointer.due(superstep)
+        want_snapshot = self._restart is not None or bool(self._restart_overrides) or checkpoint_now
+        try:
+            reports = self._execute(job, superstep, targets, inbox, want_snapshot)
+        except BaseException:
+            # Nothing of a failed superstep survives: its inbox is what it was, so a
+            # later run or a resume starts from the last consistent cut (MAF #7859).
+            state.inbox = inbox
+            raise
+        new_inbox = state.inbox
+        now = time.time()
+        for target in targets:
+            sends, outputs, requests, snapshot = reports[target]
+            for dst, group, payload in sends:
+                if group == SINGLE:
+                    new_inbox.setdefault(dst, []).append([target, SINGLE, payload])
+                else:
+                    state.fan_in.setdefault(group, {}).setdefault(target, []).append(payload)
+            for payload in outputs:
+                emit(ev.OutputEvent(job.run_id, superstep, now, target, Payload(payload)))
+            for request_id, payload, response_type in requests:
+                state.pending[request_id] = [target, payload, response_type]
+                emit(
+                    ev.RequestEvent(
+                        job.run_id, superstep, now, request_id, target, Payload(payload), response_type
+                    )
+                )
+            if snapshot is not None:
+                self._remember(target, [(d, c) for d, c in snapshot])
+            else:
+                self._dirty.add(target)
+            emit(ev.ExecutorCompletedEvent(job.run_id, superstep, now, target))
+        self._complete_fan_ins(new_inbox)
+        state.superstep = superstep
+        emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
+        if checkpoint_now:
+            self._checkpoint(job, "step")
+
+    def _complete_fan_ins(self, new_inbox: dict[str, list[Any]]) -> None:
+        fan_in = self.state.fan_in
+        for group, (target, sources) in enumerate(self.spec.fan_in):
+            buffers = fan_in.get(group)
+            if not buffers or any(not buffers.get(s) for s in sources):
+                continue
+            items = [buffers[s].pop(0) for s in sources]
+            for s in sources:
+                if not buffers[s]:
+                    del buffers[s]
+            if not buffers:
+                del fan_in[group]
+            new_inbox.setdefault(target, []).append([sources[0], group, items])
+
+    def _execute(
+        self,
+        job: RunJob,
+        superstep: int,
+        targets: list[str],
+        inbox: dict[str, list[Any]],
+        want_snapshot: bool,
+    ) -> dict[str, list[Any]]:
+        """Run the superstep's targets in parallel; restart failures alone."""
+        reports: dict[str, list[Any]] = {}
+        pending = targets
+        while pending:
+            failures = self._dispatch(superstep, pending, inbox, want_snapshot, reports)
+            if not failures:
+                return reports
+            for failure in failures:
+                self._recover(job, superstep, failure)
+            pending = [f.executor for f in failures]
+        return reports
+
+    def _dispatch(
+        self,
+        superstep: int,
+        targets: list[str],
+        inbox: dict[str, list[Any]],
+        want_snapshot: bool,
+        reports: dict[str, list[Any]],
+    ) -> list[_StepFailure]:
+        futures = []
+        started = time.monotonic()
+        for target in targets:
+            fault = self.faults.pop((target, superstep), None)
+            mode = fault.kind if fault is not None else ""
+            if mode == "death":
+                self.hosts[target].stop()
+            request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
+            futures.append((target, self.hosts[target].call("step", request)))
+        failures: list[_StepFailure] = []
+        for target, future in futures:
+            limit = self.spec.programs[target].timeout
+            remaining = None if limit is None else max(started + limit - time.monotonic(), 0.0)
+            try:
+                reports[target] = unpack(future.get(timeout=remaining))
+            except TimeoutError as exc:
+                failures.append(_StepFailure(target, _TimedOut(target, limit, exc)))
+            except pykka.ActorDeadError as exc:
+                failures.append(_StepFailure(target, exc))
+            except Exception as exc:  # noqa: BLE001 - any handler failure is supervised
+                failures.append(_StepFailure(target, exc))
+        return failures
+
+    def _recover(self, job: RunJob, superstep: int, failure: _StepFailure) -> None:
+        target, error = failure.executor, failure.error
+        now = time.time()
+        job.emit(
+            ev.ExecutorFailedEvent(job.run_id, superstep, now, target, _qualname(type(error)), str(error))
+        )
+        policy = self._restart_overrides.get(target, self._restart)
+        attempt: int | None = None
+        if policy is not None and isinstance(error, policy.retry_on) and target in self._good:
+            tracker = self._trackers.setdefault(target, RestartTracker(policy))
+            attempt = tracker.allow(time.monotonic())
+        if attempt is None or policy is None:
+            reason = (
+                f"it was restarted {policy.max_restarts} time(s) within {policy.within_seconds} s "
+                "and the restart policy allows no more"
+                if attempt is None and policy is not None and target in self._good
+                else "no restart policy covers this error"
+            )
+            raise ExecutorFailed(
+                f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
+                f"{_qualname(type(error))}: {error}; {reason}",
+                executor=target,
+                error_type=_qualname(type(error)),
+                run_id=job.run_id,
+                superstep=superstep,
+            ) from error
+        delay = policy.backoff.delay(attempt)
+        if delay > 0 and job.cancel.wait(delay):
+            raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
+        if isinstance(error, (_TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
+            self._replace_host(target)
+        self._load_state(target, [(d, self._chunks[d]) for d in self._good[target]])
+        job.emit(
+            ev.RunRestartedEvent(
+                job.run_id, superstep, time.time(), target, attempt, _qualname(type(error)), str(error)
+            )
+        )
+
+    def _replace_host(self, target: str) -> None:
+        # A hung handler cannot be killed in Python: the old host is abandoned
+        # (stopped without waiting) and its late answer goes to a future nobody reads.
+        self.hosts[target].stop()
+        host = self.pool.acquire(1)[0]
+        host.load(self.spec.programs[target]).get(timeout=60)
+        self.hosts[target] = host
+
+    def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
+        body = [c if c is not None else self._chunk(d) for d, c in chunks]
+        self.hosts[target].call("restore", pack(body)).get(timeout=60)
+
+    def _chunk(self, digest: str) -> bytes:
+        chunk = self._chunks.get(digest)
+        if chunk is None and self.checkpointer is not None:
+            chunk = self.checkpointer.store.load_blob(digest)
+        if chunk is None:
+            raise RunFailed(f"snapshot chunk {digest} is not available; resume from a checkpoint")
+        return chunk
+
+    def _remember(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
+        digests = []
+        for digest, chunk in chunks:
+            digests.append(digest)
+            if chunk is not None:
+                self._chunks[digest] = chunk
+        old = self._good.get(target, [])
+        self._good[target] = digests
+        self._dirty.discard(target)
+        live = {d for ds in self._good.values() for d in ds}
+        for digest in old:
+            if digest not in live:
+                self._chunks.pop(digest, None)
+
+    # --- checkpoints --------------------------------------------------------------
+
+    def _checkpoint(self, job: RunJob, kind: str) -> None:
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
+        for target in sorted(self._dirty):
+            snapshot = unpack(self.hosts[target].call("snapshot", b"").get(timeout=60))
+            self._remember(target, [(d, c) for d, c in snapshot])
+        try:
+            checkpoint_id = checkpointer.write(
+                kind=kind,
+                superstep=self.state.superstep,
+                state=self.state,
+                snapshots=self._good,
+                chunks=self._chunks,
+                metadata=job.metadata,
+            )
+        except Exception as exc:
+            job.emit(
+                ev.CheckpointFailedEvent(
+                    job.run_id, self.state.superstep, time.time(), _qualname(type(exc)), str(exc)
+                )
+            )
+            raise RunFailed(
+                f"checkpoint after superstep {self.state.superstep} could not be written: {exc}; "
+                "the run stopped rather than continue unsaved",
+                run_id=job.run_id,
+                superstep=self.state.superstep,
+            ) from exc
+        job.emit(ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind))
+
+    def checkpoint_entry(self, job: RunJob) -> None:
+        """Write the ``entry`` checkpoint: input queued, no executor run yet."""
+        self._checkpoint(job, "entry")
+
+
+class _TimedOut(TimeoutError):
+    def __init__(self, executor: str, limit: float | None, cause: BaseException) -> None:
+        super().__init__(f"executor {executor!r} did not finish its superstep within {limit} s")
+        self.__cause__ = cause
+
+
+def _qualname(tp: type) -> str:
+    return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _digest(chunk: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(chunk).hexdigest()
+
+
+class SupervisorActor(pykka.ThreadingActor):
+    """The actor whose thread runs a :class:`Driver`. Each message is a callable to run.
+
+    Daemon thread: a forgotten supervisor never keeps the interpreter alive.
+    """
+
+    use_daemon_thread = True
+
+    def on_receive(self, message: Any) -> Any:
+        """Run one job (a zero-argument callable) on this actor's thread."""
+        return message()
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return uuid.uuid4().hex[:16]

@@ -1,0 +1,214 @@
+"""Workflow: a built, immutable graph you can run, stream, open sessions on and resume."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import pykka
+
+from actorflow.actors import HostPool, ThreadBackend
+from actorflow.errors import SessionClosed
+from actorflow.storage import CheckpointStore
+
+from . import _events as ev
+from ._checkpointing import load_for_resume
+from ._graph import GraphSpec
+from ._policy import CheckpointPolicy, RestartPolicy
+from ._session import Session
+from ._supervisor import SupervisorActor
+
+__all__ = ["Workflow"]
+
+
+class Workflow:
+    """A checked workflow graph. Immutable and thread-safe.
+
+    Every ``run`` gets its own executor instances, rebuilt from blueprint bytes
+    inside warm actors borrowed from this workflow's bounded pool; concurrent runs
+    from many threads or tasks never share an actor. ``close()`` (or ``with wf:``)
+    stops the pool; so does interpreter exit.
+    """
+
+    def __init__(
+        self,
+        spec: GraphSpec,
+        *,
+        restart: RestartPolicy | None = None,
+        restart_overrides: Mapping[str, RestartPolicy] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._restart = restart
+        self._restart_overrides = dict(restart_overrides or {})
+        size = len(spec.programs)
+        self._pool = HostPool(ThreadBackend(), max_idle=max(4 * size, 16))
+        self._supervisors: list[pykka.ActorRef[SupervisorActor]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        """The workflow name."""
+        return self._spec.name
+
+    @property
+    def signature(self) -> str:
+        """Hex digest of the graph's structure, executor types and handler types."""
+        return self._spec.signature
+
+    @property
+    def start_executor(self) -> str:
+        """Id of the executor that receives the input."""
+        return self._spec.start
+
+    @property
+    def executor_ids(self) -> tuple[str, ...]:
+        """Ids of every executor, sorted."""
+        return tuple(sorted(self._spec.programs))
+
+    def describe(self) -> dict[str, Any]:
+        """The canonical description the signature hashes (executors, handlers, edges)."""
+        import copy
+
+        return copy.deepcopy(self._spec.description)
+
+    # --- one-off runs -------------------------------------------------------------
+
+    def run(
+        self,
+        input: Any,  # noqa: A002 - the public name
+        *,
+        max_supersteps: int | None = None,
+        store: CheckpointStore | None = None,
+        session: str | None = None,
+    ) -> ev.RunResult:
+        """Run once on fresh executor instances and return the result.
+
+        Args:
+            input: the value delivered to the start executor.
+            max_supersteps: bound on the run (default: the builder's).
+            store: checkpoint every superstep into this store (session id: ``session``
+                or a fresh one), so the run can be resumed with :meth:`resume`.
+            session: session id for the checkpoints.
+
+        Raises:
+            InputNotAccepted: the start executor does not handle the input's type.
+            RunFailed: the run failed; the original error is chained.
+        """
+        with self.session(session, store=store) as s:
+            return s.run(input, max_supersteps=max_supersteps)
+
+    def stream(self, input: Any, *, max_supersteps: int | None = None) -> Iterator[ev.Event]:  # noqa: A002
+        """Run once, yielding events as they happen (see :meth:`Session.stream`)."""
+        s = self.session()
+        try:
+            yield from s.stream(input, max_supersteps=max_supersteps)
+        finally:
+            s.close()
+
+    async def arun(self, input: Any, *, max_supersteps: int | None = None) -> ev.RunResult:  # noqa: A002
+        """Async :meth:`run`; never blocks the event loop."""
+        s = self.session()
+        try:
+            return await s.arun(input, max_supersteps=max_supersteps)
+        finally:
+            s.close()
+
+    async def astream(self, input: Any, *, max_supersteps: int | None = None) -> AsyncIterator[ev.Event]:  # noqa: A002
+        """Async :meth:`stream`; never blocks the event loop."""
+        s = self.session()
+        try:
+            async for event in s.astream(input, max_supersteps=max_supersteps):
+                yield event
+        finally:
+            s.close()
+
+    # --- sessions -----------------------------------------------------------------
+
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        store: CheckpointStore | None = None,
+        checkpoint: CheckpointPolicy | None = None,
+    ) -> Session:
+        """Open a long-lived session: actors and executor state persist between runs.
+
+        Args:
+            session_id: lineage key for checkpoints (default: a fresh id).
+            store: where to checkpoint (every superstep by default); None: no checkpoints,
+                and no snapshot is ever taken.
+            checkpoint: when and how to checkpoint.
+        """
+        self._check_open()
+        return Session(self, session_id, store=store, checkpoint=checkpoint)
+
+    def resume(
+        self,
+        store: CheckpointStore,
+        *,
+        session: str | None = None,
+        checkpoint_id: str | None = None,
+        checkpoint: CheckpointPolicy | None = None,
+    ) -> Session:
+        """Open a session restored from a checkpoint (the session's latest, or ``checkpoint_id``).
+
+        Every executor's private state, in-flight messages, fan-in buffers, pending
+        requests and the superstep counter are restored; call ``run()`` (no input)
+        to continue. Resuming from an older checkpoint forks a new branch: history
+        is never overwritten.
+
+        Raises:
+            CheckpointNotFound: nothing to resume.
+            GraphMismatch: the checkpoint was taken on a different graph.
+        """
+        self._check_open()
+        restored = load_for_resume(store, self._spec, session=session, checkpoint_id=checkpoint_id)
+        return Session(
+            self,
+            session or restored.checkpoint.session,
+            store=store,
+            checkpoint=checkpoint,
+            restored=restored,
+        )
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the warm actor pool. Open sessions keep their actors until closed."""
+        with self._lock:
+            self._closed = True
+            supervisors, self._supervisors = self._supervisors, []
+        self._pool.close()
+        for ref in supervisors:
+            ref.stop(block=False)
+
+    def __enter__(self) -> Workflow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name!r} executors={list(self.executor_ids)}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(f"workflow {self.name!r} is closed; build it again")
+
+    def _acquire_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
+        with self._lock:
+            while self._supervisors:
+                ref = self._supervisors.pop()
+                if ref.is_alive():
+                    return ref
+        return SupervisorActor.start()
+
+    def _release_supervisor(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
+        with self._lock:
+            if not self._closed and len(self._supervisors) < 16:
+                self._supervisors.append(ref)
+                return
+        ref.stop(block=False)
+

@@ -1,0 +1,136 @@
+"""What the built-in stores share: argument checks, lineage walks, context management.
+
+Third-party stores need none of this; they implement the protocol however they like.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Self
+
+from actorflow.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    UnsupportedFormat,
+)
+
+from ._format import Checkpoint, blob_digest, decode_checkpoint
+
+
+def decode_stored(checkpoint_id: str, record: bytes) -> Checkpoint:
+    """Decode the record stored under ``checkpoint_id``; errors name the id.
+
+    Raises:
+        CheckpointCorrupt: the bytes are damaged, or hold another checkpoint's record.
+        UnsupportedFormat: the record is intact but of a format this version cannot read.
+    """
+    try:
+        checkpoint = decode_checkpoint(record)
+    except CheckpointCorrupt as exc:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
+    except UnsupportedFormat as exc:
+        raise UnsupportedFormat(f"checkpoint {checkpoint_id}: {exc}") from exc
+    if checkpoint.id != checkpoint_id:
+        raise CheckpointCorrupt(
+            f"checkpoint {checkpoint_id}: the record stored under this id is {checkpoint.id}"
+        )
+    return checkpoint
+
+
+def checked_blobs(checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The blobs of a save that the record references, each verified against its key.
+
+    Every given blob is verified, referenced or not, so a caller's hashing bug is
+    reported where it happens rather than when some later record needs the blob.
+
+    Raises:
+        CheckpointCorrupt: a blob does not hash to its key.
+    """
+    referenced = checkpoint.blob_digests()
+    kept: dict[str, bytes] = {}
+    for digest, data in blobs.items():
+        # bytes(...) copies a mutable buffer, so the caller cannot change it under us.
+        owned = data if isinstance(data, bytes) else bytes(data)
+        if blob_digest(owned) != digest:
+            raise CheckpointCorrupt(
+                f"refusing to save checkpoint {checkpoint.id}: blob given as {digest} "
+                f"hashes to {blob_digest(owned)}"
+            )
+        if digest in referenced:
+            kept[digest] = owned
+    return kept
+
+
+def dangling(checkpoint: Checkpoint, missing: builtins.list[str]) -> CheckpointCorrupt:
+    """The error for a save whose record references blobs nobody can provide."""
+    return CheckpointCorrupt(
+        f"refusing to save checkpoint {checkpoint.id}: it references blob(s) that are "
+        f"neither given nor stored: {', '.join(sorted(missing))}"
+    )
+
+
+def already_stored(checkpoint_id: str) -> CheckpointError:
+    """The error for saving an id twice."""
+    return CheckpointError(
+        f"checkpoint {checkpoint_id} is already stored; records are immutable, "
+        "save a new one with new_checkpoint_id()"
+    )
+
+
+def not_found(checkpoint_id: str) -> CheckpointNotFound:
+    """The error for an id that is not stored."""
+    return CheckpointNotFound(f"no checkpoint {checkpoint_id!r} in this store")
+
+
+def check_keep(keep: int) -> None:
+    """Raise ValueError unless ``keep`` is a non-negative int."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise ValueError(f"prune(keep=...) needs a non-negative int, got {keep!r}")
+
+
+class StoreBase:
+    """Lifecycle and lineage code common to the built-in stores."""
+
+    _closed: bool = False
+
+    def load(self, checkpoint_id: str) -> Checkpoint:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources. Idempotent; using the store afterwards raises."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointError(f"{type(self).__name__} is closed; open a new one")
+
+    def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
+        """This record and its stored ancestors, newest first (see the protocol)."""
+        chain = [self.load(checkpoint_id)]
+        seen = {checkpoint_id}
+        parent = chain[0].parent_id
+        while parent is not None:
+            if parent in seen:
+                raise CheckpointCorrupt(f"checkpoint lineage loops back to {parent}")
+            seen.add(parent)
+            try:
+                record = self.load(parent)
+            except CheckpointNotFound:
+                break  # deleted or pruned: the lineage is stored from here on only
+            chain.append(record)
+            parent = record.parent_id
+        return chain
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

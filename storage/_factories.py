@@ -1,0 +1,101 @@
+"""Store factories for the conformance kit: how to open, reopen and damage each built-in store.
+
+A factory is a zero-argument callable returning a store on the same data each time,
+plus optional capabilities the kit looks up by name (see ``StoreFactory`` in
+``actorflow.storage.conformance``). These three cover the built-in stores and are
+examples for third parties; they need no pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from ._file import FileStore
+from ._memory import MemoryStore
+from ._sqlite import SQLiteStore
+
+Mutation = Callable[[bytes], bytes]
+"""Turns the stored bytes of a record or blob into damaged bytes."""
+
+
+@dataclass(frozen=True)
+class MemoryStoreFactory:
+    """Hands out one :class:`MemoryStore` every time: memory has no second handle.
+
+    Not durable (closing it ends the data) and not shared across processes, so the
+    kit skips the reopen and multi-process tests for it.
+    """
+
+    store: MemoryStore = field(default_factory=MemoryStore)
+    durable: ClassVar[bool] = False
+    multiprocess: ClassVar[bool] = False
+
+    def __call__(self) -> MemoryStore:
+        return self.store
+
+    def corrupt_record(self, checkpoint_id: str, mutate: Mutation) -> None:
+        """Replace the stored bytes of a record with ``mutate(bytes)``."""
+        # The kit's damage hook reaches into the store on purpose: nothing else can.
+        with self.store._lock:
+            self.store._records[checkpoint_id] = mutate(self.store._records[checkpoint_id])
+
+    def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
+        """Replace the stored bytes of a blob with ``mutate(bytes)``."""
+        with self.store._lock:
+            self.store._blobs[digest] = mutate(self.store._blobs[digest])
+
+
+@dataclass(frozen=True)
+class FileStoreFactory:
+    """Opens a :class:`FileStore` on one folder; picklable, so child processes can too."""
+
+    path: str
+    durable: ClassVar[bool] = True
+    multiprocess: ClassVar[bool] = True
+
+    def __call__(self) -> FileStore:
+        return FileStore(self.path)
+
+    def corrupt_record(self, checkpoint_id: str, mutate: Mutation) -> None:
+        """Overwrite a record file with ``mutate(its bytes)``."""
+        _mutate_file(Path(self.path) / "checkpoints" / f"{checkpoint_id}.ckpt", mutate)
+
+    def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
+        """Overwrite a blob file with ``mutate(its bytes)``."""
+        _mutate_file(Path(self.path) / "blobs" / digest[:2] / digest, mutate)
+
+
+@dataclass(frozen=True)
+class SQLiteStoreFactory:
+    """Opens a :class:`SQLiteStore` on one file; picklable, so child processes can too."""
+
+    path: str
+    durable: ClassVar[bool] = True
+    multiprocess: ClassVar[bool] = True
+
+    def __call__(self) -> SQLiteStore:
+        return SQLiteStore(self.path)
+
+    def corrupt_record(self, checkpoint_id: str, mutate: Mutation) -> None:
+        """Rewrite a record row's bytes with ``mutate(its bytes)``."""
+        self._mutate("checkpoints", "record", "id", checkpoint_id, mutate)
+
+    def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
+        """Rewrite a blob row's bytes with ``mutate(its bytes)``."""
+        self._mutate("blobs", "data", "digest", digest, mutate)
+
+    def _mutate(self, table: str, column: str, key: str, value: str, mutate: Mutation) -> None:
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            (data,) = db.execute(
+                f"SELECT {column} FROM {table} WHERE {key} = ?", (value,)
+            ).fetchone()
+            db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (mutate(data), value))
+
+
+def _mutate_file(path: Path, mutate: Mutation) -> None:
+    path.write_bytes(mutate(path.read_bytes()))

@@ -1,0 +1,359 @@
+"""The checkpoint record and its byte encoding.
+
+A checkpoint record is plain data: ids, names, numbers, blob digests, one opaque
+``runtime`` byte string and msgpack-plain user metadata. Executor snapshots are not
+inside the record; they are content-addressed blobs the record names by digest, so an
+unchanged snapshot is stored once however many checkpoints use it.
+
+On disk a record is one msgpack array, the *frame*, which never changes between
+format versions::
+
+    ["actorflow.checkpoint", format_version, sha256(prefix + body), body]
+
+``body`` is a msgpack map holding the fields; the digest covers the format version
+and the body, so a flipped bit anywhere is reported as :class:`CheckpointCorrupt`,
+and only an intact record of another version is :class:`UnsupportedFormat`.
+Decoding uses plain msgpack only: no ext types, no hooks, nothing imported or called.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+
+from actorflow.errors import CheckpointCorrupt, EncodeError, UnsupportedFormat
+
+FORMAT_VERSION = 1
+"""The record format this actorflow writes and reads."""
+
+_MAGIC = "actorflow.checkpoint"
+_DIGEST_SIZE = 32
+_FIELDS = frozenset(
+    {
+        "id",
+        "parent_id",
+        "session",
+        "workflow",
+        "graph_signature",
+        "superstep",
+        "kind",
+        "created_at",
+        "executors",
+        "runtime",
+        "metadata",
+    }
+)
+
+
+class CheckpointKind(enum.StrEnum):
+    """Why a checkpoint was taken (see ARCHITECTURE.md, "Checkpoints")."""
+
+    ENTRY = "entry"
+    """Superstep 0: the input is queued and no executor has run yet."""
+    STEP = "step"
+    """A barrier after a superstep."""
+    RESPONSE = "response"
+    """Responses to requests are queued and not yet handled."""
+    FINAL = "final"
+    """The run went idle or completed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One consistent cut of a run, as plain data.
+
+    The record owns its containers: construction copies ``executors`` and
+    ``metadata`` into fresh dicts, lists and tuples, so nothing the caller still
+    holds is reachable from it, and every record a store hands out is the caller's
+    own (mutating it changes neither the store nor any other record).
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: ``kind`` is not a :class:`CheckpointKind` value.
+        EncodeError: ``metadata`` holds something that is not plain msgpack
+            (``None``, bool, int, float, str, bytes, lists and str-keyed dicts).
+    """
+
+    id: str
+    """Time-sortable id from :func:`new_checkpoint_id`: sorting ids sorts by creation."""
+    parent_id: str | None
+    """The previous checkpoint of this lineage; ``None`` for the first one."""
+    session: str
+    """Lineage key: the session id."""
+    workflow: str
+    """Name of the workflow that took the checkpoint."""
+    graph_signature: str
+    """Hex digest of the graph's structure, checked on restore."""
+    superstep: int
+    """Superstep the barrier closed."""
+    kind: CheckpointKind
+    """Why the checkpoint was taken."""
+    created_at: float
+    """Unix time in seconds."""
+    executors: Mapping[str, tuple[str, ...]]
+    """Executor id -> ordered digests of the blobs holding its snapshot chunks."""
+    runtime: bytes
+    """Opaque msgpack owned by the runtime (messages in flight, fan-in buffers, ...)."""
+    metadata: Mapping[str, Any]
+    """User metadata: plain msgpack values under str keys."""
+    format_version: int = FORMAT_VERSION
+    """Record format version; only :data:`FORMAT_VERSION` can be encoded."""
+
+    def __post_init__(self) -> None:
+        for name in ("id", "session", "workflow", "graph_signature"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Checkpoint.{name} must be a str")
+        if self.parent_id is not None and not isinstance(self.parent_id, str):
+            raise TypeError("Checkpoint.parent_id must be a str or None")
+        if not _is_int(self.superstep) or not _is_int(self.format_version):
+            raise TypeError("Checkpoint.superstep and format_version must be ints")
+        if not 0 <= self.superstep < 2**63:
+            raise ValueError("Checkpoint.superstep must be in [0, 2**63)")
+        if not isinstance(self.created_at, int | float) or isinstance(self.created_at, bool):
+            raise TypeError("Checkpoint.created_at must be a number (unix seconds)")
+        if not isinstance(self.runtime, bytes | bytearray | memoryview):
+            raise TypeError("Checkpoint.runtime must be bytes")
+        if not isinstance(self.executors, Mapping) or not isinstance(self.metadata, Mapping):
+            raise TypeError("Checkpoint.executors and metadata must be mappings")
+        executors: dict[str, tuple[str, ...]] = {}
+        # Typed as object: callers (and decoded bytes) may break the annotation.
+        given: Mapping[Any, object] = self.executors
+        for executor, digests in given.items():
+            if not isinstance(executor, str) or not isinstance(digests, tuple | list):
+                raise TypeError("Checkpoint.executors maps executor ids to tuples of digests")
+            chunk_digests = tuple(digests)
+            if not all(is_blob_digest(d) for d in chunk_digests):
+                raise ValueError(
+                    f"Checkpoint.executors[{executor!r}] must hold blob digests "
+                    "(64 lowercase hex, see blob_digest())"
+                )
+            executors[executor] = chunk_digests
+        # object.__setattr__ is how a frozen dataclass normalises its own fields.
+        object.__setattr__(self, "kind", CheckpointKind(self.kind))
+        object.__setattr__(self, "created_at", float(self.created_at))
+        object.__setattr__(self, "runtime", bytes(self.runtime))
+        object.__setattr__(self, "executors", executors)
+        object.__setattr__(self, "metadata", _plain_copy(self.metadata, "metadata"))
+
+    def blob_digests(self) -> frozenset[str]:
+        """Every blob digest this record references (each once)."""
+        return frozenset(d for digests in self.executors.values() for d in digests)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _plain_copy(value: Any, path: str) -> Any:
+    """A fresh deep copy of a plain msgpack value; EncodeError names what is not."""
+    if value is None or isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise EncodeError(f"{path} is an int outside msgpack's 64-bit range", type_name="int")
+        return int(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, list | tuple):
+        return [_plain_copy(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        copied: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise EncodeError(f"{path} has a non-str key {key!r}", type_name=type(key).__name__)
+            copied[key] = _plain_copy(item, f"{path}[{key!r}]")
+        return copied
+    kind = type(value)
+    raise EncodeError(
+        f"{path} holds a {kind.__qualname__}; checkpoint metadata takes only plain msgpack "
+        "values (None, bool, int, float, str, bytes, lists, str-keyed dicts)",
+        type_name=f"{kind.__module__}.{kind.__qualname__}",
+    )
+
+
+# --- ids and digests -------------------------------------------------------------
+
+_id_lock = threading.Lock()
+_id_last_ns = 0
+_id_seq = 0
+_ID_SEQ_LIMIT = 0x10000
+
+
+def new_checkpoint_id() -> str:
+    """A new checkpoint id whose lexicographic order is its creation order.
+
+    The id is ``<ns since epoch, 16 hex>-<per-process sequence, 4 hex>-<8 random hex>``.
+    Within one process ids strictly increase even if the clock steps back; across
+    processes they sort by creation time within the clock's precision, and the
+    random suffix keeps simultaneous ids distinct. Ids use only ``[0-9a-f-]``, so
+    they are safe as file names. Thread-safe.
+    """
+    global _id_last_ns, _id_seq  # noqa: PLW0603  # the id clock is process-wide state by design
+    with _id_lock:
+        now = time.time_ns()
+        if now > _id_last_ns:
+            _id_last_ns, _id_seq = now, 0
+        else:
+            _id_seq += 1
+            if _id_seq == _ID_SEQ_LIMIT:
+                _id_last_ns, _id_seq = _id_last_ns + 1, 0
+        stamp, seq = _id_last_ns, _id_seq
+    return f"{stamp:016x}-{seq:04x}-{os.urandom(4).hex()}"
+
+
+def blob_digest(data: bytes) -> str:
+    """The content address of a blob: the lowercase sha256 hex digest of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_blob_digest(value: object) -> bool:
+    """Whether ``value`` has the shape of a :func:`blob_digest` (64 lowercase hex)."""
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
+def verify_blob(digest: str, data: bytes) -> bytes:
+    """Return ``data`` if it matches ``digest``.
+
+    Raises:
+        CheckpointCorrupt: the bytes do not hash to ``digest`` (naming it).
+    """
+    if blob_digest(data) != digest:
+        raise CheckpointCorrupt(f"blob {digest} is corrupt: its bytes do not match its digest")
+    return data
+
+
+# --- encoding --------------------------------------------------------------------
+
+
+def _frame_digest(version: int, body: bytes) -> bytes:
+    return hashlib.sha256(f"{_MAGIC}:{version}:".encode() + body).digest()
+
+
+def encode_checkpoint(cp: Checkpoint) -> bytes:
+    """Encode a record as plain msgpack with its own integrity digest.
+
+    Raises:
+        UnsupportedFormat: ``cp.format_version`` is not :data:`FORMAT_VERSION`.
+    """
+    if cp.format_version != FORMAT_VERSION:
+        raise UnsupportedFormat(
+            f"cannot write checkpoint format {cp.format_version}: "
+            f"this actorflow writes format {FORMAT_VERSION} only"
+        )
+    body = msgpack.packb(
+        {
+            "id": cp.id,
+            "parent_id": cp.parent_id,
+            "session": cp.session,
+            "workflow": cp.workflow,
+            "graph_signature": cp.graph_signature,
+            "superstep": cp.superstep,
+            "kind": cp.kind.value,
+            "created_at": cp.created_at,
+            "executors": {k: list(v) for k, v in cp.executors.items()},
+            "runtime": cp.runtime,
+            "metadata": cp.metadata,
+        },
+        use_bin_type=True,
+    )
+    digest = _frame_digest(FORMAT_VERSION, body)
+    frame: bytes = msgpack.packb([_MAGIC, FORMAT_VERSION, digest, body], use_bin_type=True)
+    return frame
+
+
+class _Rejected(ValueError):
+    """Internal: a msgpack ext type appeared where only plain data is allowed."""
+
+
+def _reject_ext(code: int, data: bytes) -> NoReturn:
+    raise _Rejected(f"msgpack ext type {code} is not allowed in a checkpoint record")
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True, ext_hook=_reject_ext
+        )
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        # ValueError covers truncation, ExtraData, FormatError, StackError, bad UTF-8
+        # and _Rejected; TypeError covers non-bytes input.
+        raise CheckpointCorrupt(f"{what} is not a valid checkpoint record: {exc}") from exc
+
+
+def decode_checkpoint(data: bytes) -> Checkpoint:
+    """Decode and verify a record written by :func:`encode_checkpoint`.
+
+    Returns a fresh :class:`Checkpoint` whose containers nobody else holds. Never
+    returns ``None`` or a raw dict, never imports or calls anything.
+
+    Raises:
+        CheckpointCorrupt: the bytes are truncated, bit-flipped, tampered with, or
+            not a checkpoint record at all.
+        UnsupportedFormat: an intact record of a format version this actorflow
+            does not read.
+    """
+    frame = _unpack(data, "record frame")
+    if not (
+        isinstance(frame, list)
+        and len(frame) == 4
+        and frame[0] == _MAGIC
+        and _is_int(frame[1])
+        and isinstance(frame[2], bytes)
+        and len(frame[2]) == _DIGEST_SIZE
+        and isinstance(frame[3], bytes)
+    ):
+        raise CheckpointCorrupt("bytes are not an actorflow checkpoint record (bad frame)")
+    _, version, digest, body = frame
+    if _frame_digest(version, body) != digest:
+        raise CheckpointCorrupt("checkpoint record failed its integrity check (sha256 mismatch)")
+    if version != FORMAT_VERSION:
+        raise UnsupportedFormat(
+            f"checkpoint record has format version {version}; this actorflow reads "
+            f"version {FORMAT_VERSION}. Use the actorflow version that wrote it."
+        )
+    fields = _unpack(body, "record body")
+    if not isinstance(fields, dict) or set(fields) != _FIELDS:
+        raise CheckpointCorrupt("checkpoint record body does not have the expected fields")
+    try:
+        return _from_fields(fields)
+    except (TypeError, ValueError, EncodeError) as exc:
+        # Only a writer that computed a valid digest over a wrong body gets here.
+        raise CheckpointCorrupt(f"checkpoint record has a malformed field: {exc}") from exc
+
+
+def _from_fields(f: dict[str, Any]) -> Checkpoint:
+    # Checkpoint.__post_init__ checks every type; these are the checks it is
+    # lenient about on construction but that an encoded record never needs.
+    if not isinstance(f["created_at"], float):
+        raise TypeError("created_at must be a float")
+    if not isinstance(f["executors"], dict) or not all(
+        isinstance(v, list) for v in f["executors"].values()
+    ):
+        raise TypeError("executors must map executor ids to lists")
+    if not isinstance(f["metadata"], dict) or not isinstance(f["runtime"], bytes):
+        raise TypeError("metadata must be a map and runtime must be bytes")
+    if not isinstance(f["kind"], str):
+        raise TypeError("kind must be a str")
+    return Checkpoint(
+        id=f["id"],
+        parent_id=f["parent_id"],
+        session=f["session"],
+        workflow=f["workflow"],
+        graph_signature=f["graph_signature"],
+        superstep=f["superstep"],
+        kind=CheckpointKind(f["kind"]),
+        created_at=f["created_at"],
+        executors=f["executors"],
+        runtime=f["runtime"],
+        metadata=f["metadata"],
+    )

@@ -1,0 +1,214 @@
+"""MemoryStore: checkpoints held in this process, as bytes."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedFormat
+
+from ._base import (
+    StoreBase,
+    already_stored,
+    check_keep,
+    checked_blobs,
+    dangling,
+    decode_stored,
+    not_found,
+)
+from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """What the store indexes about a record, taken at save time."""
+
+    session: str
+    workflow: str
+    kind: CheckpointKind
+    parent_id: str | None
+    digests: frozenset[str]
+
+
+class MemoryStore(StoreBase):
+    """A checkpoint store in process memory, for tests and short-lived runs.
+
+    It keeps only bytes: records are encoded on :meth:`save` and decoded on every
+    read, so nothing it returns aliases its internals or anything the caller passed
+    in (the Microsoft Agent Framework #7683 failure cannot happen). Thread-safe:
+    one lock guards every operation. Data lives as long as the object; another
+    process cannot see it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._records: dict[str, bytes] = {}
+        self._index: dict[str, _Entry] = {}
+        self._blobs: dict[str, bytes] = {}
+        self._refs: dict[str, int] = {}
+        self._deleted: set[str] = set()
+
+    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+        """Store a record and its new blobs atomically (see CheckpointStore.save)."""
+        record = encode_checkpoint(checkpoint)
+        given = checked_blobs(checkpoint, blobs)
+        digests = checkpoint.blob_digests()
+        with self._lock:
+            self._check_open()
+            if checkpoint.id in self._records:
+                raise already_stored(checkpoint.id)
+            missing = [d for d in digests if d not in given and d not in self._blobs]
+            if missing:
+                raise dangling(checkpoint, missing)
+            for digest in digests:
+                if digest not in self._blobs:
+                    self._blobs[digest] = given[digest]
+                self._refs[digest] = self._refs.get(digest, 0) + 1
+            self._records[checkpoint.id] = record
+            self._index[checkpoint.id] = _Entry(
+                checkpoint.session,
+                checkpoint.workflow,
+                checkpoint.kind,
+                checkpoint.parent_id,
+                digests,
+            )
+
+    def load(self, checkpoint_id: str) -> Checkpoint:
+        """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        with self._lock:
+            self._check_open()
+            record = self._records.get(checkpoint_id)
+        if record is None:
+            raise not_found(checkpoint_id)
+        return decode_stored(checkpoint_id, record)
+
+    def load_blob(self, digest: str) -> bytes:
+        """The blob with this digest, verified (see CheckpointStore.load_blob)."""
+        with self._lock:
+            self._check_open()
+            data = self._blobs.get(digest)
+        if data is None:
+            raise CheckpointNotFound(f"no blob {digest!r} in this store")
+        return verify_blob(digest, data)
+
+    def has_blobs(self, digests: Iterable[str]) -> set[str]:
+        """The subset of ``digests`` that is stored."""
+        with self._lock:
+            self._check_open()
+            return {d for d in digests if d in self._blobs}
+
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        session: str | None = None,
+        kind: CheckpointKind | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """Matching records, oldest first (see CheckpointStore.list)."""
+        with self._lock:
+            self._check_open()
+            ids = self._matching(workflow, session, kind)
+            records = [(i, self._records[i]) for i in ids]
+        return [decode_stored(i, r) for i, r in records]
+
+    def latest(
+        self, *, workflow: str | None = None, session: str | None = None
+    ) -> Checkpoint | None:
+        """The newest matching record, or None; a corrupt one raises."""
+        with self._lock:
+            self._check_open()
+            ids = self._matching(workflow, session, None)
+            if not ids:
+                return None
+            record = self._records[ids[-1]]
+        return decode_stored(ids[-1], record)
+
+    def sessions(self) -> builtins.list[str]:
+        """Every session with a stored record, sorted."""
+        with self._lock:
+            self._check_open()
+            return sorted({e.session for e in self._index.values()})
+
+    def delete(self, checkpoint_id: str) -> None:
+        """Delete a record and collect the blobs nothing else references."""
+        with self._lock:
+            self._check_open()
+            if checkpoint_id not in self._records:
+                raise not_found(checkpoint_id)
+            self._delete(checkpoint_id)
+
+    def prune(self, session: str, keep: int) -> int:
+        """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
+        check_keep(keep)
+        with self._lock:
+            self._check_open()
+            ids = self._matching(None, session, None)
+            doomed = ids[: len(ids) - keep] if keep else ids
+            for checkpoint_id in doomed:
+                self._delete(checkpoint_id)
+            return len(doomed)
+
+    def verify(self) -> builtins.list[str]:
+        """Every problem found in the store, one line each; [] when healthy."""
+        with self._lock:
+            self._check_open()
+            records = dict(self._records)
+            index = dict(self._index)
+            blobs = dict(self._blobs)
+            deleted = set(self._deleted)
+        problems: builtins.list[str] = []
+        states: dict[str, str] = {}
+        for checkpoint_id in sorted(records):
+            try:
+                decode_stored(checkpoint_id, records[checkpoint_id])
+            except (CheckpointCorrupt, UnsupportedFormat) as exc:
+                problems.append(str(exc))
+            entry = index[checkpoint_id]
+            parent = entry.parent_id
+            if parent is not None and parent not in records and parent not in deleted:
+                problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
+            for digest in sorted(entry.digests):
+                if digest not in states:
+                    states[digest] = _blob_state(digest, blobs)
+                state = states[digest]
+                if state != "ok":
+                    problems.append(f"checkpoint {checkpoint_id}: blob {digest} is {state}")
+        return problems
+
+    # --- internals (caller holds self._lock) ---------------------------------------
+
+    def _matching(
+        self, workflow: str | None, session: str | None, kind: CheckpointKind | None
+    ) -> builtins.list[str]:
+        return sorted(
+            i
+            for i, e in self._index.items()
+            if (workflow is None or e.workflow == workflow)
+            and (session is None or e.session == session)
+            and (kind is None or e.kind == kind)
+        )
+
+    def _delete(self, checkpoint_id: str) -> None:
+        entry = self._index.pop(checkpoint_id)
+        del self._records[checkpoint_id]
+        self._deleted.add(checkpoint_id)
+        for digest in entry.digests:
+            left = self._refs[digest] - 1
+            if left:
+                self._refs[digest] = left
+            else:
+                del self._refs[digest]
+                del self._blobs[digest]
+
+
+def _blob_state(digest: str, blobs: dict[str, bytes]) -> str:
+    data = blobs.get(digest)
+    if data is None:
+        return "missing"
+    try:
+        verify_blob(digest, data)
+    except CheckpointCorrupt:
+        return "corrupt"
+    return "ok"

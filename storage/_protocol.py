@@ -1,0 +1,154 @@
+"""The :class:`CheckpointStore` protocol: the contract every checkpoint backend keeps.
+
+A store is bytes in, bytes out. The runtime hands it plain records and
+content-addressed blobs; the store persists them atomically and hands back values
+that are the caller's own. ``actorflow.storage.conformance`` checks every clause
+below; a third-party backend that passes it can be used wherever a built-in one is.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping
+from typing import Protocol, runtime_checkable
+
+from ._format import Checkpoint, CheckpointKind
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Durable (or in-memory) storage for checkpoint records and their blobs.
+
+    Ownership: a store never keeps a reference to an object it was given and never
+    hands out one it keeps; every :class:`Checkpoint` it returns is freshly decoded
+    and belongs to the caller. Corrupt data is never skipped and never returned:
+    it raises :class:`~actorflow.errors.CheckpointCorrupt`.
+
+    Retention: a blob is deleted only when no stored checkpoint (of any session)
+    references it. Deleting a checkpoint that is the parent of a kept one is
+    allowed; the kept one's :meth:`history` then stops at it, and :meth:`verify`
+    does not report that parent as missing (stores remember deleted ids).
+
+    Every method may raise :class:`~actorflow.errors.CheckpointError` for a failure of
+    the medium (disk full, database unavailable) or when used after :meth:`close`.
+    """
+
+    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+        """Store a record and the blobs it references, atomically.
+
+        Either the record and every new blob are stored, or nothing is. Blobs
+        already stored are not written again (content addressing shares them across
+        checkpoints, sessions and forks); blobs the record does not reference are
+        checked but not stored.
+
+        Args:
+            checkpoint: the record; the store keeps its encoding, not the object.
+            blobs: digest -> bytes for blobs that may not be stored yet.
+
+        Raises:
+            CheckpointCorrupt: a blob does not hash to its key, or the record
+                references a digest that is neither in ``blobs`` nor stored (a
+                store never saves what it could not load).
+            CheckpointError: a checkpoint with this id is already stored.
+        """
+        ...
+
+    def load(self, checkpoint_id: str) -> Checkpoint:
+        """The stored record with this id, freshly decoded.
+
+        Raises:
+            CheckpointNotFound: no such record.
+            CheckpointCorrupt: the stored bytes fail their integrity check.
+            UnsupportedFormat: the record was written in a newer format.
+        """
+        ...
+
+    def load_blob(self, digest: str) -> bytes:
+        """The blob with this digest, verified against it.
+
+        Raises:
+            CheckpointNotFound: no such blob.
+            CheckpointCorrupt: the stored bytes do not hash to ``digest``.
+        """
+        ...
+
+    def has_blobs(self, digests: Iterable[str]) -> set[str]:
+        """The subset of ``digests`` that is stored (content is not verified)."""
+        ...
+
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        session: str | None = None,
+        kind: CheckpointKind | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """Records matching every given filter, oldest first (ascending id).
+
+        Raises:
+            CheckpointCorrupt: a record that may match cannot be decoded; it is
+                never skipped.
+        """
+        ...
+
+    def latest(
+        self, *, workflow: str | None = None, session: str | None = None
+    ) -> Checkpoint | None:
+        """The newest matching record (highest id), or ``None`` if none matches.
+
+        Raises:
+            CheckpointCorrupt: the newest matching record cannot be decoded. It is
+                not skipped in favour of an older one: resuming from a state older
+                than the caller believes is a silent rollback.
+        """
+        ...
+
+    def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
+        """This record and its stored ancestors via ``parent_id``, newest first.
+
+        The walk stops at the first parent that is not stored (deleted by
+        :meth:`delete` or :meth:`prune`, or never saved).
+
+        Raises:
+            CheckpointNotFound: ``checkpoint_id`` is not stored.
+            CheckpointCorrupt: a record on the way cannot be decoded.
+        """
+        ...
+
+    def sessions(self) -> builtins.list[str]:
+        """Every session with at least one stored record, sorted."""
+        ...
+
+    def delete(self, checkpoint_id: str) -> None:
+        """Delete one record (corrupt or not) and collect blobs nothing references.
+
+        Raises:
+            CheckpointNotFound: no such record.
+        """
+        ...
+
+    def prune(self, session: str, keep: int) -> int:
+        """Keep the newest ``keep`` records of ``session``, delete the rest.
+
+        Blobs are collected only when no remaining record of any session uses them.
+
+        Returns:
+            How many records were deleted.
+
+        Raises:
+            ValueError: ``keep`` is negative.
+        """
+        ...
+
+    def verify(self) -> builtins.list[str]:
+        """Check everything stored; one human-readable line per problem, ``[]`` if healthy.
+
+        Problems: a record that cannot be decoded; a referenced blob that is missing
+        or does not match its digest; a ``parent_id`` that was never stored (a
+        parent removed by :meth:`delete` or :meth:`prune` is not a problem).
+        """
+        ...
+
+    def close(self) -> None:
+        """Release resources. Idempotent; the store must not be used afterwards."""
+        ...

@@ -1,0 +1,455 @@
+"""SQLiteStore: checkpoints in one SQLite file, the embedded default for services."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from actorflow.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    UnsupportedFormat,
+)
+
+from ._base import (
+    StoreBase,
+    already_stored,
+    check_keep,
+    checked_blobs,
+    dangling,
+    decode_stored,
+    not_found,
+)
+from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+
+SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_S = 30.0
+_SCHEMA = """
+CREATE TABLE checkpoints (
+    id         TEXT PRIMARY KEY,
+    session    TEXT NOT NULL,
+    workflow   TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    superstep  INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    parent_id  TEXT,
+    record     BLOB NOT NULL
+);
+CREATE INDEX checkpoints_by_session ON checkpoints (session, id);
+CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id);
+CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id);
+CREATE TABLE blobs (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE refs (
+    checkpoint_id TEXT NOT NULL,
+    digest        TEXT NOT NULL,
+    PRIMARY KEY (checkpoint_id, digest)
+) WITHOUT ROWID;
+CREATE INDEX refs_by_digest ON refs (digest);
+CREATE TABLE deleted (id TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+_COLUMNS = "id, session, workflow, kind, record"
+
+
+class SQLiteStore(StoreBase):
+    """A checkpoint store in one SQLite database file; the documented default for services.
+
+    - WAL journal, ``synchronous=FULL`` (a committed checkpoint survives power
+      loss, at one WAL fsync per save), 30 s busy timeout, and ``BEGIN IMMEDIATE``
+      for every write: concurrent writers in threads or processes queue for the
+      write lock instead of failing with "database is locked" (LangGraph #8136).
+    - One transaction per save: the record row, its new blob rows and its
+      reference rows commit together or not at all.
+    - Tables: ``checkpoints`` (indexed by session, workflow and kind), ``blobs``
+      (digest -> bytes), ``refs`` (which checkpoint uses which blob; blob collection
+      is a reference check inside the deleting transaction), ``deleted`` (ids
+      removed by delete/prune, so :meth:`verify` can tell a pruned parent from a
+      never-stored one) and ``actorflow_schema`` (a newer schema is refused).
+    - Thread-safe: each thread uses its own connection; :meth:`close` closes all.
+      Several processes may open the same file (not over a network file system).
+
+    The filter columns repeat fields of the record; reads decode the record and
+    raise :class:`CheckpointCorrupt` if the two disagree.
+
+    Args:
+        path: the database file; created with the schema if missing.
+
+    Raises:
+        ValueError: ``path`` is ``":memory:"`` or empty (use MemoryStore).
+        UnsupportedFormat: the file has a newer actorflow schema.
+        CheckpointCorrupt: the file is not an SQLite database, or is damaged.
+        CheckpointError: the file cannot be opened.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if os.fspath(path) in ("", ":memory:"):
+            raise ValueError("SQLiteStore needs a file path; use MemoryStore for in-memory use")
+        self._path = Path(path)
+        self._local = threading.local()
+        self._conns: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
+        self._conns_lock = threading.Lock()
+        try:
+            self._init_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self._path)!r})"
+
+    # --- the protocol ------------------------------------------------------------
+
+    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+        """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
+        record = encode_checkpoint(checkpoint)
+        given = checked_blobs(checkpoint, blobs)
+        digests = checkpoint.blob_digests()
+        cp = checkpoint
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM checkpoints WHERE id = ?", (cp.id,)).fetchone():
+                raise already_stored(cp.id)
+            present = {d for d in digests if _has_blob(db, d)}
+            missing = [d for d in digests if d not in given and d not in present]
+            if missing:
+                raise dangling(cp, missing)
+            db.executemany(
+                "INSERT INTO blobs (digest, data) VALUES (?, ?)",
+                [(d, given[d]) for d in sorted(given) if d not in present],
+            )
+            db.execute(
+                "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
+                " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    cp.id,
+                    cp.session,
+                    cp.workflow,
+                    cp.kind.value,
+                    cp.superstep,
+                    cp.created_at,
+                    cp.parent_id,
+                    record,
+                ),
+            )
+            db.executemany(
+                "INSERT INTO refs (checkpoint_id, digest) VALUES (?, ?)",
+                [(cp.id, d) for d in sorted(digests)],
+            )
+
+    def load(self, checkpoint_id: str) -> Checkpoint:
+        """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        with self._read() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
+            ).fetchone()
+        if row is None:
+            raise not_found(checkpoint_id)
+        return _decode_row(row)
+
+    def load_blob(self, digest: str) -> bytes:
+        """The blob with this digest, verified (see CheckpointStore.load_blob)."""
+        with self._read() as db:
+            row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+        if row is None:
+            raise CheckpointNotFound(f"no blob {digest!r} in this store")
+        return verify_blob(digest, _as_bytes(row[0], f"blob {digest}"))
+
+    def has_blobs(self, digests: Iterable[str]) -> set[str]:
+        """The subset of ``digests`` that is stored."""
+        wanted = set(digests)
+        with self._read() as db:
+            return {d for d in wanted if isinstance(d, str) and _has_blob(db, d)}
+
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        session: str | None = None,
+        kind: CheckpointKind | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
+        where, params = _filters(workflow, session, kind)
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM checkpoints{where} ORDER BY id", params
+            ).fetchall()
+        return [_decode_row(row) for row in rows]
+
+    def latest(
+        self, *, workflow: str | None = None, session: str | None = None
+    ) -> Checkpoint | None:
+        """The newest matching record, or None; a damaged one raises, it is not skipped."""
+        where, params = _filters(workflow, session, None)
+        with self._read() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1", params
+            ).fetchone()
+        return None if row is None else _decode_row(row)
+
+    def sessions(self) -> builtins.list[str]:
+        """Every session with a stored record, sorted."""
+        with self._read() as db:
+            rows = db.execute("SELECT DISTINCT session FROM checkpoints ORDER BY session")
+            return [r[0] for r in rows]
+
+    def delete(self, checkpoint_id: str) -> None:
+        """Delete a record (damaged or not) and collect unreferenced blobs."""
+        with self._write() as db:
+            if not db.execute(
+                "SELECT 1 FROM checkpoints WHERE id = ?", (checkpoint_id,)
+            ).fetchone():
+                raise not_found(checkpoint_id)
+            _delete(db, [checkpoint_id])
+
+    def prune(self, session: str, keep: int) -> int:
+        """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
+        check_keep(keep)
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT id FROM checkpoints WHERE session = ? ORDER BY id DESC", (session,)
+            ).fetchall()
+            doomed = [r[0] for r in rows[keep:]]
+            _delete(db, doomed)
+        return len(doomed)
+
+    def verify(self) -> builtins.list[str]:
+        """Every problem found in the store, one line each; [] when healthy."""
+        problems: builtins.list[str] = []
+        states: dict[str, str] = {}
+        with self._read() as db:
+            problems += [
+                f"database: {r[0]}" for r in db.execute("PRAGMA quick_check") if r[0] != "ok"
+            ]
+            stored = {r[0] for r in db.execute("SELECT id FROM checkpoints")}
+            deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
+            refs: dict[str, set[str]] = {}
+            for checkpoint_id, digest in db.execute("SELECT checkpoint_id, digest FROM refs"):
+                refs.setdefault(checkpoint_id, set()).add(digest)
+            rows = db.execute(f"SELECT {_COLUMNS}, parent_id FROM checkpoints ORDER BY id")
+            for row in rows:
+                checkpoint_id, parent = row[0], row[5]
+                try:
+                    cp = _decode_row(row[:5])
+                    if cp.blob_digests() != refs.get(checkpoint_id, set()):
+                        problems.append(
+                            f"checkpoint {checkpoint_id}: its blob references disagree "
+                            "with the refs table"
+                        )
+                except (CheckpointCorrupt, UnsupportedFormat) as exc:
+                    problems.append(str(exc))
+                if parent is not None and parent not in stored and parent not in deleted:
+                    problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
+                for digest in sorted(refs.get(checkpoint_id, ())):
+                    if digest not in states:
+                        states[digest] = _blob_state(db, digest)
+                    if states[digest] != "ok":
+                        problems.append(
+                            f"checkpoint {checkpoint_id}: blob {digest} is {states[digest]}"
+                        )
+        return problems
+
+    def close(self) -> None:
+        """Close every connection this store opened, in any thread. Idempotent."""
+        with self._conns_lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        for _, conn in conns:
+            conn.close()
+
+    # --- connections and transactions ------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and not self._closed:
+            return conn
+        self._check_open()
+        conn = self._connect()
+        with self._conns_lock:
+            if self._closed:
+                conn.close()
+                self._check_open()
+            # Connections of threads that have ended are closed here, so a service
+            # whose worker threads come and go does not accumulate open files.
+            alive = []
+            for thread_ref, other in self._conns:
+                thread = thread_ref()
+                if thread is not None and thread.is_alive():
+                    alive.append((thread_ref, other))
+                else:
+                    other.close()
+            alive.append((weakref.ref(threading.current_thread()), conn))
+            self._conns = alive
+        self._local.conn = conn
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            # check_same_thread=False only so close() can close other threads'
+            # connections; each connection is used by its own thread.
+            conn = sqlite3.connect(
+                self._path,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise CheckpointError(f"cannot open SQLite store {self._path}: {exc}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            self._enable_wal(conn)
+            conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise CheckpointError(f"cannot open SQLite store {self._path}: {exc}") from exc
+        return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new file to WAL needs an exclusive lock, and SQLite may report
+        # SQLITE_BUSY for it without consulting the busy handler when several
+        # processes open a new file at once; retry within the busy timeout.
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        delay = 0.001
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+                continue
+            if str(mode).lower() != "wal":
+                raise CheckpointError(f"SQLite store {self._path} cannot use WAL (got {mode!r})")
+            return
+
+    def _init_schema(self) -> None:
+        with self._write() as db:
+            exists = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'actorflow_schema'"
+            ).fetchone()
+            if not exists:
+                db.execute("CREATE TABLE actorflow_schema (version INTEGER NOT NULL)")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+            row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
+        version = row[0] if row else None
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise UnsupportedFormat(
+                f"SQLite store {self._path} has actorflow schema {version}; this actorflow "
+                f"reads schema {SCHEMA_VERSION}. Upgrade actorflow."
+            )
+        if version != SCHEMA_VERSION:
+            raise CheckpointCorrupt(
+                f"SQLite store {self._path} has a damaged schema table (version {version!r})"
+            )
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; BEGIN IMMEDIATE queues for the write lock up front."""
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every statement in it sees the same snapshot."""
+        with self._transaction("BEGIN") as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute(begin)
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            # Plain DatabaseError is SQLite's "malformed" / "not a database"; its
+            # subclasses (locked, I/O, closed, ...) are failures of the medium or of use.
+            if type(exc) in (sqlite3.DatabaseError, sqlite3.DataError):
+                raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
+            raise CheckpointError(f"SQLite store {self._path}: {exc}") from exc
+
+
+def _has_blob(db: sqlite3.Connection, digest: str) -> bool:
+    return db.execute("SELECT 1 FROM blobs WHERE digest = ?", (digest,)).fetchone() is not None
+
+
+def _blob_state(db: sqlite3.Connection, digest: str) -> str:
+    row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+    if row is None:
+        return "missing"
+    try:
+        verify_blob(digest, _as_bytes(row[0], f"blob {digest}"))
+    except CheckpointCorrupt:
+        return "corrupt"
+    return "ok"
+
+
+def _as_bytes(value: object, what: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
+    return value
+
+
+def _decode_row(row: tuple[object, ...]) -> Checkpoint:
+    checkpoint_id, session, workflow, kind, record = row
+    cp = decode_stored(str(checkpoint_id), _as_bytes(record, f"checkpoint {checkpoint_id}"))
+    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
+        raise CheckpointCorrupt(
+            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
+        )
+    return cp
+
+
+def _filters(
+    workflow: str | None, session: str | None, kind: CheckpointKind | None
+) -> tuple[str, tuple[str, ...]]:
+    clauses: builtins.list[str] = []
+    params: builtins.list[str] = []
+    for column, value in (("workflow", workflow), ("session", session)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if kind is not None:
+        clauses.append("kind = ?")
+        params.append(CheckpointKind(kind).value)
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
+
+
+def _delete(db: sqlite3.Connection, ids: builtins.list[str]) -> None:
+    """Delete records and then every blob that no remaining reference row names."""
+    digests: set[str] = set()
+    for checkpoint_id in ids:
+        digests.update(
+            r[0]
+            for r in db.execute("SELECT digest FROM refs WHERE checkpoint_id = ?", (checkpoint_id,))
+        )
+        db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        db.execute("DELETE FROM refs WHERE checkpoint_id = ?", (checkpoint_id,))
+        db.execute("INSERT OR IGNORE INTO deleted (id) VALUES (?)", (checkpoint_id,))
+    for digest in sorted(digests):
+        db.execute(
+            "DELETE FROM blobs WHERE digest = ? AND NOT EXISTS"
+            " (SELECT 1 FROM refs WHERE refs.digest = blobs.digest)",
+            (digest,),
+        )
