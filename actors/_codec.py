@@ -142,7 +142,7 @@ def _pack(value: object) -> bytes:
     """Pack ``value`` with the packer of the current nesting level (reentrant)."""
     state = _state
     depth = state.pack_depth
-    if depth >= MAX_DEPTH:
+    if depth > MAX_DEPTH:
         raise _TooDeep
     packers = state.packers
     if depth == len(packers):
@@ -201,11 +201,12 @@ def _encode_enum(member: enum.Enum, entry: Entry) -> msgpack.ExtType:
     name = member.name
     if name is not None and entry.members is not None and entry.members.get(name) is member:
         return msgpack.ExtType(EXT_ENUM, _pack([entry.name, name]))
-    # A composite Flag value (A|B) travels as the names of its members.
-    parts = list(member) if isinstance(member, enum.Flag) else []
-    if not parts or functools.reduce(operator.or_, parts) != member:
-        raise _Unsupported(member, entry.cls, f"{member!r} cannot be spelled with member names")
-    return msgpack.ExtType(EXT_ENUM, _pack([entry.name, [part.name for part in parts]]))
+    # A composite Flag value (A|B, or none) travels as the names of its members.
+    if isinstance(member, enum.Flag):
+        parts = list(member)
+        if functools.reduce(operator.or_, parts, type(member)(0)) == member:
+            return msgpack.ExtType(EXT_ENUM, _pack([entry.name, [part.name for part in parts]]))
+    raise _Unsupported(member, entry.cls, f"{member!r} cannot be spelled with member names")
 
 
 def _encode_dataclass(obj: object, entry: Entry) -> msgpack.ExtType:
@@ -370,27 +371,30 @@ def _root_label(value: object, label: str) -> str:
 # --- decoding ------------------------------------------------------------------------
 
 
+def _unpack_with(unpackb: Callable[..., Any], data: bytes) -> Any:
+    size = len(data)
+    return unpackb(
+        data,
+        ext_hook=_ext_hook,
+        strict_map_key=False,
+        timestamp=3,
+        max_str_len=size,
+        max_bin_len=size,
+        max_array_len=size,
+        max_map_len=size,
+        max_ext_len=size,
+    )
+
+
 def _unpack(data: bytes) -> Any:
-    """Unpack one msgpack object, at the next nesting level."""
+    """Unpack an ext payload, one nesting level below the current one."""
     state = _state
     depth = state.unpack_depth
     if depth >= MAX_DEPTH:
         raise DecodeError(f"the data nests more than {MAX_DEPTH} tuple/set/dataclass levels")
-    unpackb = msgpack.unpackb if depth < _C_DEPTH else _fallback.unpackb
-    size = len(data)
     state.unpack_depth = depth + 1
     try:
-        return unpackb(
-            data,
-            ext_hook=_ext_hook,
-            strict_map_key=False,
-            timestamp=3,
-            max_str_len=size,
-            max_bin_len=size,
-            max_array_len=size,
-            max_map_len=size,
-            max_ext_len=size,
-        )
+        return _unpack_with(msgpack.unpackb if depth < _C_DEPTH else _fallback.unpackb, data)
     finally:
         state.unpack_depth = depth
 
@@ -437,9 +441,11 @@ def _decode_enum(data: bytes) -> object:
         raise DecodeError(f"malformed payload for {name!r}: expected an Enum member")
     names = member if type(member) is list and issubclass(entry.cls, enum.Flag) else [member]
     found = [members.get(m) if type(m) is str else None for m in names]
-    if not found or None in found:
+    if None in found:
         raise DecodeError(f"Enum {name!r} has no member named {member!r}")
-    return functools.reduce(operator.or_, found)
+    if type(member) is list:  # a composite Flag value
+        return functools.reduce(operator.or_, found, entry.cls(0))
+    return found[0]
 
 
 def _decode_tz(tz: object) -> dt.tzinfo | None:
@@ -505,7 +511,7 @@ def decode(data: bytes) -> Any:
             constructor that raised, or data nested too deeply. Never another type.
     """
     try:
-        return _unpack(data)
+        return _unpack_with(msgpack.unpackb, data)
     except DecodeError:
         raise
     except RecursionError:

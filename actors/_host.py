@@ -18,12 +18,12 @@ from typing import Any, Protocol, TypeVar
 
 import pykka
 
-__all__ = ["Hosted", "HostedFactory", "HostLoop", "ExecutorHost", "HandlerAborted"]
+__all__ = ["ExecutorHost", "HandlerAborted", "HostLoop", "Hosted", "HostedFactory"]
 
 T = TypeVar("T")
 
 
-class HandlerAborted(Exception):  # noqa: N818 - named by condition, like trio's errors
+class HandlerAborted(Exception):
     """A hosted program raised a ``BaseException`` (``SystemExit``, ...).
 
     pykka stops *every* actor when a ``BaseException`` escapes one, so the host
@@ -121,7 +121,7 @@ class ExecutorHost(pykka.ThreadingActor):
                 return None
         except Exception:
             raise
-        except BaseException as exc:  # noqa: BLE001 - see HandlerAborted: keep other actors alive
+        except BaseException as exc:
             raise HandlerAborted(f"a hosted program raised {type(exc).__name__}: {exc}") from exc
         raise ValueError(f"unknown host message {kind!r}")
 

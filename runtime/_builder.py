@@ -17,6 +17,7 @@ from ._graph import GraphSpec, describe
 from ._policy import RestartPolicy
 from ._runner import ExecutorProgram
 from ._types import parse_type_spec, type_label
+from ._workflow import Workflow
 
 __all__ = ["WorkflowBuilder"]
 
@@ -107,9 +108,7 @@ class WorkflowBuilder:
         ids = tuple(self._register(s) for s in sources)
         if len(set(ids)) != len(ids) or not ids:
             self._problems.append(f"fan-in into {self._ref_id(target)!r} needs distinct sources")
-        self._edges.append(
-            _Edge(EdgeKind.FAN_IN, "", (self._register(target),), sources=ids)
-        )
+        self._edges.append(_Edge(EdgeKind.FAN_IN, "", (self._register(target),), sources=ids))
         return self
 
     def add_switch(self, source: ExecutorRef, cases: Sequence[Case | Default]) -> WorkflowBuilder:
@@ -151,7 +150,7 @@ class WorkflowBuilder:
 
     # --- building ----------------------------------------------------------------
 
-    def build(self) -> Any:
+    def build(self) -> Workflow:
         """Check the whole graph and compile it into an immutable ``Workflow``.
 
         Raises:
@@ -159,8 +158,6 @@ class WorkflowBuilder:
                 unreachable executors, handlers that cannot be routed, edges no
                 handler accepts, state that cannot be encoded).
         """
-        from ._workflow import Workflow  # the workflow module imports this one
-
         spec = self._compile()
         return Workflow(spec, restart=self._restart, restart_overrides=self._restart_overrides)
 
@@ -180,7 +177,8 @@ class WorkflowBuilder:
                 )
         edges = [self._resolve(edge, problems) for edge in self._edges]
         accepts = {
-            eid: Accepts(eid, [i.spec for i in hs if not i.is_response]) for eid, hs in infos.items()
+            eid: Accepts(eid, [i.spec for i in hs if not i.is_response])
+            for eid, hs in infos.items()
         }
         out: dict[str, list[OutEdge]] = {eid: [] for eid in self._executors}
         fan_in: list[tuple[str, tuple[str, ...]]] = []
@@ -197,7 +195,9 @@ class WorkflowBuilder:
                     )
                 for src in edge.sources:
                     out[src].append(
-                        OutEdge(EdgeKind.FAN_IN, edge.targets, group=group, accepts=(accepts[target],))
+                        OutEdge(
+                            EdgeKind.FAN_IN, edge.targets, group=group, accepts=(accepts[target],)
+                        )
                     )
                 continue
             out[edge.source].append(
@@ -237,7 +237,7 @@ class WorkflowBuilder:
             max_supersteps=self._max_supersteps,
         )
 
-    def _register(self, ref: ExecutorRef) -> str:
+    def _register(self, ref: object) -> str:
         if isinstance(ref, Executor):
             known = self._executors.get(ref.id)
             if known is None:

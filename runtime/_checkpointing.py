@@ -42,7 +42,7 @@ class Checkpointer:
         self.session = session
         self.policy = policy
         self.last_id: str | None = parent.id if parent is not None else None
-        self._stored: set[str] = set(parent.blob_digests) if parent is not None else set()
+        self._stored: set[str] = set(parent.blob_digests()) if parent is not None else set()
         self._queue: queue.Queue[tuple[Checkpoint, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -181,5 +181,7 @@ def load_for_resume(
             f"checkpoint {checkpoint.id} names executors {sorted(checkpoint.executors)}, the "
             f"graph has {sorted(spec.programs)}"
         )
-    state, extra = RunState.from_bytes(checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()})
+    state, extra = RunState.from_bytes(
+        checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
+    )
     return Restored(checkpoint, state, extra)

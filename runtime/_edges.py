@@ -72,9 +72,7 @@ class Accepts:
         key = (type(value), False)
         hit = self._cache.get(key)
         if hit is None:
-            hit = isinstance(value, self._classes) or (
-                type(value) is list and bool(self._items)
-            )
+            hit = isinstance(value, self._classes) or (type(value) is list and bool(self._items))
             self._cache[key] = hit
         return hit
 
@@ -136,7 +134,9 @@ def route(sender: str, edges: Sequence[OutEdge], value: object, to: str | None) 
                 type_ok = True
                 routes.append((edge.targets[0], edge.group))
         elif kind == EdgeKind.FAN_OUT:
-            candidates = [t for t, a in zip(edge.targets, edge.accepts, strict=True) if a.single(value)]
+            candidates = [
+                t for t, a in zip(edge.targets, edge.accepts, strict=True) if a.single(value)
+            ]
             if candidates:
                 type_ok = True
                 chosen = list(edge.select(value, list(candidates))) if edge.select else candidates
@@ -151,8 +151,8 @@ def route(sender: str, edges: Sequence[OutEdge], value: object, to: str | None) 
         else:
             routes_before = len(routes)
             _route_switch(edge, value, routes)
-            type_ok = type_ok or len(routes) > routes_before or any(
-                a.single(value) for a in edge.accepts
+            type_ok = (
+                type_ok or len(routes) > routes_before or any(a.single(value) for a in edge.accepts)
             )
     if to is not None:
         routes = [r for r in routes if r[0] == to]
@@ -191,7 +191,9 @@ def _unroutable_text(sender: str, edges: Sequence[OutEdge], value: object, to: s
             f"executor {sender!r} sent a {type_name} but has no out-edges; add an edge from "
             f"{sender!r}, or use ctx.output() to emit a result"
         )
-    listing = "; ".join(f"{t!r} handles {', '.join(labels) or 'nothing'}" for t, labels in targets.items())
+    listing = "; ".join(
+        f"{t!r} handles {', '.join(labels) or 'nothing'}" for t, labels in targets.items()
+    )
     if to is not None:
         return (
             f"executor {sender!r} sent a {type_name} to {to!r}, which is not an out-edge "

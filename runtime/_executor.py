@@ -128,7 +128,7 @@ class Executor:
 
     _af_handlers: ClassVar[tuple[HandlerInfo, ...] | None] = None
 
-    def __init__(self, id: str, *, timeout: float | None = None) -> None:  # noqa: A002 - "id" is the public name
+    def __init__(self, id: str, *, timeout: float | None = None) -> None:
         if not isinstance(id, str) or not id:
             raise TypeError(f"executor id must be a non-empty str, got {id!r}")
         if timeout is not None and timeout <= 0:
@@ -216,7 +216,7 @@ def _resolve_handler(
             "types at module level so they can be found by name"
         )
         return None
-    params = [p for p in inspect.signature(fn).parameters.values()][1:]  # skip self
+    params = list(inspect.signature(fn).parameters.values())[1:]  # skip self
     expected = 3 if mark == "response" else 2
     if len(params) != expected:
         shape = "(self, request, response, ctx)" if mark == "response" else "(self, message, ctx)"

@@ -83,7 +83,9 @@ def signature_of(description: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def explain_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any], path: str = "") -> GraphMismatch:
+def explain_mismatch(
+    stored: Mapping[str, Any], current: Mapping[str, Any], path: str = ""
+) -> GraphMismatch:
     """Build a :class:`GraphMismatch` that says what differs between two descriptions."""
     where = f" in {path}" if path else ""
     lines: list[str] = []
@@ -103,8 +105,14 @@ def explain_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any], path
             )
     old_edges = {json.dumps(e) for e in stored.get("edges", [])}
     new_edges = {json.dumps(e) for e in current.get("edges", [])}
-    lines += [f"edge {e} is in the checkpoint but not in this graph" for e in sorted(old_edges - new_edges)]
-    lines += [f"edge {e} is in this graph but not in the checkpoint" for e in sorted(new_edges - old_edges)]
+    lines += [
+        f"edge {e} is in the checkpoint but not in this graph"
+        for e in sorted(old_edges - new_edges)
+    ]
+    lines += [
+        f"edge {e} is in this graph but not in the checkpoint"
+        for e in sorted(new_edges - old_edges)
+    ]
     if stored.get("fan_in") != current.get("fan_in"):
         lines.append(f"fan-in groups differ: {stored.get('fan_in')} vs {current.get('fan_in')}")
     if stored.get("start") != current.get("start"):

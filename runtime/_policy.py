@@ -26,7 +26,7 @@ class Backoff:
     def delay(self, attempt: int) -> float:
         """Seconds to wait before restart number ``attempt`` (1-based)."""
         base = min(self.maximum, self.initial * self.multiplier ** max(attempt - 1, 0))
-        return base * (1.0 + random.random() * self.jitter) if self.jitter else base  # noqa: S311 - jitter needs no crypto
+        return base * (1.0 + random.random() * self.jitter) if self.jitter else base
 
 
 @dataclass(frozen=True, slots=True)

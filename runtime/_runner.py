@@ -30,7 +30,7 @@ __all__ = ["RESPONSE_SOURCE", "ExecutorProgram", "ExecutorRunner", "InjectedFaul
 RESPONSE_SOURCE = "__response__"
 
 
-class InjectedFault(Exception):  # noqa: N818 - named like the condition it simulates
+class InjectedFault(Exception):
     """A failure injected on purpose by :mod:`actorflow.testing`."""
 
 
@@ -80,7 +80,9 @@ class StepBuffer:
 
     def request(self, value: object, response_type: type) -> str:
         request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}"
-        self.requests.append([request_id, self._encode(value, "request"), type_label(response_type)])
+        self.requests.append(
+            [request_id, self._encode(value, "request"), type_label(response_type)]
+        )
         return request_id
 
     def _encode(self, value: object, what: str) -> bytes:
@@ -189,13 +191,13 @@ class ExecutorRunner:
         superstep, deliveries, want_snapshot, fault = unpack(payload)
         buffer = StepBuffer(self._program.executor_id, self._program.edges, superstep)
         for source, group, body in deliveries:
-            ctx = Context(buffer, source)
+            ctx: Context[Any] = Context(buffer, source)
             if group == SINGLE:
                 value = decode(body)
                 found = self._handler_for(value)
                 args: tuple[Any, ...] = (value, ctx)
             elif group == RESPONSE:
-                request_id, request_body, answer_body = body
+                _request_id, request_body, answer_body = body
                 request, answer = decode(request_body), decode(answer_body)
                 found = self._response_handler_for(request, answer)
                 args = (request, answer, ctx)
@@ -256,4 +258,3 @@ class ExecutorRunner:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
-

@@ -95,7 +95,7 @@ class Session:
 
     def run(
         self,
-        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        input: Any = NO_INPUT,
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -122,7 +122,7 @@ class Session:
 
     def stream(
         self,
-        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        input: Any = NO_INPUT,
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -154,7 +154,7 @@ class Session:
 
     async def arun(
         self,
-        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        input: Any = NO_INPUT,
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -177,7 +177,7 @@ class Session:
 
     async def astream(
         self,
-        input: Any = NO_INPUT,  # noqa: A002 - the public name
+        input: Any = NO_INPUT,
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -372,7 +372,9 @@ class Session:
         if not self._started:
             driver.start_hosts(self._restored.snapshots if self._restored is not None else None)
             self._started = True
-        job.emit(ev.RunStartedEvent(job.run_id, driver.state.superstep, time.time(), spec.name, self._id))
+        job.emit(
+            ev.RunStartedEvent(job.run_id, driver.state.superstep, time.time(), spec.name, self._id)
+        )
         if job.input is not None:
             driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
             if driver.checkpointer is not None:
@@ -396,7 +398,7 @@ class Session:
             run_id=job.run_id,
             status=end.status,
             outputs=outputs_of(raw),
-            events=[materialize(e) for e in raw if not isinstance(e, End)],
+            events=[materialize(e) for e in raw],
             supersteps=sum(1 for e in raw if isinstance(e, ev.SuperstepCompletedEvent)),
             pending_requests=pending_of(raw, set(self._driver.state.pending)),
             checkpoint_id=self.last_checkpoint_id,

@@ -54,7 +54,9 @@ class RunState:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes, snapshots: dict[str, list[str]]) -> tuple[RunState, dict[str, Any]]:
+    def from_bytes(
+        cls, data: bytes, snapshots: dict[str, list[str]]
+    ) -> tuple[RunState, dict[str, Any]]:
         """Decode what :meth:`to_bytes` wrote; returns the state and the extra fields."""
         body = unpack(data)
         state = cls(

@@ -11,6 +11,7 @@ executors that completed keep their results, routed once.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
-import structlog
 
 from actorflow.actors import HostPool, HostRef
 from actorflow.errors import (
@@ -32,13 +32,14 @@ from actorflow.errors import (
 from . import _events as ev
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
+from ._logging import get_logger
 from ._policy import RestartPolicy, RestartTracker
 from ._state import RunState
 from ._wire import SINGLE, pack, unpack
 
 __all__ = ["Driver", "Fault", "Payload", "RunJob", "SupervisorActor"]
 
-_log = structlog.get_logger("actorflow.supervisor")
+_log = get_logger("actorflow.supervisor")
 
 
 class Payload(bytes):
@@ -63,8 +64,8 @@ class RunJob:
 
     run_id: str
     """Id of this run."""
-    emit: Callable[[ev.Event], None]
-    """Event sink (thread-safe; called on the supervisor thread)."""
+    emit: Callable[[Any], None]
+    """Event sink (thread-safe; called on the supervisor thread): events, then an end marker."""
     cancel: threading.Event
     """Set to stop at the next barrier."""
     max_supersteps: int
@@ -107,7 +108,9 @@ class Driver:
         self.checkpointer = checkpointer
         # Last good state per executor, kept only when someone asked for it
         # (a restart policy or a store): digests, and the chunk bytes behind them.
-        self._keep_state = checkpointer is not None or restart is not None or bool(restart_overrides)
+        self._keep_state = (
+            checkpointer is not None or restart is not None or bool(restart_overrides)
+        )
         self._chunks: dict[str, bytes] = {}
         self._good: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
@@ -124,7 +127,9 @@ class Driver:
         for future in futures:
             future.get(timeout=60)
         for eid in ids:
-            blueprint = [(_digest(c), c) for c in self.spec.programs[eid].blueprint]
+            blueprint: list[tuple[str, bytes | None]] = [
+                (_digest(c), c) for c in self.spec.programs[eid].blueprint
+            ]
             chunks = (initial or {}).get(eid, blueprint)
             if initial and eid in initial:
                 self._load_state(eid, chunks)
@@ -153,6 +158,7 @@ class Driver:
             RunFailed (or a subclass): the run failed; emitted as an event too.
         """
         log = self._log.bind(run=job.run_id)
+        log.info("run started", superstep=self.state.superstep)
         steps = 0
         emit = job.emit
         try:
@@ -169,18 +175,23 @@ class Driver:
                         superstep=self.state.superstep,
                     )
                 steps += 1
-                self._superstep(job, log)
+                self._superstep(job)
             pending = tuple(sorted(self.state.pending))
             now = time.time()
             if self.checkpointer is not None:
                 self._checkpoint(job, "final")
             if pending:
-                emit(ev.RunIdleWithPendingRequestsEvent(job.run_id, self.state.superstep, now, pending))
+                emit(
+                    ev.RunIdleWithPendingRequestsEvent(
+                        job.run_id, self.state.superstep, now, pending
+                    )
+                )
                 status = ev.RunStatus.IDLE_WITH_PENDING_REQUESTS
             else:
                 emit(ev.RunIdleEvent(job.run_id, self.state.superstep, now))
                 status = ev.RunStatus.COMPLETED
             emit(ev.RunCompletedEvent(job.run_id, self.state.superstep, time.time(), status))
+            log.info("run completed", status=status.value, supersteps=steps)
             return status
         except RunFailed as exc:
             cause = exc.__cause__ or exc
@@ -194,10 +205,10 @@ class Driver:
                     str(exc),
                 )
             )
-            log.warning("run failed", error=str(exc))
+            log.info("run failed", superstep=self.state.superstep, error=str(exc))
             raise
 
-    def _superstep(self, job: RunJob, log: Any) -> None:
+    def _superstep(self, job: RunJob) -> None:
         state = self.state
         superstep = state.superstep + 1
         inbox, state.inbox = state.inbox, {}
@@ -231,7 +242,13 @@ class Driver:
                 state.pending[request_id] = [target, payload, response_type]
                 emit(
                     ev.RequestEvent(
-                        job.run_id, superstep, now, request_id, target, Payload(payload), response_type
+                        job.run_id,
+                        superstep,
+                        now,
+                        request_id,
+                        target,
+                        Payload(payload),
+                        response_type,
                     )
                 )
             if snapshot is not None:
@@ -314,7 +331,9 @@ class Driver:
         target, error = failure.executor, failure.error
         now = time.time()
         job.emit(
-            ev.ExecutorFailedEvent(job.run_id, superstep, now, target, _qualname(type(error)), str(error))
+            ev.ExecutorFailedEvent(
+                job.run_id, superstep, now, target, _qualname(type(error)), str(error)
+            )
         )
         policy = self._restart_overrides.get(target, self._restart)
         attempt: int | None = None
@@ -336,6 +355,14 @@ class Driver:
                 run_id=job.run_id,
                 superstep=superstep,
             ) from error
+        self._log.warning(
+            "restarting executor",
+            run=job.run_id,
+            superstep=superstep,
+            executor=target,
+            attempt=attempt,
+            error=f"{_qualname(type(error))}: {error}",
+        )
         delay = policy.backoff.delay(attempt)
         if delay > 0 and job.cancel.wait(delay):
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
@@ -344,7 +371,13 @@ class Driver:
         self._load_state(target, [(d, self._chunks[d]) for d in self._good[target]])
         job.emit(
             ev.RunRestartedEvent(
-                job.run_id, superstep, time.time(), target, attempt, _qualname(type(error)), str(error)
+                job.run_id,
+                superstep,
+                time.time(),
+                target,
+                attempt,
+                _qualname(type(error)),
+                str(error),
             )
         )
 
@@ -400,6 +433,7 @@ class Driver:
                 metadata=job.metadata,
             )
         except Exception as exc:
+            self._log.error("checkpoint write failed", superstep=self.state.superstep, error=str(exc))
             job.emit(
                 ev.CheckpointFailedEvent(
                     job.run_id, self.state.superstep, time.time(), _qualname(type(exc)), str(exc)
@@ -411,7 +445,9 @@ class Driver:
                 run_id=job.run_id,
                 superstep=self.state.superstep,
             ) from exc
-        job.emit(ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind))
+        job.emit(
+            ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind)
+        )
 
     def checkpoint_entry(self, job: RunJob) -> None:
         """Write the ``entry`` checkpoint: input queued, no executor run yet."""
@@ -429,8 +465,6 @@ def _qualname(tp: type) -> str:
 
 
 def _digest(chunk: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(chunk).hexdigest()
 
 

@@ -31,9 +31,11 @@ __all__ = [
 SINGLE = -1
 RESPONSE = -2
 
+
 def pack(frame: Any) -> bytes:
     """Encode a protocol frame (plain msgpack types only)."""
-    return msgpack.packb(frame, use_bin_type=True)
+    data: bytes = msgpack.packb(frame, use_bin_type=True)
+    return data
 
 
 def unpack(data: bytes) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -69,15 +70,13 @@ class Workflow:
 
     def describe(self) -> dict[str, Any]:
         """The canonical description the signature hashes (executors, handlers, edges)."""
-        import copy
-
         return copy.deepcopy(self._spec.description)
 
     # --- one-off runs -------------------------------------------------------------
 
     def run(
         self,
-        input: Any,  # noqa: A002 - the public name
+        input: Any,
         *,
         max_supersteps: int | None = None,
         store: CheckpointStore | None = None,
@@ -99,7 +98,7 @@ class Workflow:
         with self.session(session, store=store) as s:
             return s.run(input, max_supersteps=max_supersteps)
 
-    def stream(self, input: Any, *, max_supersteps: int | None = None) -> Iterator[ev.Event]:  # noqa: A002
+    def stream(self, input: Any, *, max_supersteps: int | None = None) -> Iterator[ev.Event]:
         """Run once, yielding events as they happen (see :meth:`Session.stream`)."""
         s = self.session()
         try:
@@ -107,7 +106,7 @@ class Workflow:
         finally:
             s.close()
 
-    async def arun(self, input: Any, *, max_supersteps: int | None = None) -> ev.RunResult:  # noqa: A002
+    async def arun(self, input: Any, *, max_supersteps: int | None = None) -> ev.RunResult:
         """Async :meth:`run`; never blocks the event loop."""
         s = self.session()
         try:
@@ -115,7 +114,9 @@ class Workflow:
         finally:
             s.close()
 
-    async def astream(self, input: Any, *, max_supersteps: int | None = None) -> AsyncIterator[ev.Event]:  # noqa: A002
+    async def astream(
+        self, input: Any, *, max_supersteps: int | None = None
+    ) -> AsyncIterator[ev.Event]:
         """Async :meth:`stream`; never blocks the event loop."""
         s = self.session()
         try:
@@ -211,4 +212,3 @@ class Workflow:
                 self._supervisors.append(ref)
                 return
         ref.stop(block=False)
-

@@ -162,7 +162,8 @@ def _plain_copy(value: Any, path: str) -> Any:
         return int(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    if isinstance(value, list | tuple):
+    # Exactly tuple: a namedtuple (msgpack's ExtType is one) would lose its type silently.
+    if isinstance(value, list) or type(value) is tuple:
         return [_plain_copy(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, Mapping):
         copied: dict[str, Any] = {}

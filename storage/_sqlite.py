@@ -312,7 +312,7 @@ class SQLiteStore(StoreBase):
             conn.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as exc:
             conn.close()
-            raise CheckpointError(f"cannot open SQLite store {self._path}: {exc}") from exc
+            raise _translate(exc, self._path) from exc
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
@@ -383,11 +383,15 @@ class SQLiteStore(StoreBase):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            # Plain DatabaseError is SQLite's "malformed" / "not a database"; its
-            # subclasses (locked, I/O, closed, ...) are failures of the medium or of use.
-            if type(exc) in (sqlite3.DatabaseError, sqlite3.DataError):
-                raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
-            raise CheckpointError(f"SQLite store {self._path}: {exc}") from exc
+            raise _translate(exc, self._path) from exc
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> CheckpointError:
+    # Plain DatabaseError is SQLite's "malformed" / "not a database"; its subclasses
+    # (locked, I/O error, closed connection, ...) are failures of the medium or of use.
+    if type(exc) in (sqlite3.DatabaseError, sqlite3.DataError):
+        return CheckpointCorrupt(f"SQLite store {path} is damaged: {exc}")
+    return CheckpointError(f"SQLite store {path}: {exc}")
 
 
 def _has_blob(db: sqlite3.Connection, digest: str) -> bool:

@@ -1,0 +1,308 @@
+"""The checkpoint record, its encoding, ids and digests (actorflow.storage._format)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import multiprocessing
+import re
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actorflow.errors import CheckpointCorrupt, EncodeError, UnsupportedFormat
+from actorflow.storage import (
+    FORMAT_VERSION,
+    Checkpoint,
+    CheckpointKind,
+    blob_digest,
+    decode_checkpoint,
+    encode_checkpoint,
+    new_checkpoint_id,
+)
+
+DIGEST = blob_digest(b"chunk")
+
+
+def make(**overrides: Any) -> Checkpoint:
+    fields: dict[str, Any] = {
+        "id": new_checkpoint_id(),
+        "parent_id": new_checkpoint_id(),
+        "session": "s",
+        "workflow": "w",
+        "graph_signature": "ab" * 32,
+        "superstep": 3,
+        "kind": CheckpointKind.STEP,
+        "created_at": 1700000000.5,
+        "executors": {"e": (DIGEST,)},
+        "runtime": b"\x90",
+        "metadata": {"k": [1, {"n": b"x"}]},
+    }
+    fields.update(overrides)
+    return Checkpoint(**fields)
+
+
+def frame(version: int, body: bytes) -> bytes:
+    """Build a record frame by hand, as docs/storage.md specifies it."""
+    magic = "actorflow.checkpoint"
+    digest = hashlib.sha256(f"{magic}:{version}:".encode() + body).digest()
+    packed: bytes = msgpack.packb([magic, version, digest, body], use_bin_type=True)
+    return packed
+
+
+def body_of(cp: Checkpoint, **changes: Any) -> bytes:
+    """The msgpack body of ``cp`` with fields replaced by raw values."""
+    fields: dict[str, Any] = msgpack.unpackb(msgpack.unpackb(encode_checkpoint(cp))[3])
+    fields.update(changes)
+    packed: bytes = msgpack.packb(fields, use_bin_type=True)
+    return packed
+
+
+plain = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.builds(
+        make,
+        metadata=st.dictionaries(st.text(max_size=8), plain, max_size=5),
+        session=st.text(),
+        superstep=st.integers(0, 2**63 - 1),
+        runtime=st.binary(),
+        kind=st.sampled_from(CheckpointKind),
+        created_at=st.floats(allow_nan=False),
+    )
+)
+def test_roundtrip_is_exact(cp: Checkpoint) -> None:
+    """Any record with plain metadata decodes equal to itself, with the same encoding."""
+    decoded = decode_checkpoint(encode_checkpoint(cp))
+    assert decoded == cp
+    assert encode_checkpoint(decoded) == encode_checkpoint(cp)
+
+
+def test_every_bit_flip_is_detected() -> None:
+    """Flipping any single bit of an encoded record raises CheckpointCorrupt."""
+    data = encode_checkpoint(make())
+    for i in range(len(data)):
+        for bit in range(8):
+            damaged = data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1 :]
+            with pytest.raises(CheckpointCorrupt):
+                decode_checkpoint(damaged)
+
+
+def test_every_truncation_and_extension_is_detected() -> None:
+    """A record cut at any length, or with bytes appended, raises CheckpointCorrupt."""
+    data = encode_checkpoint(make())
+    for n in range(len(data)):
+        with pytest.raises(CheckpointCorrupt):
+            decode_checkpoint(data[:n])
+    with pytest.raises(CheckpointCorrupt):
+        decode_checkpoint(data + b"\x00")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_raises_corrupt(data: bytes) -> None:
+    """Arbitrary bytes raise CheckpointCorrupt: never another error, None or a dict."""
+    with pytest.raises(CheckpointCorrupt):
+        decode_checkpoint(data)
+
+
+def test_non_bytes_raise_corrupt() -> None:
+    """A value that is not bytes at all is reported as corrupt, not as a TypeError."""
+    with pytest.raises(CheckpointCorrupt):
+        decode_checkpoint("not bytes")  # type: ignore[arg-type]  # checking the runtime guard
+
+
+def test_intact_record_of_other_version_is_unsupported() -> None:
+    """A well-formed frame with an unknown version raises UnsupportedFormat."""
+    with pytest.raises(UnsupportedFormat, match="version 2"):
+        decode_checkpoint(frame(FORMAT_VERSION + 1, b"whatever a future version writes"))
+
+
+def test_handmade_frame_of_current_version_decodes() -> None:
+    """The frame layout in docs/storage.md is the real one."""
+    cp = make()
+    assert decode_checkpoint(frame(FORMAT_VERSION, body_of(cp))) == cp
+
+
+def test_encode_refuses_other_format_version() -> None:
+    """Only FORMAT_VERSION can be written."""
+    with pytest.raises(UnsupportedFormat):
+        encode_checkpoint(make(format_version=FORMAT_VERSION + 1))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"superstep": "3"},
+        {"superstep": True},
+        {"kind": "nap"},
+        {"kind": 1},
+        {"executors": {"e": ["not-a-digest"]}},
+        {"executors": {"e": DIGEST}},
+        {"created_at": 5},
+        {"metadata": [1]},
+        {"runtime": "text"},
+        {"parent_id": 7},
+        {"metadata": {"t": msgpack.Timestamp(1)}},
+        {"metadata": {"x": msgpack.ExtType(5, b"\x00")}},
+        {"extra": 1},
+    ],
+)
+def test_tampered_body_with_valid_digest_is_corrupt(changes: dict[str, Any]) -> None:
+    """A body with wrong fields or ext types, even under a valid digest, is corrupt."""
+    with pytest.raises(CheckpointCorrupt):
+        decode_checkpoint(frame(FORMAT_VERSION, body_of(make(), **changes)))
+
+
+def test_decoding_imports_and_calls_nothing() -> None:
+    """Type-looking metadata stays plain data; no module is imported by decoding."""
+    assert "this" not in sys.modules  # the module that prints the Zen when imported
+    cp = make(metadata={"__module__": "this", "__class__": "Zen", "py/object": "this.Zen"})
+    decoded = decode_checkpoint(encode_checkpoint(cp))
+    assert decoded.metadata == dict(cp.metadata)
+    assert "this" not in sys.modules
+
+
+def test_decoded_records_share_nothing() -> None:
+    """Two decodes of the same bytes share no container."""
+    data = encode_checkpoint(make())
+    a, b = decode_checkpoint(data), decode_checkpoint(data)
+    assert a == b
+    assert a.metadata is not b.metadata
+    assert a.metadata["k"] is not b.metadata["k"]
+    assert a.executors is not b.executors
+
+
+def test_checkpoint_copies_what_it_is_given() -> None:
+    """A record does not alias the caller's containers."""
+    metadata: dict[str, Any] = {"items": [1, (2, 3)]}
+    executors = {"e": [DIGEST]}
+    runtime = bytearray(b"\x90")
+    cp = make(metadata=metadata, executors=executors, runtime=runtime)
+    metadata["items"].append(4)
+    metadata["new"] = 1
+    executors["e"].append(DIGEST)
+    runtime[0] = 0
+    assert cp.metadata == {"items": [1, [2, 3]]}
+    assert cp.executors == {"e": (DIGEST,)}
+    assert cp.runtime == b"\x90"
+
+
+def test_checkpoint_is_frozen() -> None:
+    """Fields of a record cannot be reassigned."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        make().superstep = 4  # type: ignore[misc]  # asserting the runtime refusal
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"s": {1, 2}},
+        {"o": object()},
+        {"d": {1: "int key"}},
+        {"big": 2**64},
+        {"t": msgpack.ExtType(1, b"")},
+    ],
+)
+def test_checkpoint_refuses_non_plain_metadata(metadata: dict[str, Any]) -> None:
+    """Metadata that plain msgpack cannot carry is refused when the record is made."""
+    with pytest.raises(EncodeError):
+        make(metadata=metadata)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"executors": {"e": ("ABC",)}},
+        {"executors": {"e": (DIGEST.upper(),)}},
+        {"kind": "later"},
+        {"superstep": -1},
+    ],
+)
+def test_checkpoint_refuses_bad_values(overrides: dict[str, Any]) -> None:
+    """Malformed digests, kinds and supersteps are refused at construction."""
+    with pytest.raises(ValueError):
+        make(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"id": 1}, {"superstep": 1.0}, {"runtime": "x"}, {"executors": {"e": DIGEST}}],
+)
+def test_checkpoint_refuses_wrong_types(overrides: dict[str, Any]) -> None:
+    """Fields of the wrong type are refused at construction."""
+    with pytest.raises(TypeError):
+        make(**overrides)
+
+
+def test_kind_accepts_its_string_value() -> None:
+    """kind may be given as its string value and is stored as a CheckpointKind."""
+    cp = make(kind="final")
+    assert cp.kind is CheckpointKind.FINAL
+    assert [k.value for k in CheckpointKind] == ["entry", "step", "response", "final"]
+
+
+def test_blob_digest_is_sha256_hex() -> None:
+    """blob_digest is the lowercase hex sha256 of the bytes."""
+    assert blob_digest(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+def test_ids_sort_in_creation_order_and_are_file_safe() -> None:
+    """Ids made one after another strictly increase and use only [0-9a-f-]."""
+    ids = [new_checkpoint_id() for _ in range(20_000)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[0-9a-f]{16}-[0-9a-f]{4}-[0-9a-f]{8}", i) for i in ids)
+
+
+def test_ids_from_threads_are_unique_and_ordered_per_thread() -> None:
+    """Concurrent threads get distinct ids, each thread's in increasing order."""
+    barrier = threading.Barrier(4, timeout=30)
+
+    def burst() -> list[str]:
+        barrier.wait()
+        return [new_checkpoint_id() for _ in range(5_000)]
+
+    with ThreadPoolExecutor(4) as pool:
+        bursts = [f.result(timeout=30) for f in [pool.submit(burst) for _ in range(4)]]
+    assert all(b == sorted(b) for b in bursts)
+    assert len({i for b in bursts for i in b}) == 20_000
+
+
+def test_ids_order_across_processes() -> None:
+    """An id made in another process after one made here sorts after it."""
+    before = new_checkpoint_id()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        theirs = pool.apply_async(new_checkpoint_id).get(timeout=30)
+    after = new_checkpoint_id()
+    assert before < theirs < after
+
+
+def test_ids_survive_a_clock_step_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the wall clock goes backwards, ids keep increasing."""
+    first = new_checkpoint_id()
+    monkeypatch.setattr(time, "time_ns", lambda: 1)
+    later = [new_checkpoint_id() for _ in range(3)]
+    assert [first, *later] == sorted([first, *later])
+    assert len(set(later)) == 3

@@ -1,0 +1,208 @@
+"""Behaviour of the built-in stores beyond the conformance kit: layout, schema, lifecycle."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import actorflow.storage
+import actorflow.storage.conformance
+from actorflow.errors import CheckpointCorrupt, CheckpointError, UnsupportedFormat
+from actorflow.storage import CheckpointStore, FileStore, MemoryStore, SQLiteStore
+from actorflow.storage.conformance import make_checkpoint
+
+Opener = Callable[[Path], CheckpointStore]
+OPENERS: dict[str, Opener] = {
+    "memory": lambda _: MemoryStore(),
+    "file": lambda tmp: FileStore(tmp / "store"),
+    "sqlite": lambda tmp: SQLiteStore(tmp / "store.db"),
+}
+
+
+def test_public_names() -> None:
+    """actorflow.storage exports exactly its public API (ruff RUF022 keeps it sorted)."""
+    assert set(actorflow.storage.__all__) == {
+        "FORMAT_VERSION",
+        "Checkpoint",
+        "CheckpointKind",
+        "CheckpointStore",
+        "FileStore",
+        "MemoryStore",
+        "SQLiteStore",
+        "blob_digest",
+        "decode_checkpoint",
+        "encode_checkpoint",
+        "new_checkpoint_id",
+    }
+    kit = actorflow.storage.conformance
+    assert all(hasattr(kit, name) for name in kit.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(OPENERS))
+def test_context_manager_closes(name: str, tmp_path: Path) -> None:
+    """Leaving ``with store:`` closes it; using a closed store raises CheckpointError."""
+    with OPENERS[name](tmp_path) as store:  # type: ignore[attr-defined]  # built-ins are context managers
+        checkpoint, blobs = make_checkpoint()
+        store.save(checkpoint, blobs)
+    with pytest.raises(CheckpointError, match="closed"):
+        store.load(checkpoint.id)
+    with pytest.raises(CheckpointError, match="closed"):
+        store.save(*make_checkpoint())
+    store.close()  # still idempotent
+
+
+# --- FileStore ------------------------------------------------------------------------
+
+
+def test_file_store_refuses_a_foreign_folder(tmp_path: Path) -> None:
+    """A non-empty folder that is not a FileStore is refused, and left untouched."""
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="not an actorflow FileStore"):
+        FileStore(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_file_store_refuses_a_newer_layout(tmp_path: Path) -> None:
+    """A folder written with a newer layout raises UnsupportedFormat."""
+    FileStore(tmp_path / "s").close()
+    (tmp_path / "s" / "actorflow-store").write_bytes(b"actorflow FileStore layout 2\n")
+    with pytest.raises(UnsupportedFormat, match="layout 2"):
+        FileStore(tmp_path / "s")
+
+
+def test_file_store_leaves_no_temp_files(tmp_path: Path) -> None:
+    """After saves, deletes and prunes, only final files remain."""
+    with FileStore(tmp_path) as store:
+        parent = None
+        for _ in range(5):
+            checkpoint, blobs = make_checkpoint(parent=parent)
+            store.save(checkpoint, blobs)
+            parent = checkpoint
+        store.prune("session-a", 2)
+    assert [p for p in tmp_path.rglob("*") if p.name.startswith(".tmp-")] == []
+
+
+def test_file_store_collects_a_crashed_writers_leftovers(tmp_path: Path) -> None:
+    """Temp files and unreferenced blobs of a crashed save vanish at the next collection."""
+    with FileStore(tmp_path) as store:
+        kept, blobs = make_checkpoint()
+        store.save(kept, blobs)
+        stray = tmp_path / "blobs" / "ab" / ("ab" * 32)
+        stray.parent.mkdir(exist_ok=True)
+        stray.write_bytes(b"orphan of a crash")
+        (tmp_path / "checkpoints" / ".tmp-crashed").write_bytes(b"half a record")
+        assert store.list() == [kept]
+        doomed, doomed_blobs = make_checkpoint()
+        store.save(doomed, doomed_blobs)
+        store.delete(doomed.id)
+        assert not stray.exists()
+        assert not (tmp_path / "checkpoints" / ".tmp-crashed").exists()
+        assert store.list() == [kept]
+        assert store.verify() == []
+
+
+def test_file_store_collects_nothing_while_a_record_is_unreadable(tmp_path: Path) -> None:
+    """If a record cannot be decoded, delete() keeps every blob (it may reference them)."""
+    with FileStore(tmp_path) as store:
+        damaged, damaged_blobs = make_checkpoint()
+        store.save(damaged, damaged_blobs)
+        (tmp_path / "checkpoints" / f"{damaged.id}.ckpt").write_bytes(b"\x00")
+        other, other_blobs = make_checkpoint()
+        store.save(other, other_blobs)
+        store.delete(other.id)
+        assert store.has_blobs(damaged_blobs) == set(damaged_blobs)
+        assert store.has_blobs(other_blobs) == set(other_blobs)
+        store.delete(damaged.id)
+        assert store.has_blobs([*damaged_blobs, *other_blobs]) == set()
+
+
+def test_file_store_detects_a_record_under_another_name(tmp_path: Path) -> None:
+    """A record file copied to another id's name is reported as corrupt."""
+    with FileStore(tmp_path) as store:
+        checkpoint, blobs = make_checkpoint()
+        store.save(checkpoint, blobs)
+        impostor = make_checkpoint()[0].id
+        records = tmp_path / "checkpoints"
+        shutil.copy(records / f"{checkpoint.id}.ckpt", records / f"{impostor}.ckpt")
+        with pytest.raises(CheckpointCorrupt, match=impostor):
+            store.load(impostor)
+        assert any(impostor in p for p in store.verify())
+
+
+def test_file_store_refuses_ids_unsafe_as_file_names(tmp_path: Path) -> None:
+    """A record id with a path separator or leading dot is refused, nothing written."""
+    with FileStore(tmp_path) as store:
+        for bad in ("../escape", ".hidden", "a/b", ""):
+            checkpoint, blobs = make_checkpoint(chunks={})
+            with pytest.raises(CheckpointError, match="file name"):
+                store.save(dataclasses.replace(checkpoint, id=bad), blobs)
+        assert store.list() == []
+    assert not (tmp_path / "escape.ckpt").exists()
+
+
+# --- SQLiteStore ----------------------------------------------------------------------
+
+
+def test_sqlite_store_pragmas(tmp_path: Path) -> None:
+    """The store uses WAL, synchronous=FULL and a 30 s busy timeout."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        conn = store._conn()
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+
+
+def test_sqlite_store_refuses_a_newer_schema(tmp_path: Path) -> None:
+    """A file with a newer actorflow schema raises UnsupportedFormat."""
+    SQLiteStore(tmp_path / "s.db").close()
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        db.execute("UPDATE actorflow_schema SET version = 99")
+    db.close()
+    with pytest.raises(UnsupportedFormat, match="schema 99"):
+        SQLiteStore(tmp_path / "s.db")
+
+
+def test_sqlite_store_refuses_memory_paths() -> None:
+    """':memory:' would give each thread its own database, so it is refused."""
+    with pytest.raises(ValueError, match="MemoryStore"):
+        SQLiteStore(":memory:")
+
+
+def test_sqlite_store_reports_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    """A file of garbage raises CheckpointCorrupt on open."""
+    (tmp_path / "s.db").write_bytes(os.urandom(4096))
+    with pytest.raises(CheckpointCorrupt):
+        SQLiteStore(tmp_path / "s.db")
+
+
+def test_sqlite_store_detects_index_columns_out_of_step(tmp_path: Path) -> None:
+    """A row whose session column disagrees with its record is reported as corrupt."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        checkpoint, blobs = make_checkpoint(session="real")
+        store.save(checkpoint, blobs)
+        with sqlite3.connect(tmp_path / "s.db") as db:
+            db.execute("UPDATE checkpoints SET session = 'forged'")
+        db.close()
+        with pytest.raises(CheckpointCorrupt, match="disagree"):
+            store.list(session="forged")
+        assert any(checkpoint.id in p for p in store.verify())
+
+
+def test_sqlite_store_closes_connections_of_finished_threads(tmp_path: Path) -> None:
+    """Threads that come and go do not leave one open connection each."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        checkpoint, blobs = make_checkpoint()
+        store.save(checkpoint, blobs)
+        for _ in range(20):
+            worker = threading.Thread(target=store.load, args=(checkpoint.id,))
+            worker.start()
+            worker.join(timeout=30)
+            assert not worker.is_alive()
+        assert len(store._conns) <= 2
