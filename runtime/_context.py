@@ -65,13 +65,20 @@ class Context(Generic[T_Send]):
         """Emit ``value`` as a run output (encoded now; the caller receives its own copy)."""
         self._buffer.output(value)
 
-    def request(self, value: Any, response_type: type) -> str:
+    def request(self, value: Any, response_type: type, *, request_id: str | None = None) -> str:
         """Ask the caller for an answer of ``response_type``; returns the request id.
 
-        The run goes idle with the request pending; the answer is delivered to this
-        executor's ``@response_handler`` as ``(value, answer, ctx)``.
+        The run goes idle with the request pending (status
+        ``IDLE_WITH_PENDING_REQUESTS``); ``session.respond({id: answer})`` delivers
+        the answer to this executor's ``@response_handler`` as ``(value, answer, ctx)``.
+
+        Args:
+            value: the request (encoded now, like a message).
+            response_type: the type the answer must have.
+            request_id: an explicit id (must be unique in the session); by default
+                ``"<executor>:<superstep>:<n>"``, stable across replays.
         """
-        return self._buffer.request(value, response_type)
+        return self._buffer.request(value, response_type, request_id)
 
     def __repr__(self) -> str:
         return f"<Context of {self.executor_id!r} step {self.superstep} from {self._source!r}>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from actorflow.actors import decode
@@ -33,12 +33,11 @@ def outputs_of(raw: list[ev.Event]) -> list[Any]:
     return [decode(e.value) for e in raw if isinstance(e, ev.OutputEvent)]
 
 
-def pending_of(raw: list[ev.Event], open_ids: set[str]) -> tuple[ev.PendingRequest, ...]:
-    """The run's requests that are still open, decoded."""
+def pending_of(pending: Mapping[str, list[Any]]) -> tuple[ev.PendingRequest, ...]:
+    """Open requests (``RunState.pending``), decoded for the caller, sorted by id."""
     return tuple(
-        ev.PendingRequest(e.request_id, e.executor, decode(e.value), e.response_type)
-        for e in raw
-        if isinstance(e, ev.RequestEvent) and e.request_id in open_ids
+        ev.PendingRequest(request_id, executor, decode(payload), response_type)
+        for request_id, (executor, payload, response_type) in sorted(pending.items())
     )
 
 

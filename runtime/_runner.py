@@ -78,8 +78,9 @@ class StepBuffer:
     def output(self, value: object) -> None:
         self.outputs.append(self._encode(value, "output"))
 
-    def request(self, value: object, response_type: type) -> str:
-        request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}"
+    def request(self, value: object, response_type: type, request_id: str | None) -> str:
+        if request_id is None:
+            request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}"
         self.requests.append(
             [request_id, self._encode(value, "request"), type_label(response_type)]
         )

@@ -20,6 +20,7 @@ from actorflow.actors import encode
 from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
+    RequestError,
     SessionBusy,
     SessionClosed,
 )
@@ -32,7 +33,8 @@ from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
 from ._policy import CheckpointPolicy
 from ._supervisor import Driver, Fault, RunJob, SupervisorActor, new_run_id
 from ._types import type_label
-from ._wire import SINGLE
+from ._runner import RESPONSE_SOURCE
+from ._wire import RESPONSE, SINGLE
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -72,6 +74,7 @@ class Session:
         self._driver = self._new_driver(restored)
         self._started = False
         self._last_checkpoint: str | None = restored.checkpoint.id if restored else None
+        self._answers_queued = False
 
     # --- properties ---------------------------------------------------------------
 
@@ -87,9 +90,84 @@ class Session:
         return checkpointer.last_id if checkpointer is not None else self._last_checkpoint
 
     @property
-    def pending_requests(self) -> tuple[str, ...]:
-        """Ids of requests waiting for answers."""
-        return tuple(sorted(self._driver.state.pending))
+    def pending_requests(self) -> tuple[ev.PendingRequest, ...]:
+        """Requests waiting for answers (also after a resume), sorted by id."""
+        return pending_of(self._driver.state.pending)
+
+    def respond(
+        self,
+        answers: Mapping[str, Any],
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ev.RunResult:
+        """Answer pending requests and run until idle again.
+
+        Each answer is delivered to the requesting executor's ``@response_handler``.
+        With a store, a ``response`` checkpoint records the queued answers before
+        any is handled, so that step is replayable. Answering some requests leaves
+        the rest pending.
+
+        Raises:
+            RequestError: an unknown id, a second answer to the same request, or a
+                value of the wrong type; nothing is consumed.
+        """
+        raw: list[ev.Event] = []
+        job = self._begin(NO_INPUT, max_supersteps, metadata, raw.append, answers=answers)
+        future = self._submit(job)
+        try:
+            end: End = future.get()
+        except BaseException:
+            self._abandon(future)
+            raise
+        return self._finish(job, raw, end)
+
+    def queue_answers(self, answers: Mapping[str, Any]) -> None:
+        """Validate and queue answers without running (the next run handles them).
+
+        Raises:
+            RequestError: as for :meth:`respond`; nothing is consumed.
+            SessionBusy: a run is active.
+        """
+        self._acquire("take answers")
+        try:
+            self._check_open()
+            self._queue_answers(answers)
+        finally:
+            self._busy.release()
+
+    def _queue_answers(self, answers: Mapping[str, Any]) -> None:
+        """Check every answer first, then queue them all (caller holds the busy lock)."""
+        state = self._driver.state
+        encoded: list[tuple[str, bytes]] = []
+        for request_id, answer in answers.items():
+            entry = state.pending.get(request_id)
+            if entry is None:
+                why = (
+                    "was already answered"
+                    if request_id in state.answered
+                    else "is not a pending request of this session"
+                )
+                raise RequestError(
+                    f"request {request_id!r} {why}; pending: {sorted(state.pending) or 'none'}"
+                )
+            expected = entry[2]
+            if expected not in ("object", type_label(type(answer))):
+                raise RequestError(
+                    f"request {request_id!r} of executor {entry[0]!r} expects a {expected}, "
+                    f"got a {type_label(type(answer))}; nothing was consumed"
+                )
+            try:
+                encoded.append((request_id, encode(answer)))
+            except EncodeError as exc:
+                raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from exc
+        for request_id, payload in encoded:
+            executor, request_payload, _ = state.pending.pop(request_id)
+            state.answered.add(request_id)
+            state.inbox.setdefault(executor, []).append(
+                [RESPONSE_SOURCE, RESPONSE, [request_id, request_payload, payload]]
+            )
+            self._answers_queued = True
 
     # --- running ------------------------------------------------------------------
 
@@ -314,6 +392,8 @@ class Session:
         max_supersteps: int | None,
         metadata: Mapping[str, Any] | None,
         emit: Callable[[Any], None],
+        *,
+        answers: Mapping[str, Any] | None = None,
     ) -> RunJob:
         spec = self._workflow._spec
         payload = None
@@ -334,6 +414,8 @@ class Session:
         self._acquire("start a run")
         try:
             self._check_open()
+            if answers is not None:
+                self._queue_answers(answers)
         except BaseException:
             self._busy.release()
             raise
@@ -378,7 +460,11 @@ class Session:
         if job.input is not None:
             driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
             if driver.checkpointer is not None:
-                driver.checkpoint_entry(job)
+                driver.checkpoint_now(job, "entry")
+        elif self._answers_queued:
+            self._answers_queued = False
+            if driver.checkpointer is not None:
+                driver.checkpoint_now(job, "response")
         status = driver.run(job)
         if driver.checkpointer is not None:
             driver.checkpointer.flush()
@@ -400,7 +486,7 @@ class Session:
             outputs=outputs_of(raw),
             events=[materialize(e) for e in raw],
             supersteps=sum(1 for e in raw if isinstance(e, ev.SuperstepCompletedEvent)),
-            pending_requests=pending_of(raw, set(self._driver.state.pending)),
+            pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )
 

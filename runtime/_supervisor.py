@@ -449,9 +449,9 @@ class Driver:
             ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind)
         )
 
-    def checkpoint_entry(self, job: RunJob) -> None:
-        """Write the ``entry`` checkpoint: input queued, no executor run yet."""
-        self._checkpoint(job, "entry")
+    def checkpoint_now(self, job: RunJob, kind: str) -> None:
+        """Write an ``entry`` (input queued) or ``response`` (answers queued) checkpoint."""
+        self._checkpoint(job, kind)
 
 
 class _TimedOut(TimeoutError):

@@ -152,6 +152,7 @@ class Workflow:
         session: str | None = None,
         checkpoint_id: str | None = None,
         checkpoint: CheckpointPolicy | None = None,
+        responses: Mapping[str, Any] | None = None,
     ) -> Session:
         """Open a session restored from a checkpoint (the session's latest, or ``checkpoint_id``).
 
@@ -160,19 +161,30 @@ class Workflow:
         to continue. Resuming from an older checkpoint forks a new branch: history
         is never overwritten.
 
+        ``responses`` answers pending requests (as :meth:`Session.respond` would);
+        they are handled by the next ``run()``.
+
         Raises:
             CheckpointNotFound: nothing to resume.
             GraphMismatch: the checkpoint was taken on a different graph.
+            RequestError: a response does not fit a pending request.
         """
         self._check_open()
         restored = load_for_resume(store, self._spec, session=session, checkpoint_id=checkpoint_id)
-        return Session(
+        resumed = Session(
             self,
             session or restored.checkpoint.session,
             store=store,
             checkpoint=checkpoint,
             restored=restored,
         )
+        if responses:
+            try:
+                resumed.queue_answers(responses)
+            except BaseException:
+                resumed.close()
+                raise
+        return resumed
 
     # --- lifecycle ----------------------------------------------------------------
 

@@ -198,8 +198,7 @@ class FileStore(StoreBase):
                 (self._records / f"{checkpoint_id}{_SUFFIX}").unlink()
             except FileNotFoundError:
                 raise not_found(checkpoint_id) from None
-            self._remember_deleted([checkpoint_id])
-            self._collect()
+            self._forget([checkpoint_id])
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
@@ -211,8 +210,7 @@ class FileStore(StoreBase):
             for checkpoint_id in doomed:
                 (self._records / f"{checkpoint_id}{_SUFFIX}").unlink(missing_ok=True)
             if doomed:
-                self._remember_deleted(doomed)
-                self._collect()
+                self._forget(doomed)
             return len(doomed)
 
     def verify(self) -> builtins.list[str]:
@@ -329,11 +327,16 @@ class FileStore(StoreBase):
         except FileNotFoundError:
             return set()
 
-    def _remember_deleted(self, ids: builtins.list[str]) -> None:
+    def _forget(self, ids: builtins.list[str]) -> None:
+        """Finish deleting unlinked records. Caller holds the exclusive lock."""
+        # The unlinks must be durable before any blob goes: otherwise a crash could
+        # bring back a record whose blobs were already collected.
+        _fsync_dir(self._records)
         with open(self._deleted, "a") as f:
             f.write("".join(f"{i}\n" for i in ids))
             f.flush()
             os.fsync(f.fileno())
+        self._collect()
 
     def _collect(self) -> None:
         """Remove unreferenced blobs and stale temp files. Caller holds the exclusive lock."""

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+import msgpack
 
 from actorflow.errors import CheckpointCorrupt, EncodeError, UnsupportedFormat
 

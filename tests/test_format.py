@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

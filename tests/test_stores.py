@@ -15,10 +15,10 @@ import pytest
 import actorflow.storage
 import actorflow.storage.conformance
 from actorflow.errors import CheckpointCorrupt, CheckpointError, UnsupportedFormat
-from actorflow.storage import CheckpointStore, FileStore, MemoryStore, SQLiteStore
+from actorflow.storage import FileStore, MemoryStore, SQLiteStore
 from actorflow.storage.conformance import make_checkpoint
 
-Opener = Callable[[Path], CheckpointStore]
+Opener = Callable[[Path], MemoryStore | FileStore | SQLiteStore]
 OPENERS: dict[str, Opener] = {
     "memory": lambda _: MemoryStore(),
     "file": lambda tmp: FileStore(tmp / "store"),
@@ -48,7 +48,7 @@ def test_public_names() -> None:
 @pytest.mark.parametrize("name", sorted(OPENERS))
 def test_context_manager_closes(name: str, tmp_path: Path) -> None:
     """Leaving ``with store:`` closes it; using a closed store raises CheckpointError."""
-    with OPENERS[name](tmp_path) as store:  # type: ignore[attr-defined]  # built-ins are context managers
+    with OPENERS[name](tmp_path) as store:
         checkpoint, blobs = make_checkpoint()
         store.save(checkpoint, blobs)
     with pytest.raises(CheckpointError, match="closed"):

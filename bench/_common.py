@@ -1,0 +1,295 @@
+"""Shared benchmark helpers: options, timing, payloads, floors, peak RSS, JSON records.
+
+Every benchmark prints one JSON object per figure on stdout (see :func:`report`),
+with the floor it is compared against, measured in the same process run just
+before the workload. Nothing here asserts a timing: ``pass`` is information.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgpack
+import pykka
+import structlog
+
+__all__ = [
+    "Options",
+    "Echo",
+    "SleepEcho",
+    "bytes_under",
+    "codec_floor",
+    "gather_floor",
+    "make_items",
+    "median",
+    "parse_options",
+    "peak_rss_mb",
+    "quiet_logs",
+    "report",
+    "rss_mb",
+    "serial_ask_floor",
+    "sleep_floor",
+    "time_call",
+]
+
+_FILLER = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+    "incididunt ut labore et dolore magna aliqua"
+)
+
+
+def make_items(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """``count`` dicts ``{"id": i, "text": <80 chars>}``; 10,000 of them are ~1 MB of msgpack."""
+    return [{"id": i, "text": f"item-{i:08d} {_FILLER}"[:80]} for i in range(start, start + count)]
+
+
+# --- options and process setup -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Command-line options shared by every benchmark."""
+
+    quick: bool
+    """Smoke mode: fewer repetitions, same workload shapes (figures are noisier)."""
+
+
+def parse_options(description: str, argv: Sequence[str] | None = None) -> Options:
+    """Parse ``--quick`` and quiet the library's logs (they would interleave with the JSON)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="fast smoke mode (fewer repetitions)")
+    args = parser.parse_args(argv)
+    quiet_logs()
+    return Options(quick=bool(args.quick))
+
+
+def quiet_logs() -> None:
+    """Send actorflow's structlog output to stderr, errors only.
+
+    The library never configures logging; a benchmark is an application, so it
+    does, keeping stdout pure JSON lines (expected warnings such as "run failed"
+    on ``SuperstepLimitExceeded`` would otherwise land there).
+    """
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+# --- measuring -----------------------------------------------------------------------
+
+
+def median(samples: Sequence[float]) -> float:
+    """Median of ``samples`` (which must not be empty)."""
+    return float(statistics.median(samples))
+
+
+def time_call(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` takes (after a ``gc.collect()``, outside the timing)."""
+    gc.collect()
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process, MB (VmRSS)."""
+    return _proc_status_mb("VmRSS:") or peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, MB (VmHWM, else ``ru_maxrss``)."""
+    found = _proc_status_mb("VmHWM:")
+    if found:
+        return found
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def _proc_status_mb(field: str) -> float:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return 0.0
+
+
+def bytes_under(path: str) -> int:
+    """Total size of the files under ``path`` (SQLite ``-wal``/``-shm`` included)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                pass  # removed while walking (a temp file): not on disk any more
+    return total
+
+
+# --- floors --------------------------------------------------------------------------
+
+
+def _roundtrip(payload: bytes) -> bytes:
+    data: bytes = msgpack.packb(msgpack.unpackb(payload), use_bin_type=True)
+    return data
+
+
+class Echo(pykka.ThreadingActor):
+    """The floor's bare actor: decodes the msgpack payload it is asked with and re-encodes it."""
+
+    def on_receive(self, message: Any) -> Any:
+        return _roundtrip(message)
+
+
+class SleepEcho(pykka.ThreadingActor):
+    """Like :class:`Echo`, blocking ``delay`` seconds first (the W2-io floor's worker)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def on_receive(self, message: Any) -> Any:
+        time.sleep(self.delay)
+        return _roundtrip(message)
+
+
+_SMALL: bytes = msgpack.packb([1, -1, {"n": 123}], use_bin_type=True)
+"""A small frame, the size of what W1 exchanges per superstep."""
+
+
+def serial_ask_floor(asks: int = 2001, repeats: int = 5) -> list[float]:
+    """Asks/s of one bare actor asked ``asks`` times in a row; ``repeats`` samples after a warm-up."""
+    ref = Echo.start()
+    try:
+
+        def one() -> None:
+            for _ in range(asks):
+                ref.ask(_SMALL)
+
+        one()  # warm-up
+        return [asks / time_call(one) for _ in range(repeats)]
+    finally:
+        ref.stop()
+
+
+def gather_floor(width: int = 8, runs: int = 200, repeats: int = 3) -> list[float]:
+    """Runs/s where a run asks ``width`` bare actors at once and then gets every answer."""
+    refs = [Echo.start() for _ in range(width)]
+    try:
+
+        def batch() -> None:
+            for _ in range(runs):
+                pykka.get_all([r.ask(_SMALL, block=False) for r in refs])
+
+        batch()  # warm-up
+        return [runs / time_call(batch) for _ in range(repeats)]
+    finally:
+        for ref in refs:
+            ref.stop()
+
+
+def sleep_floor(width: int = 8, delay: float = 0.02, runs: int = 30) -> list[float]:
+    """Seconds per run: ``width`` bare actors each blocking ``delay``, asked in parallel."""
+    refs = [SleepEcho.start(delay) for _ in range(width)]
+    try:
+
+        def one() -> None:
+            pykka.get_all([r.ask(_SMALL, block=False) for r in refs])
+
+        one()  # warm-up
+        return [time_call(one) for _ in range(runs)]
+    finally:
+        for ref in refs:
+            ref.stop()
+
+
+def codec_floor(value: object, repeats: int = 7) -> list[float]:
+    """Seconds per ``msgpack.packb`` + ``msgpack.unpackb`` of ``value``; samples after a warm-up."""
+
+    def one() -> None:
+        msgpack.unpackb(msgpack.packb(value, use_bin_type=True))
+
+    one()
+    return [time_call(one) for _ in range(repeats)]
+
+
+# --- records -------------------------------------------------------------------------
+
+Op = Literal[">=", "<="]
+
+
+def report(
+    bench: str,
+    metric: str,
+    value: float,
+    unit: str,
+    *,
+    floor: float | None,
+    floor_unit: str,
+    floor_name: str,
+    target_op: Op,
+    target_value: float,
+    target_on: Literal["ratio_vs_floor", "value"] = "ratio_vs_floor",
+    samples: Sequence[float] = (),
+    quick: bool = False,
+    **details: Any,
+) -> dict[str, Any]:
+    """Print one figure as a JSON line on stdout and return it.
+
+    ``ratio_vs_floor`` is always ``value / floor`` (so for a rate higher is better
+    and for a latency lower is better). The target applies to ``target_on``.
+    """
+    ratio = value / floor if floor else None
+    subject = ratio if target_on == "ratio_vs_floor" else value
+    if subject is None or math.isnan(subject):
+        passed: bool | None = None
+    elif target_op == ">=":
+        passed = subject >= target_value
+    else:
+        passed = subject <= target_value
+    what = "x floor" if target_on == "ratio_vs_floor" else f" {unit}"
+    record: dict[str, Any] = {
+        "bench": bench,
+        "metric": metric,
+        "value": _round(value),
+        "unit": unit,
+        "floor": _round(floor) if floor is not None else None,
+        "floor_unit": floor_unit,
+        "floor_name": floor_name,
+        "ratio_vs_floor": _round(ratio) if ratio is not None else None,
+        "target": f"{target_op} {target_value:g}{what}",
+        "target_on": target_on,
+        "target_op": target_op,
+        "target_value": target_value,
+        "pass": passed,
+        "samples": [_round(s) for s in samples],
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "quick": quick,
+        "details": {k: _round(v) if isinstance(v, float) else v for k, v in details.items()},
+    }
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def _round(value: float) -> float:
+    """Four significant digits: enough for benchmark figures, short JSON."""
+    if value == 0 or math.isnan(value) or math.isinf(value):
+        return value
+    return round(value, max(0, 3 - int(math.floor(math.log10(abs(value))))))

@@ -1,0 +1,202 @@
+"""W1 and W1-1MB: two executors in a cycle, one message in flight, one executor per superstep.
+
+W1: A gets 0; A receiving n >= 1000 outputs n, otherwise sends n to B; B sends n + 1
+to A. One run is 2001 supersteps. Metric: supersteps/s (median of 5 runs after a
+warm-up) against the ask floor (asks/s of a bare pykka actor that decodes and
+re-encodes a small msgpack payload). Target: >= 0.7x.
+
+W1-1MB: the same cycle up to n = 50 (101 supersteps), every message carrying a
+~1 MB list of 10,000 dicts. Metric: supersteps/s and MB/s against the codec floor
+(``msgpack.packb`` + ``msgpack.unpackb`` of the payload: the per-superstep work of
+one executor decoding its message and encoding the next). Target: >= 0.8x.
+
+Run: ``python -m bench.w1 [--quick]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+import actorflow as af
+from bench._common import (
+    codec_floor,
+    make_items,
+    median,
+    parse_options,
+    report,
+    serial_ask_floor,
+    time_call,
+)
+
+LIMIT = 1000
+"""W1: A outputs once n reaches this (2 * LIMIT + 1 supersteps per run)."""
+BIG_LIMIT = 50
+"""W1-1MB: the same, with the payload (2 * BIG_LIMIT + 1 supersteps per run)."""
+ITEMS = 10_000
+
+
+class A(af.Executor):
+    """Outputs n once it reaches ``LIMIT``, else passes it to B."""
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        if n >= LIMIT:
+            ctx.output(n)
+        else:
+            ctx.send(n)
+
+
+class B(af.Executor):
+    """Sends n + 1 back to A."""
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        ctx.send(n + 1)
+
+
+@af.message
+@dataclass
+class Big:
+    """W1-1MB's message: the counter and a ~1 MB payload."""
+
+    n: int
+    items: list[dict[str, Any]]
+
+
+class BigA(af.Executor):
+    """Outputs n once it reaches ``BIG_LIMIT``, else passes the whole message to BigB."""
+
+    @af.handler
+    def on_big(self, msg: Big, ctx: af.Context[Big]) -> None:
+        if msg.n >= BIG_LIMIT:
+            ctx.output(msg.n)
+        else:
+            ctx.send(msg)
+
+
+class BigB(af.Executor):
+    """Increments n and sends the whole message back to BigA."""
+
+    @af.handler
+    def on_big(self, msg: Big, ctx: af.Context[Big]) -> None:
+        msg.n += 1
+        ctx.send(msg)
+
+
+def build_w1() -> af.Workflow:
+    """The W1 cycle."""
+    builder = af.WorkflowBuilder("w1", start=A("a"), max_supersteps=5000)
+    builder.add_edge("a", B("b")).add_edge("b", "a")
+    return builder.build()
+
+
+def build_w1_big() -> af.Workflow:
+    """The W1-1MB cycle."""
+    builder = af.WorkflowBuilder("w1-1mb", start=BigA("a"), max_supersteps=5000)
+    builder.add_edge("a", BigB("b")).add_edge("b", "a")
+    return builder.build()
+
+
+def bench_w1(quick: bool) -> None:
+    """Measure W1 and print its record."""
+    repeats = 2 if quick else 5
+    floor_samples = serial_ask_floor(asks=2001, repeats=repeats)
+    floor = median(floor_samples)
+    steps: list[int] = []
+    with build_w1() as wf:
+
+        def one() -> None:
+            result = wf.run(0)
+            if result.outputs != [LIMIT]:
+                raise AssertionError(f"W1 produced {result.outputs}, expected [{LIMIT}]")
+            steps.append(result.supersteps)
+
+        one()  # warm-up: starts the pooled actors
+        times = [time_call(one) for _ in range(repeats)]
+    rates = [s / t for s, t in zip(steps[1:], times, strict=True)]
+    report(
+        "w1",
+        "supersteps_per_s",
+        median(rates),
+        "supersteps/s",
+        floor=floor,
+        floor_unit="asks/s",
+        floor_name="serial pykka ask, msgpack decode+encode in the actor (2001 asks)",
+        target_op=">=",
+        target_value=0.7,
+        samples=rates,
+        quick=quick,
+        floor_samples=floor_samples,
+        supersteps_per_run=steps[0],
+        us_per_superstep=1e6 / median(rates),
+        us_per_ask_floor=1e6 / floor,
+    )
+
+
+def bench_w1_big(quick: bool) -> None:
+    """Measure W1-1MB and print its records (supersteps/s and MB/s)."""
+    repeats = 2 if quick else 5
+    payload = make_items(ITEMS)
+    size = len(msgpack.packb(payload, use_bin_type=True))
+    floor_samples = codec_floor(payload, repeats=3 if quick else 7)
+    floor_s = median(floor_samples)
+    steps: list[int] = []
+    with build_w1_big() as wf:
+
+        def one() -> None:
+            result = wf.run(Big(0, payload))
+            if result.outputs != [BIG_LIMIT]:
+                raise AssertionError(f"W1-1MB produced {result.outputs}, expected [{BIG_LIMIT}]")
+            steps.append(result.supersteps)
+
+        one()
+        times = [time_call(one) for _ in range(repeats)]
+    rates = [s / t for s, t in zip(steps[1:], times, strict=True)]
+    rate = median(rates)
+    mb = size / 1e6
+    common: dict[str, Any] = {
+        "floor_name": "msgpack.packb + msgpack.unpackb of the payload, once per superstep",
+        "target_op": ">=",
+        "target_value": 0.8,
+        "quick": quick,
+        "payload_bytes": size,
+        "supersteps_per_run": steps[0],
+        "ms_per_superstep": 1e3 / rate,
+        "floor_ms_per_op": floor_s * 1e3,
+    }
+    report(
+        "w1_1mb",
+        "supersteps_per_s",
+        rate,
+        "supersteps/s",
+        floor=1 / floor_s,
+        floor_unit="encode+decode/s",
+        samples=rates,
+        **common,
+    )
+    report(
+        "w1_1mb",
+        "mb_per_s",
+        rate * mb,
+        "MB/s",
+        floor=mb / floor_s,
+        floor_unit="MB/s",
+        samples=[r * mb for r in rates],
+        **common,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run W1 then W1-1MB."""
+    options = parse_options(__doc__ or "", argv)
+    bench_w1(options.quick)
+    bench_w1_big(options.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
