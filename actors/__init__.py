@@ -10,7 +10,6 @@ backends that place hosts (threads via pykka by default) with their warm pool.
 """
 
 from ._backend import ActorBackend, HostFuture, HostPool, HostRef, ThreadBackend
-
 from ._chunks import decode_state, encode_state
 from ._codec import decode, encode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop

@@ -71,7 +71,7 @@ import zoneinfo
 from collections.abc import Callable
 from typing import Any, cast
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+import msgpack
 from msgpack import fallback as _fallback
 
 from actorflow.errors import DecodeError, EncodeError

@@ -26,12 +26,14 @@ import pykka
 import structlog
 
 __all__ = [
-    "Options",
+    "AskFloor",
     "Echo",
+    "GatherFloor",
+    "Options",
     "SleepEcho",
+    "alternate",
     "bytes_under",
-    "codec_floor",
-    "gather_floor",
+    "codec_roundtrip",
     "make_items",
     "median",
     "parse_options",
@@ -39,8 +41,6 @@ __all__ = [
     "quiet_logs",
     "report",
     "rss_mb",
-    "serial_ask_floor",
-    "sleep_floor",
     "time_call",
 ]
 
@@ -174,60 +174,97 @@ _SMALL: bytes = msgpack.packb([1, -1, {"n": 123}], use_bin_type=True)
 """A small frame, the size of what W1 exchanges per superstep."""
 
 
-def serial_ask_floor(asks: int = 2001, repeats: int = 5) -> list[float]:
-    """Asks/s of one bare actor asked ``asks`` times in a row; ``repeats`` samples after a warm-up."""
-    ref = Echo.start()
-    try:
+class AskFloor:
+    """Serial asks to one bare :class:`Echo` actor; :meth:`sample` returns asks/s."""
+
+    def __init__(self, asks: int = 2001) -> None:
+        self.asks = asks
+        self._ref: Any = None
+
+    def __enter__(self) -> AskFloor:
+        self._ref = Echo.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._ref.stop()
+
+    def sample(self) -> float:
+        """Asks/s over ``asks`` asks in a row (each waits for its answer)."""
+        ref = self._ref
 
         def one() -> None:
-            for _ in range(asks):
+            for _ in range(self.asks):
                 ref.ask(_SMALL)
 
-        one()  # warm-up
-        return [asks / time_call(one) for _ in range(repeats)]
-    finally:
-        ref.stop()
+        return self.asks / time_call(one)
 
 
-def gather_floor(width: int = 8, runs: int = 200, repeats: int = 3) -> list[float]:
-    """Runs/s where a run asks ``width`` bare actors at once and then gets every answer."""
-    refs = [Echo.start() for _ in range(width)]
-    try:
+class GatherFloor:
+    """``width`` bare actors asked at once, then every answer got: one "run"."""
+
+    def __init__(self, width: int = 8, delay: float = 0.0) -> None:
+        self.width = width
+        self.delay = delay
+        self._refs: list[Any] = []
+
+    def __enter__(self) -> GatherFloor:
+        if self.delay:
+            self._refs = [SleepEcho.start(self.delay) for _ in range(self.width)]
+        else:
+            self._refs = [Echo.start() for _ in range(self.width)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for ref in self._refs:
+            ref.stop()
+
+    def run_once(self) -> None:
+        """One gathered round of asks."""
+        pykka.get_all([r.ask(_SMALL, block=False) for r in self._refs])
+
+    def rate(self, runs: int) -> float:
+        """Runs/s over ``runs`` rounds."""
 
         def batch() -> None:
             for _ in range(runs):
-                pykka.get_all([r.ask(_SMALL, block=False) for r in refs])
+                self.run_once()
 
-        batch()  # warm-up
-        return [runs / time_call(batch) for _ in range(repeats)]
-    finally:
-        for ref in refs:
-            ref.stop()
+        return runs / time_call(batch)
 
-
-def sleep_floor(width: int = 8, delay: float = 0.02, runs: int = 30) -> list[float]:
-    """Seconds per run: ``width`` bare actors each blocking ``delay``, asked in parallel."""
-    refs = [SleepEcho.start(delay) for _ in range(width)]
-    try:
-
-        def one() -> None:
-            pykka.get_all([r.ask(_SMALL, block=False) for r in refs])
-
-        one()  # warm-up
-        return [time_call(one) for _ in range(runs)]
-    finally:
-        for ref in refs:
-            ref.stop()
+    def latency(self) -> float:
+        """Seconds of one round."""
+        return time_call(self.run_once)
 
 
-def codec_floor(value: object, repeats: int = 7) -> list[float]:
-    """Seconds per ``msgpack.packb`` + ``msgpack.unpackb`` of ``value``; samples after a warm-up."""
+def alternate(
+    floor: Callable[[], float],
+    work: Callable[[], float],
+    repeats: int,
+    warmup: int = 1,
+) -> tuple[list[float], list[float]]:
+    """Sample the floor and the workload in turn, ``repeats`` times each after ``warmup`` rounds.
+
+    Alternating keeps slow drifts of the machine (CPU frequency, a neighbour's load,
+    a vCPU waking from idle) out of the ratio: both sides see the same conditions.
+    """
+    for _ in range(warmup):
+        floor()
+        work()
+    floors: list[float] = []
+    works: list[float] = []
+    for _ in range(repeats):
+        floors.append(floor())
+        works.append(work())
+    return floors, works
+
+
+def codec_roundtrip(value: object) -> float:
+    """Seconds of one ``msgpack.packb`` + ``msgpack.unpackb`` of ``value`` (the codec floor)."""
 
     def one() -> None:
         msgpack.unpackb(msgpack.packb(value, use_bin_type=True))
 
-    one()
-    return [time_call(one) for _ in range(repeats)]
+    return time_call(one)
 
 
 # --- records -------------------------------------------------------------------------

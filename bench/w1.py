@@ -15,6 +15,7 @@ Run: ``python -m bench.w1 [--quick]``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,13 +24,13 @@ import msgpack
 
 import actorflow as af
 from bench._common import (
-    codec_floor,
+    AskFloor,
+    alternate,
+    codec_roundtrip,
     make_items,
     median,
     parse_options,
     report,
-    serial_ask_floor,
-    time_call,
 )
 
 LIMIT = 1000
@@ -102,80 +103,83 @@ def build_w1_big() -> af.Workflow:
 
 
 def bench_w1(quick: bool) -> None:
-    """Measure W1 and print its record."""
-    repeats = 2 if quick else 5
-    floor_samples = serial_ask_floor(asks=2001, repeats=repeats)
-    floor = median(floor_samples)
+    """Measure W1 against the ask floor (sampled in turn) and print its record."""
+    repeats = 3 if quick else 5
     steps: list[int] = []
-    with build_w1() as wf:
+    with build_w1() as wf, AskFloor(asks=2001) as floor:
 
-        def one() -> None:
+        def one() -> float:
+            started = time.perf_counter()
             result = wf.run(0)
+            elapsed = time.perf_counter() - started
             if result.outputs != [LIMIT]:
                 raise AssertionError(f"W1 produced {result.outputs}, expected [{LIMIT}]")
             steps.append(result.supersteps)
+            return result.supersteps / elapsed
 
-        one()  # warm-up: starts the pooled actors
-        times = [time_call(one) for _ in range(repeats)]
-    rates = [s / t for s, t in zip(steps[1:], times, strict=True)]
+        floors, rates = alternate(floor.sample, one, repeats, warmup=2)
+    rate, floor_rate = median(rates), median(floors)
     report(
         "w1",
         "supersteps_per_s",
-        median(rates),
+        rate,
         "supersteps/s",
-        floor=floor,
+        floor=floor_rate,
         floor_unit="asks/s",
-        floor_name="serial pykka ask, msgpack decode+encode in the actor (2001 asks)",
+        floor_name="serial pykka ask of a bare actor that msgpack-decodes and re-encodes",
         target_op=">=",
         target_value=0.7,
         samples=rates,
         quick=quick,
-        floor_samples=floor_samples,
+        floor_samples=floors,
         supersteps_per_run=steps[0],
-        us_per_superstep=1e6 / median(rates),
-        us_per_ask_floor=1e6 / floor,
+        us_per_superstep=1e6 / rate,
+        us_per_ask_floor=1e6 / floor_rate,
     )
 
 
 def bench_w1_big(quick: bool) -> None:
-    """Measure W1-1MB and print its records (supersteps/s and MB/s)."""
-    repeats = 2 if quick else 5
+    """Measure W1-1MB against the codec floor and print its records (supersteps/s, MB/s)."""
+    repeats = 3 if quick else 5
     payload = make_items(ITEMS)
     size = len(msgpack.packb(payload, use_bin_type=True))
-    floor_samples = codec_floor(payload, repeats=3 if quick else 7)
-    floor_s = median(floor_samples)
+    mb = size / 1e6
     steps: list[int] = []
     with build_w1_big() as wf:
 
-        def one() -> None:
+        def one() -> float:
+            started = time.perf_counter()
             result = wf.run(Big(0, payload))
+            elapsed = time.perf_counter() - started
             if result.outputs != [BIG_LIMIT]:
                 raise AssertionError(f"W1-1MB produced {result.outputs}, expected [{BIG_LIMIT}]")
             steps.append(result.supersteps)
+            return result.supersteps / elapsed
 
-        one()
-        times = [time_call(one) for _ in range(repeats)]
-    rates = [s / t for s, t in zip(steps[1:], times, strict=True)]
-    rate = median(rates)
-    mb = size / 1e6
+        def codec() -> float:
+            return 1 / codec_roundtrip(payload)
+
+        floors, rates = alternate(codec, one, repeats)
+    rate, floor_rate = median(rates), median(floors)
     common: dict[str, Any] = {
-        "floor_name": "msgpack.packb + msgpack.unpackb of the payload, once per superstep",
+        "floor_name": "msgpack.packb + msgpack.unpackb of the payload (per superstep)",
         "target_op": ">=",
         "target_value": 0.8,
         "quick": quick,
         "payload_bytes": size,
         "supersteps_per_run": steps[0],
         "ms_per_superstep": 1e3 / rate,
-        "floor_ms_per_op": floor_s * 1e3,
+        "floor_ms_per_roundtrip": 1e3 / floor_rate,
     }
     report(
         "w1_1mb",
         "supersteps_per_s",
         rate,
         "supersteps/s",
-        floor=1 / floor_s,
-        floor_unit="encode+decode/s",
+        floor=floor_rate,
+        floor_unit="roundtrips/s",
         samples=rates,
+        floor_samples=floors,
         **common,
     )
     report(
@@ -183,9 +187,10 @@ def bench_w1_big(quick: bool) -> None:
         "mb_per_s",
         rate * mb,
         "MB/s",
-        floor=mb / floor_s,
+        floor=floor_rate * mb,
         floor_unit="MB/s",
         samples=[r * mb for r in rates],
+        floor_samples=[f * mb for f in floors],
         **common,
     )
 

@@ -478,8 +478,9 @@ class Session:
         except Exception:  # noqa: BLE001 - the caller already left; nothing to report to
             pass
 
-    def _finish(self, job: RunJob, raw: list[ev.Event], end: End) -> ev.RunResult:
+    def _finish(self, job: RunJob, raw: list[Any], end: End) -> ev.RunResult:
         end.raise_error()
+        raw = [e for e in raw if not isinstance(e, End)]
         return ev.RunResult(
             run_id=job.run_id,
             status=end.status,

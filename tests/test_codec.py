@@ -17,9 +17,9 @@ import threading
 import uuid
 import zoneinfo
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,6 +100,11 @@ class NotRegistered:
 
 class MyStr(str):
     pass
+
+
+class Pair(NamedTuple):
+    a: int
+    b: int
 
 
 class Unregistered(enum.Enum):
@@ -321,6 +326,12 @@ class _CustomTz(dt.tzinfo):
     def utcoffset(self, d: dt.datetime | None) -> dt.timedelta:
         return dt.timedelta(hours=1)
 
+    def dst(self, d: dt.datetime | None) -> dt.timedelta:
+        return dt.timedelta(0)
+
+    def tzname(self, d: dt.datetime | None) -> str:
+        return "CUSTOM"
+
 
 def test_unsupported_tzinfo_is_an_encode_error() -> None:
     """A tzinfo that cannot be rebuilt without code (custom, ZoneInfo.from_file) is refused."""
@@ -407,7 +418,7 @@ def test_unset_init_false_field_stays_unset() -> None:
     assert not hasattr(result, "cache")
 
 
-def _evolving(version: int) -> type:
+def _evolving(version: int) -> type[Any]:
     """One dataclass (same module and qualname) in two schema versions."""
     if version == 1:
 
@@ -418,7 +429,7 @@ def _evolving(version: int) -> type:
     else:
 
         @dataclass
-        class Evolving:
+        class Evolving:  # type: ignore[no-redef]  # the same class in version 2 is the point
             a: int
             b: str = "default"
 
@@ -478,7 +489,7 @@ def test_path_through_dict_and_tuple() -> None:
         MyStr("x"),
         collections.OrderedDict(a=1),
         collections.defaultdict(list),
-        collections.namedtuple("Pair", "a b")(1, 2),  # a tuple subclass on purpose
+        Pair(1, 2),
         Unregistered.A,
         NotRegistered(1),
         object(),
@@ -603,11 +614,6 @@ class _Evil:
 
 def test_crafted_payloads_import_and_call_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ext payloads naming os.system or modules, and pickles, fail without importing or calling."""
-    calls: list[object] = []
-    monkeypatch.setattr(os, "system", lambda *a: calls.append(a))
-    monkeypatch.setattr(pickle, "loads", lambda *a, **k: calls.append(a))
-    recorder = _ImportRecorder()
-    monkeypatch.setattr(sys, "meta_path", [recorder, *sys.meta_path])
     crafted = [
         msgpack.packb(
             msgpack.ExtType(EXT_DATACLASS, msgpack.packb(["os.system", {"command": "x"}]))
@@ -619,6 +625,11 @@ def test_crafted_payloads_import_and_call_nothing(monkeypatch: pytest.MonkeyPatc
         pickle.dumps(_Evil()),
         pickle.dumps(_Evil(), protocol=0),
     ]
+    calls: list[object] = []
+    monkeypatch.setattr(os, "system", lambda *a: calls.append(a))
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: calls.append(a))
+    recorder = _ImportRecorder()
+    monkeypatch.setattr(sys, "meta_path", [recorder, *sys.meta_path])
     for data in crafted:
         with pytest.raises(DecodeError):
             decode(data)
@@ -682,7 +693,7 @@ def test_message_refuses_non_dataclasses() -> None:
     with pytest.raises(RegistrationError, match="@dataclass"):
         message(Plain)
     with pytest.raises(RegistrationError):
-        message(Item("x"))  # type: ignore[arg-type]  # the misuse under test
+        message(Item("x"))  # type: ignore[call-overload]  # the misuse under test
 
 
 def test_name_taken_by_another_class_is_refused() -> None:

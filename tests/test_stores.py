@@ -206,3 +206,14 @@ def test_sqlite_store_closes_connections_of_finished_threads(tmp_path: Path) -> 
             worker.join(timeout=30)
             assert not worker.is_alive()
         assert len(store._conns) <= 2
+
+
+def test_kit_skips_damage_tests_for_factories_without_hooks(tmp_path: Path) -> None:
+    """A factory without corrupt_* hooks gets a skip with the reason, not a failure."""
+    from actorflow.storage._kit_base import damage_hook
+
+    def plain_factory() -> FileStore:
+        return FileStore(tmp_path / "s")
+
+    with pytest.raises(pytest.skip.Exception, match="corrupt_record"):
+        damage_hook(plain_factory, "corrupt_record")

@@ -1,0 +1,179 @@
+"""The ``actorflow`` command: inspect checkpoint stores, draw graphs, run the demo.
+
+``STORE`` is a SQLite file (``SQLiteStore``) or a folder (``FileStore``).
+
+    actorflow checkpoints list STORE [--session S] [--workflow W]
+    actorflow checkpoints show STORE CHECKPOINT_ID
+    actorflow checkpoints verify STORE
+    actorflow checkpoints prune STORE --session S --keep N
+    actorflow graph MODULE:ATTRIBUTE [--format mermaid]
+    actorflow demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from actorflow.errors import ActorflowError
+from actorflow.runtime import Workflow
+from actorflow.storage import Checkpoint, CheckpointStore, FileStore, SQLiteStore
+
+__all__ = ["main"]
+
+
+def open_store(path: str) -> CheckpointStore:
+    """A folder is a FileStore; anything else a SQLite file (created if missing)."""
+    return FileStore(path) if Path(path).is_dir() else SQLiteStore(path)
+
+
+def _summary(cp: Checkpoint) -> dict[str, Any]:
+    return {
+        "id": cp.id,
+        "parent_id": cp.parent_id,
+        "session": cp.session,
+        "workflow": cp.workflow,
+        "superstep": cp.superstep,
+        "kind": cp.kind.value,
+        "created_at": cp.created_at,
+    }
+
+
+def _describe_runtime(runtime: bytes) -> dict[str, Any]:
+    """The runtime blob with payloads shown as sizes (never decoded as values)."""
+    body = msgpack.unpackb(runtime, raw=False, strict_map_key=False)
+    inbox = {t: [[src, grp, _size(p)] for src, grp, p in ds] for t, ds in body["inbox"].items()}
+    fan_in = {g: {s: len(v) for s, v in srcs.items()} for g, srcs in body["fan_in"].items()}
+    pending = {rid: {"executor": e[0], "response_type": e[2]} for rid, e in body["pending"].items()}
+    return {"superstep": body["superstep"], "inbox": inbox, "fan_in": fan_in, "pending": pending}
+
+
+def _size(payload: Any) -> str:
+    if isinstance(payload, bytes):
+        return f"{len(payload)} bytes"
+    if isinstance(payload, list):
+        return f"{len(payload)} items"
+    return type(payload).__name__
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    try:
+        if args.action == "list":
+            for cp in store.list(workflow=args.workflow, session=args.session):
+                print(json.dumps(_summary(cp)))
+        elif args.action == "show":
+            cp = store.load(args.checkpoint_id)
+            shown = _summary(cp) | {
+                "graph_signature": cp.graph_signature,
+                "executors": {k: list(v) for k, v in cp.executors.items()},
+                "metadata": dict(cp.metadata),
+                "runtime": _describe_runtime(cp.runtime),
+            }
+            print(json.dumps(shown, indent=2, default=str))
+        elif args.action == "verify":
+            problems = store.verify()
+            for problem in problems:
+                print(problem)
+            print(f"{len(problems)} problem(s) in {len(store.list())} checkpoint(s)")
+            return 1 if problems else 0
+        elif args.action == "prune":
+            removed = store.prune(args.session, args.keep)
+            print(f"removed {removed} checkpoint(s) of session {args.session!r}")
+    finally:
+        store.close()
+    return 0
+
+
+def _graph(args: argparse.Namespace) -> int:
+    module_name, _, attribute = args.target.partition(":")
+    if not attribute:
+        raise SystemExit("graph: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)")
+    sys.path.insert(0, str(Path.cwd()))
+    found = getattr(importlib.import_module(module_name), attribute)
+    workflow = found() if callable(found) and not isinstance(found, Workflow) else found
+    if not isinstance(workflow, Workflow):
+        raise SystemExit(f"graph: {args.target} is not a Workflow")
+    print(mermaid(workflow))
+    workflow.close()
+    return 0
+
+
+def mermaid(workflow: Workflow) -> str:
+    """The graph as a Mermaid flowchart."""
+    description = workflow.describe()
+    lines = ["flowchart LR"]
+    for eid, info in description["executors"].items():
+        label = f"{eid}<br/>{info['type'].rsplit('.', 1)[-1]}"
+        shape = f"(({label}))" if eid == description["start"] else f"[{label}]"
+        lines.append(f"    {_node(eid)}{shape}")
+    for kind, src, targets, conditional in description["edges"]:
+        arrow = "-.->" if conditional else "-->"
+        label = "" if kind == "edge" else f"|{kind}|"
+        lines.extend(f"    {_node(src)} {arrow}{label} {_node(t)}" for t in targets)
+    for target, sources in description["fan_in"]:
+        lines.extend(f"    {_node(s)} -->|fan_in| {_node(target)}" for s in sources)
+    return "\n".join(lines)
+
+
+def _node(executor_id: str) -> str:
+    return "n_" + "".join(c if c.isalnum() else "_" for c in executor_id)
+
+
+def _demo(_: argparse.Namespace) -> int:
+    demo = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+    if not demo.exists():
+        raise SystemExit("demo: examples/demo.py ships with the source checkout; run `make demo` there")
+    runpy.run_path(str(demo), run_name="__main__")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``actorflow`` command."""
+    parser = argparse.ArgumentParser(prog="actorflow", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    ckpt = commands.add_parser("checkpoints", help="inspect a checkpoint store")
+    actions = ckpt.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="list checkpoints, oldest first")
+    listing.add_argument("store")
+    listing.add_argument("--session")
+    listing.add_argument("--workflow")
+    show = actions.add_parser("show", help="show one checkpoint")
+    show.add_argument("store")
+    show.add_argument("checkpoint_id")
+    verify = actions.add_parser("verify", help="check every record, digest and reference")
+    verify.add_argument("store")
+    prune = actions.add_parser("prune", help="keep the newest N checkpoints of a session")
+    prune.add_argument("store")
+    prune.add_argument("--session", required=True)
+    prune.add_argument("--keep", type=int, required=True)
+    ckpt.set_defaults(func=_checkpoints)
+
+    graph = commands.add_parser("graph", help="draw a workflow graph")
+    graph.add_argument("target", help="MODULE:ATTRIBUTE of a Workflow or a function returning one")
+    graph.add_argument("--format", choices=["mermaid"], default="mermaid")
+    graph.set_defaults(func=_graph)
+
+    demo = commands.add_parser("demo", help="run the crash-and-resume demo")
+    demo.set_defaults(func=_demo)
+
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ActorflowError as exc:
+        print(f"actorflow: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
