@@ -96,7 +96,9 @@ def _checkpoints(args: argparse.Namespace) -> int:
 def _graph(args: argparse.Namespace) -> int:
     module_name, _, attribute = args.target.partition(":")
     if not attribute:
-        raise SystemExit("graph: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)")
+        raise SystemExit(
+            "graph: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)"
+        )
     sys.path.insert(0, str(Path.cwd()))
     found = getattr(importlib.import_module(module_name), attribute)
     workflow = found() if callable(found) and not isinstance(found, Workflow) else found
@@ -131,7 +133,9 @@ def _node(executor_id: str) -> str:
 def _demo(_: argparse.Namespace) -> int:
     demo = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
     if not demo.exists():
-        raise SystemExit("demo: examples/demo.py ships with the source checkout; run `make demo` there")
+        raise SystemExit(
+            "demo: examples/demo.py ships with the source checkout; run `make demo` there"
+        )
     runpy.run_path(str(demo), run_name="__main__")
     return 0
 

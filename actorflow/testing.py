@@ -85,7 +85,7 @@ class RunOutcome:
 
 def run_to_idle(
     session: Session,
-    input: Any = NO_INPUT,  # noqa: A002 - mirrors Session.run
+    input: Any = NO_INPUT,
     *,
     max_supersteps: int | None = None,
     metadata: Mapping[str, Any] | None = None,

@@ -91,7 +91,9 @@ class Ledger(af.Executor):
     @af.handler
     def on_payment(self, payment: Payment, ctx: af.Context[int]) -> None:
         if payment.seq == CRASH_AT_PAYMENT and os.environ.get("DEMO_CRASH") == "1":
-            print(f"    [child] booking payment {payment.seq}... and the process is killed (SIGKILL)")
+            print(
+                f"    [child] booking payment {payment.seq}... and the process is killed (SIGKILL)"
+            )
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
         self.entries.append([payment.seq, payment.eur_cents])
@@ -146,7 +148,12 @@ def main() -> None:
         print("2. A process runs the same workflow, checkpointing every superstep to SQLite")
         env = os.environ | {"DEMO_FLAKY": "1", "DEMO_CRASH": "1"}
         crashed = subprocess.run(
-            [sys.executable, me, "child", db, "start"], env=env, capture_output=True, text=True, timeout=120, check=False
+            [sys.executable, me, "child", db, "start"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         print(crashed.stdout.rstrip())
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
@@ -155,13 +162,19 @@ def main() -> None:
         store = af.SQLiteStore(db)
         checkpoints = store.list(session="ledger-1")
         latest = checkpoints[-1]
-        print(f"   the store holds {len(checkpoints)} checkpoints; latest: superstep {latest.superstep} ({latest.kind.value})")
+        print(
+            f"   the store holds {len(checkpoints)} checkpoints; latest: superstep {latest.superstep} ({latest.kind.value})"
+        )
         print(f"   verify: {store.verify() or 'every record and blob intact'}\n")
         store.close()
 
         print("3. A brand-new process resumes from the latest checkpoint")
         resumed = subprocess.run(
-            [sys.executable, me, "child", db, "resume"], capture_output=True, text=True, timeout=120, check=False
+            [sys.executable, me, "child", db, "resume"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert resumed.returncode == 0, resumed.stderr
         final = json.loads(resumed.stdout.strip().splitlines()[-1])
@@ -169,7 +182,9 @@ def main() -> None:
 
     same = final == reference
     booked = [seq for seq, _ in final]
-    print(f"Each payment booked exactly once: {booked == sorted(set(booked))}; identical to the reference run: {same}")
+    print(
+        f"Each payment booked exactly once: {booked == sorted(set(booked))}; identical to the reference run: {same}"
+    )
     if not same:
         raise SystemExit(1)
 

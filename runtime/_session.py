@@ -31,9 +31,9 @@ from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
 from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
 from ._policy import CheckpointPolicy
+from ._runner import RESPONSE_SOURCE
 from ._supervisor import Driver, Fault, RunJob, SupervisorActor, new_run_id
 from ._types import type_label
-from ._runner import RESPONSE_SOURCE
 from ._wire import RESPONSE, SINGLE
 
 if TYPE_CHECKING:
@@ -160,7 +160,9 @@ class Session:
             try:
                 encoded.append((request_id, encode(answer)))
             except EncodeError as exc:
-                raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from exc
+                raise RequestError(
+                    f"the answer to {request_id!r} cannot be encoded: {exc}"
+                ) from exc
         for request_id, payload in encoded:
             executor, request_payload, _ = state.pending.pop(request_id)
             state.answered.add(request_id)

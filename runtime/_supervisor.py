@@ -433,7 +433,9 @@ class Driver:
                 metadata=job.metadata,
             )
         except Exception as exc:
-            self._log.error("checkpoint write failed", superstep=self.state.superstep, error=str(exc))
+            self._log.error(
+                "checkpoint write failed", superstep=self.state.superstep, error=str(exc)
+            )
             job.emit(
                 ev.CheckpointFailedEvent(
                     job.run_id, self.state.superstep, time.time(), _qualname(type(exc)), str(exc)
