@@ -94,7 +94,7 @@ def run_to_idle(
     events: list[Event] = []
     try:
         for event in session.stream(input, max_supersteps=max_supersteps, metadata=metadata):
-            events.append(event)
+            events.append(event)  # noqa: PERF402 - a loop keeps the events seen before a failure
     except Exception as exc:  # noqa: BLE001 - reported in the outcome, for assertions
         outputs = [e.value for e in events if isinstance(e, OutputEvent)]
         return RunOutcome(RunStatus.FAILED, outputs, events, exc)

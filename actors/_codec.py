@@ -50,11 +50,20 @@ Dataclass fields are matched by name, so bytes written before a field (with a
 default) was added still decode, and bytes naming a field the class no longer has
 raise DecodeError. Enum members travel by name, so changing values is safe.
 
+A ``ZoneInfo`` is rebuilt with ``zoneinfo.ZoneInfo(key)`` after checking that the
+key is a plain relative name; on a system without a time zone database the stdlib
+then reads the ``tzdata`` package (a fixed name, never one taken from the bytes).
+
 Limits: each declared length is bounded by the input's size, so a short input can
 never make the decoder allocate a large object, and there is no smaller cap (a
-64 MB bin decodes). Nesting is bounded: msgpack allows 1024 container levels per
-ext payload, and at most MAX_DEPTH ext levels nest; beyond _C_DEPTH ext levels the
-pure-Python msgpack implementation takes over so the C stack stays small.
+64 MB bin decodes). Nesting is bounded: msgpack allows 1024 list/dict levels in
+one ext payload (its packer accepts 1025: that single extra level is the one value
+that encodes but does not decode), and at most MAX_DEPTH ext values nest; beyond
+_C_DEPTH ext levels the pure-Python msgpack takes over, so the C stack stays small.
+
+Threads: encode reuses one msgpack Packer per thread and nesting level (a Packer
+is not thread-safe, and reuse is faster than creating one per call); decode keeps
+no state but a per-thread depth counter. Both may be called from any thread.
 """
 
 from __future__ import annotations
@@ -310,12 +319,15 @@ def encode_at(value: object, label: str) -> bytes:
             type_name="str",
         ) from None
     except (_TooDeep, RecursionError, ValueError) as exc:
-        detail = f" ({exc})" if isinstance(exc, ValueError) else ""
+        if isinstance(exc, ValueError) and "recursion" not in str(exc):
+            problem = f"msgpack refused it: {exc}"  # e.g. a bytes object over 4 GiB
+        else:
+            problem = (
+                f"it nests too deeply (at most 1024 list/dict levels in a row and {MAX_DEPTH}"
+                " tuple/set/dataclass levels) or holds a reference cycle"
+            )
         raise EncodeError(
-            f"cannot encode {label}: it nests too deeply (at most 1024 list/dict levels and"
-            f" {MAX_DEPTH} tuple/set/dataclass levels), holds a reference cycle, or is too"
-            f" large{detail}",
-            type_name=qualified_name(type(value)),
+            f"cannot encode {label}: {problem}", type_name=qualified_name(type(value))
         ) from None
 
 

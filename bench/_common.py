@@ -286,12 +286,15 @@ def report(
     target_on: Literal["ratio_vs_floor", "value"] = "ratio_vs_floor",
     samples: Sequence[float] = (),
     quick: bool = False,
+    peak_rss: float | None = None,
     **details: Any,
 ) -> dict[str, Any]:
     """Print one figure as a JSON line on stdout and return it.
 
     ``ratio_vs_floor`` is always ``value / floor`` (so for a rate higher is better
     and for a latency lower is better). The target applies to ``target_on``.
+    ``peak_rss_mb`` is the process's peak so far, or ``peak_rss`` when given (a
+    peak read before the floor ran).
     """
     ratio = value / floor if floor else None
     subject = ratio if target_on == "ratio_vs_floor" else value
@@ -317,7 +320,7 @@ def report(
         "target_value": target_value,
         "pass": passed,
         "samples": [_round(s) for s in samples],
-        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak_rss if peak_rss is not None else peak_rss_mb(), 1),
         "quick": quick,
         "details": {k: _round(v) if isinstance(v, float) else v for k, v in details.items()},
     }

@@ -76,7 +76,7 @@ def check(result: af.RunResult, expected: int) -> None:
 def bench_w2(quick: bool) -> None:
     """Measure W2 (runs/s over batches of runs) against the gather floor."""
     runs = 50 if quick else 200
-    repeats = 2 if quick else 3
+    repeats = 2 if quick else 5
     with build() as wf, GatherFloor(WIDTH) as floor:
 
         def batch() -> float:
