@@ -112,6 +112,14 @@ _FIX_MESSAGE = (
     "register it with @actorflow.message, declare it as a resource (actorflow.resource)"
     " if it is not state, or convert it to a supported type"
 )
+_ExtType = msgpack.ExtType
+
+
+def _ext(code: int, payload: bytes) -> object:
+    # ExtType's own __new__ re-validates in Python; ours are valid by construction.
+    return tuple.__new__(_ExtType, (code, payload))
+
+
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
 
 # --- encoding ------------------------------------------------------------------------
@@ -206,53 +214,51 @@ def _tz_payload(value: dt.datetime | dt.time) -> object:
     )
 
 
-def _encode_enum(member: enum.Enum, entry: Entry) -> msgpack.ExtType:
+def _encode_enum(member: enum.Enum, entry: Entry) -> object:
     name = member.name
     if name is not None and entry.members is not None and entry.members.get(name) is member:
-        return msgpack.ExtType(EXT_ENUM, _pack([entry.name, name]))
+        return _ext(EXT_ENUM, _pack([entry.name, name]))
     # A composite Flag value (A|B, or none) travels as the names of its members.
     if isinstance(member, enum.Flag):
         parts = list(member)
         if functools.reduce(operator.or_, parts, type(member)(0)) == member:
-            return msgpack.ExtType(EXT_ENUM, _pack([entry.name, [part.name for part in parts]]))
+            return _ext(EXT_ENUM, _pack([entry.name, [part.name for part in parts]]))
     raise _Unsupported(member, entry.cls, f"{member!r} cannot be spelled with member names")
 
 
-def _encode_dataclass(obj: object, entry: Entry) -> msgpack.ExtType:
+def _encode_dataclass(obj: object, entry: Entry) -> object:
     try:
         values = {name: getattr(obj, name) for name in entry.order}
     except AttributeError:  # an init=False field never assigned: leave it unset
         values = {n: getattr(obj, n) for n in entry.order if hasattr(obj, n)}
-    return msgpack.ExtType(EXT_DATACLASS, _pack([entry.name, values]))
+    return _ext(EXT_DATACLASS, _pack([entry.name, values]))
 
 
-def _encode_bigint(n: int) -> msgpack.ExtType:
-    return msgpack.ExtType(EXT_BIGINT, n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True))
+def _encode_bigint(n: int) -> object:
+    return _ext(EXT_BIGINT, n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True))
 
 
-def _encode_datetime(v: dt.datetime) -> msgpack.ExtType:
+def _encode_datetime(v: dt.datetime) -> object:
     fields = [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.fold]
-    return msgpack.ExtType(EXT_DATETIME, _pack([*fields, _tz_payload(v)]))
+    return _ext(EXT_DATETIME, _pack([*fields, _tz_payload(v)]))
 
 
-def _encode_time(v: dt.time) -> msgpack.ExtType:
+def _encode_time(v: dt.time) -> object:
     fields = [v.hour, v.minute, v.second, v.microsecond, v.fold, _tz_payload(v)]
-    return msgpack.ExtType(EXT_TIME, _pack(fields))
+    return _ext(EXT_TIME, _pack(fields))
 
 
-_ENCODERS: dict[type, Callable[[Any], msgpack.ExtType]] = {
-    tuple: lambda v: msgpack.ExtType(EXT_TUPLE, _pack(list(v))),
-    set: lambda v: msgpack.ExtType(EXT_SET, _pack_set(v)),
-    frozenset: lambda v: msgpack.ExtType(EXT_FROZENSET, _pack_set(v)),
+_ENCODERS: dict[type, Callable[[Any], object]] = {
+    tuple: lambda v: _ext(EXT_TUPLE, _pack(list(v))),
+    set: lambda v: _ext(EXT_SET, _pack_set(v)),
+    frozenset: lambda v: _ext(EXT_FROZENSET, _pack_set(v)),
     int: _encode_bigint,
     dt.datetime: _encode_datetime,
-    dt.date: lambda v: msgpack.ExtType(EXT_DATE, _pack([v.year, v.month, v.day])),
+    dt.date: lambda v: _ext(EXT_DATE, _pack([v.year, v.month, v.day])),
     dt.time: _encode_time,
-    dt.timedelta: lambda v: msgpack.ExtType(
-        EXT_TIMEDELTA, _pack([v.days, v.seconds, v.microseconds])
-    ),
-    uuid.UUID: lambda v: msgpack.ExtType(EXT_UUID, v.bytes),
-    decimal.Decimal: lambda v: msgpack.ExtType(EXT_DECIMAL, str(v).encode("ascii")),
+    dt.timedelta: lambda v: _ext(EXT_TIMEDELTA, _pack([v.days, v.seconds, v.microseconds])),
+    uuid.UUID: lambda v: _ext(EXT_UUID, v.bytes),
+    decimal.Decimal: lambda v: _ext(EXT_DECIMAL, str(v).encode("ascii")),
 }
 
 _BUILTIN_BASES = (str, bytes, int, float, list, dict, tuple, set, frozenset)
@@ -423,6 +429,25 @@ def _decode_dataclass(data: bytes) -> object:
     entry = entry_named(name)
     if entry.members is not None or type(values) is not dict:
         raise DecodeError(f"malformed payload for {name!r}: expected dataclass fields")
+    if values.keys() <= entry.init:  # the common case: every field goes to the constructor
+        kwargs: dict[str, object] = values
+        late: list[tuple[str, object]] = []
+    else:
+        kwargs, late = _split_fields(name, entry, values)
+    try:
+        obj = entry.cls(**kwargs)
+    except Exception as exc:  # any constructor failure means the bytes do not fit the class
+        raise DecodeError(f"constructing {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    for key, value in late:
+        # init=False fields, set as dataclasses do, so frozen and slotted classes work too.
+        object.__setattr__(obj, key, value)
+    return obj
+
+
+def _split_fields(
+    name: str, entry: Entry, values: dict[Any, Any]
+) -> tuple[dict[str, object], list[tuple[str, object]]]:
+    """Constructor arguments and init=False fields; DecodeError for unknown fields."""
     kwargs: dict[str, object] = {}
     late: list[tuple[str, object]] = []
     for key, value in values.items():
@@ -435,14 +460,7 @@ def _decode_dataclass(data: bytes) -> object:
                 f"the data for {name!r} has a field {key!r} that {qualified_name(entry.cls)}"
                 " no longer has: restore the field, or convert the stored data"
             )
-    try:
-        obj = entry.cls(**kwargs)
-    except Exception as exc:  # any constructor failure means the bytes do not fit the class
-        raise DecodeError(f"constructing {name!r} failed: {type(exc).__name__}: {exc}") from exc
-    for key, value in late:
-        # init=False fields, set as dataclasses do, so frozen and slotted classes work too.
-        object.__setattr__(obj, key, value)
-    return obj
+    return kwargs, late
 
 
 def _decode_enum(data: bytes) -> object:

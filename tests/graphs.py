@@ -25,16 +25,20 @@ from typing import Any
 import actorflow as af
 
 __all__ = [
-    "CORPUS_FAMILIES",
+    "CORPUS",
+    "FAMILIES",
     "HOOK",
     "GraphCase",
     "build",
+    "build_corpus_graph",
     "chain",
     "collatz",
     "corpus",
     "diamond",
+    "fan_burst",
     "fan_cycle",
     "fan_in",
+    "fan_skew",
     "ring",
     "switch",
 ]
@@ -111,17 +115,19 @@ class GSink(af.Executor):
 
 
 class GSplit(af.Executor):
-    """Counts what it forwards (to a fan-out, a fan-in source, or a switch)."""
+    """Forwards each number (to a fan-out, a fan-in or a switch), ``burst`` times (n, n+1, ...)."""
 
-    def __init__(self, id: str, *, timeout: float | None = None) -> None:
+    def __init__(self, id: str, *, burst: int = 1, timeout: float | None = None) -> None:
         super().__init__(id, timeout=timeout)
+        self.burst = burst
         self.forwarded = 0
 
     @af.handler
     def on_num(self, n: int, ctx: af.Context) -> None:
         _touch(self.id, ctx)
-        self.forwarded += 1
-        ctx.send(n)
+        for i in range(self.burst):
+            self.forwarded += 1
+            ctx.send(n + i)
 
 
 class GGather(af.Executor):
@@ -130,8 +136,9 @@ class GGather(af.Executor):
     ``limit``: the sum is sent back into the cycle only while below it (edge condition).
     """
 
-    def __init__(self, id: str, *, timeout: float | None = None) -> None:
+    def __init__(self, id: str, *, loop: bool = False, timeout: float | None = None) -> None:
         super().__init__(id, timeout=timeout)
+        self.loop = loop
         self.rounds = 0
         self.sums: list[int] = []
 
@@ -142,12 +149,8 @@ class GGather(af.Executor):
         total = sum(values)
         self.sums.append(total)
         ctx.output([self.id, ctx.superstep, values, total])
-        if self.has_loop:
+        if self.loop:
             ctx.send(total)
-
-    @property
-    def has_loop(self) -> bool:
-        return bool(getattr(self, "loop", False))
 
 
 class GLoop(af.Executor):
@@ -266,8 +269,7 @@ def fan_cycle(
 ) -> GraphCase:
     """Fan-out/fan-in rounds in a cycle: the gathered sum goes back to ``src`` while < bound."""
     workers = [GRelay(f"w{i}", mul=1, add=i + 1, timeout=timeout) for i in range(width)]
-    gather = GGather("gather", timeout=timeout)
-    gather.loop = True
+    gather = GGather("gather", loop=True, timeout=timeout)
     name = f"fancycle{width}"
     builder = af.WorkflowBuilder(name, start=GSplit("src", timeout=timeout), restart=restart)
     builder.add_fan_out("src", workers)
@@ -280,16 +282,52 @@ def _below(bound: int, value: int) -> bool:
     return value < bound
 
 
+def fan_burst(
+    width: int, burst: int, *, restart: Restart = None, timeout: float | None = None
+) -> GraphCase:
+    """Like :func:`fan_in`, but ``src`` sends ``burst`` numbers: fan-in buffers hold a
+    backlog that drains one round per barrier (buffered state in every checkpoint)."""
+    workers = [GRelay(f"w{i}", mul=i + 2, add=1, timeout=timeout) for i in range(width)]
+    name = f"burst{width}x{burst}"
+    builder = af.WorkflowBuilder(
+        name, start=GSplit("src", burst=burst, timeout=timeout), restart=restart
+    )
+    builder.add_fan_out("src", workers)
+    builder.add_fan_in([w.id for w in workers], GGather("gather", timeout=timeout))
+    return GraphCase(name, builder.build(), 2)
+
+
+def fan_skew(depth: int, *, restart: Restart = None, timeout: float | None = None) -> GraphCase:
+    """Fan-in over paths of different lengths: ``a``'s value waits half-filled in the
+    fan-in buffer for ``depth`` barriers until the ``b`` path delivers."""
+    builder = af.WorkflowBuilder(
+        f"skew{depth}", start=GSplit("src", timeout=timeout), restart=restart
+    )
+    builder.add_fan_out(
+        "src", [GRelay("a", mul=10, timeout=timeout), GRelay("b0", add=1, timeout=timeout)]
+    )
+    for i in range(1, depth + 1):
+        builder.add_edge(f"b{i - 1}", GRelay(f"b{i}", add=i + 1, timeout=timeout))
+    builder.add_fan_in(["a", f"b{depth}"], GGather("gather", timeout=timeout))
+    return GraphCase(f"skew{depth}", builder.build(), 6)
+
+
 def diamond(*, restart: Restart = None, timeout: float | None = None) -> GraphCase:
-    """``top`` fans out to ``left`` and ``right``, both feed ``bottom`` (two deliveries a step)."""
+    """``top`` fans out to three relays; ``bottom`` gets two deliveries in one superstep
+    (ordered by source id) and one a superstep later."""
     builder = af.WorkflowBuilder("diamond", start=GSplit("top", timeout=timeout), restart=restart)
     builder.add_fan_out(
         "top",
-        [GRelay("left", mul=2, timeout=timeout), GRelay("right", mul=3, add=1, timeout=timeout)],
+        [
+            GRelay("left", mul=2, timeout=timeout),
+            GRelay("right", mul=3, add=1, timeout=timeout),
+            GRelay("far", mul=5, timeout=timeout),
+        ],
     )
-    builder.add_edge("left", GRelay("mid", mul=1, add=5, timeout=timeout))
-    builder.add_edge("mid", GSink("bottom", timeout=timeout))
+    builder.add_edge("far", GRelay("mid", mul=1, add=5, timeout=timeout))
+    builder.add_edge("left", GSink("bottom", timeout=timeout))
     builder.add_edge("right", "bottom")
+    builder.add_edge("mid", "bottom")
     return GraphCase("diamond", builder.build(), 4)
 
 
@@ -344,37 +382,63 @@ def collatz(start: int, *, restart: Restart = None, timeout: float | None = None
         f"collatz{start}", start=GCollatz("hub", timeout=timeout), restart=restart
     )
     builder.add_switch(
-        "hub", [af.Case(_even, GHalve("halve", timeout=timeout)), af.Default(GTriple("triple"))]
+        "hub", [af.Case(_even, GHalve("halve", timeout=timeout)), af.Default(GTriple("triple", timeout=timeout))]
     )
     builder.add_edge("halve", "hub")
     builder.add_edge("triple", "hub")
     return GraphCase(f"collatz{start}", builder.build(), start)
 
 
-CORPUS_FAMILIES: dict[str, Callable[..., GraphCase]] = {
-    "chain1": functools.partial(chain, 1),
-    "chain3": functools.partial(chain, 3),
-    "chain5": functools.partial(chain, 5),
-    "fan2": functools.partial(fan_in, 2),
-    "fan4": functools.partial(fan_in, 4),
-    "fancycle2": functools.partial(fan_cycle, 2, 40),
-    "fancycle3": functools.partial(fan_cycle, 3, 60),
+FAMILIES: dict[str, Callable[..., GraphCase]] = {
+    "chain": chain,
+    "collatz": collatz,
     "diamond": diamond,
-    "switch-3": functools.partial(switch, -3),
-    "switch4": functools.partial(switch, 4),
-    "switch7": functools.partial(switch, 7),
-    "ring2x3": functools.partial(ring, 2, 3),
-    "ring3x2": functools.partial(ring, 3, 2),
-    "collatz6": functools.partial(collatz, 6),
+    "fan_burst": fan_burst,
+    "fan_cycle": fan_cycle,
+    "fan_in": fan_in,
+    "fan_skew": fan_skew,
+    "ring": ring,
+    "switch": switch,
 }
-"""Every graph of the corpus by name; call with ``restart=`` / ``timeout=`` keywords."""
+"""Graph families by name; ``build(family, *params, restart=..., timeout=...)``."""
+
+CORPUS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "chain1": ("chain", (1,)),
+    "chain3": ("chain", (3,)),
+    "chain5": ("chain", (5,)),
+    "chain8": ("chain", (8,)),
+    "fan2": ("fan_in", (2,)),
+    "fan4": ("fan_in", (4,)),
+    "burst2x3": ("fan_burst", (2, 3)),
+    "burst3x2": ("fan_burst", (3, 2)),
+    "skew1": ("fan_skew", (1,)),
+    "skew3": ("fan_skew", (3,)),
+    "fancycle2": ("fan_cycle", (2, 40)),
+    "fancycle3": ("fan_cycle", (3, 200)),
+    "diamond": ("diamond", ()),
+    "switch-3": ("switch", (-3,)),
+    "switch4": ("switch", (4,)),
+    "switch7": ("switch", (7,)),
+    "ring2x3": ("ring", (2, 3)),
+    "ring3x2": ("ring", (3, 2)),
+    "ring4x3": ("ring", (4, 3)),
+    "collatz6": ("collatz", (6,)),
+    "collatz7": ("collatz", (7,)),
+}
+"""The corpus: graph name -> (family, parameters)."""
 
 
 def corpus() -> list[str]:
     """Names of every graph in the corpus, in a stable order."""
-    return list(CORPUS_FAMILIES)
+    return list(CORPUS)
 
 
-def build(name: str, **options: Any) -> GraphCase:
-    """Build the corpus graph ``name`` (``restart=``, ``timeout=`` passed through)."""
-    return CORPUS_FAMILIES[name](**options)
+def build(family: str, *params: int, **options: Any) -> GraphCase:
+    """Build a graph of ``family`` with ``params`` (``restart=``, ``timeout=`` ... passed on)."""
+    return FAMILIES[family](*params, **options)
+
+
+def build_corpus_graph(name: str, **options: Any) -> GraphCase:
+    """Build the corpus graph ``name`` (``restart=``, ``timeout=`` passed on)."""
+    family, params = CORPUS[name]
+    return build(family, *params, **options)

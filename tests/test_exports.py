@@ -1,0 +1,58 @@
+"""The public API: exactly the names we mean to publish, nothing leaked by accident."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import actorflow
+import actorflow.actors
+import actorflow.runtime
+import actorflow.storage
+import actorflow.testing
+
+
+@pytest.mark.parametrize(
+    "module", [actorflow, actorflow.actors, actorflow.runtime, actorflow.storage, actorflow.testing]
+)
+def test_all_is_sorted_and_resolvable(module: object) -> None:
+    """Every package lists an isort-style sorted __all__ (constants, classes, functions) whose names all exist."""
+    names = list(module.__all__)  # type: ignore[attr-defined]
+
+    def group(name: str) -> tuple[int, str]:
+        bare = name.strip("_")
+        rank = 0 if bare.isupper() else 1 if bare[:1].isupper() else 2
+        return (rank, name)
+
+    assert names == sorted(names, key=group)
+    missing = [n for n in names if not hasattr(module, n)]
+    assert not missing
+
+
+def test_top_level_public_names_are_all_listed() -> None:
+    """No public (non-underscore, non-module) name appears at top level without being in __all__."""
+    import types
+
+    public = {
+        n
+        for n, v in vars(actorflow).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType)
+    }
+    assert public <= set(actorflow.__all__)
+
+
+def test_every_error_derives_from_the_single_base() -> None:
+    """All error classes share ActorflowError as their base."""
+    import actorflow.errors as errors
+
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.ActorflowError)
+
+
+@pytest.mark.parametrize("module", [actorflow, actorflow.testing])
+def test_doctests(module: object) -> None:
+    """The doctests in the public modules run and pass."""
+    result = doctest.testmod(module, verbose=False)  # type: ignore[arg-type]
+    assert result.attempted > 0
+    assert result.failed == 0
