@@ -118,7 +118,9 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
         raise DecodeError("malformed snapshot manifest")
     version, entries = manifest
     if version != STATE_FORMAT or type(version) is not int:
-        raise DecodeError(f"unsupported snapshot format {version!r} (this build reads 1)")
+        raise DecodeError(
+            f"unsupported snapshot format {version!r} (this build reads {STATE_FORMAT})"
+        )
     if not all(_valid_entry(entry) for entry in entries):
         raise DecodeError("malformed snapshot manifest entry")
     n_inline = sum(1 for entry in entries if entry[1] == KIND_INLINE)

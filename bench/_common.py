@@ -322,14 +322,23 @@ def report(
         "samples": [_round(s) for s in samples],
         "peak_rss_mb": round(peak_rss if peak_rss is not None else peak_rss_mb(), 1),
         "quick": quick,
-        "details": {k: _round(v) if isinstance(v, float) else v for k, v in details.items()},
+        "details": {k: _tidy(v) for k, v in details.items()},
     }
     print(json.dumps(record), flush=True)
     return record
+
+
+def _tidy(value: Any) -> Any:
+    """Round floats, also inside lists, for short JSON."""
+    if isinstance(value, float):
+        return _round(value)
+    if isinstance(value, list | tuple):
+        return [_tidy(v) for v in value]
+    return value
 
 
 def _round(value: float) -> float:
     """Four significant digits: enough for benchmark figures, short JSON."""
     if value == 0 or math.isnan(value) or math.isinf(value):
         return value
-    return round(value, max(0, 3 - int(math.floor(math.log10(abs(value))))))
+    return round(value, max(0, 3 - math.floor(math.log10(abs(value)))))

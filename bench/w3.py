@@ -63,9 +63,14 @@ def initial_items(index: int) -> list[dict[str, Any]]:
     return make_items(BIG_ITEMS if index == 0 else SMALL_ITEMS)
 
 
-def build_ring() -> af.Workflow:
-    """The W3 ring e0 -> e1 -> ... -> e7 -> e0, built anew (fresh blueprints)."""
-    members = [RingMember(f"e{i}", initial_items(i)) for i in range(RING)]
+def ring_members() -> list[RingMember]:
+    """Fresh blueprints e0..e7 with their initial items."""
+    return [RingMember(f"e{i}", initial_items(i)) for i in range(RING)]
+
+
+def build_ring(members: list[RingMember] | None = None) -> af.Workflow:
+    """The W3 ring e0 -> e1 -> ... -> e7 -> e0, built anew (fresh blueprints by default)."""
+    members = members if members is not None else ring_members()
     builder = af.WorkflowBuilder("w3", start=members[0], max_supersteps=10 * STEPS)
     for i in range(1, RING):
         builder.add_edge(members[i - 1].id, members[i])

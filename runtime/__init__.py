@@ -28,6 +28,7 @@ from ._events import (
 from ._executor import Executor, Resource, handler, resource, response_handler
 from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
 from ._session import Session
+from ._subworkflow import WorkflowExecutor
 from ._supervisor import Fault
 from ._workflow import Workflow
 
@@ -66,6 +67,7 @@ __all__ = [
     "SuperstepStartedEvent",
     "Workflow",
     "WorkflowBuilder",
+    "WorkflowExecutor",
     "handler",
     "resource",
     "response_handler",

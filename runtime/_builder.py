@@ -223,6 +223,8 @@ class WorkflowBuilder:
                 blueprint=blueprints[eid],
                 timeout=ex.timeout,
                 edges=tuple(out[eid]),
+                # Duck-typed so that Executor needs no knowledge of sub-workflows.
+                code=getattr(ex, "_af_code", None),
             )
             for eid, ex in self._executors.items()
         }

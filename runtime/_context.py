@@ -23,16 +23,22 @@ class Context(Generic[T_Send]):
     handler sends, so ``build()`` can check that every such type has a target.
     """
 
-    __slots__ = ("_buffer", "_source")
+    __slots__ = ("_buffer", "_request_id", "_source")
 
-    def __init__(self, buffer: StepBuffer, source: str) -> None:
+    def __init__(self, buffer: StepBuffer, source: str, request_id: str | None = None) -> None:
         self._buffer = buffer
         self._source = source
+        self._request_id = request_id
 
     @property
     def source(self) -> str:
         """Id of the executor that sent the message being handled (:data:`RUN_INPUT` for input)."""
         return self._source
+
+    @property
+    def request_id(self) -> str | None:
+        """In a ``@response_handler``: the id of the request being answered; else None."""
+        return self._request_id
 
     @property
     def superstep(self) -> int:

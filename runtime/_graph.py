@@ -56,17 +56,23 @@ def describe(
     programs: Mapping[str, ExecutorProgram],
     fan_in: list[tuple[str, tuple[str, ...]]],
 ) -> dict[str, Any]:
-    """A canonical, JSON-able description of a graph (sorted, names only)."""
-    executors = {
-        eid: {
+    """A canonical, JSON-able description of a graph (sorted, names only).
+
+    An executor that carries code (a sub-workflow) adds its description under
+    ``"nested"``, so a change inside a sub-workflow changes the signature too.
+    """
+    executors: dict[str, Any] = {}
+    for eid, p in sorted(programs.items()):
+        entry: dict[str, Any] = {
             "type": f"{p.cls.__module__}.{p.cls.__qualname__}",
             "handlers": sorted(
                 ("response:" if h.is_response else "") + "|".join(h.spec.labels())
                 for h in infos[eid]
             ),
         }
-        for eid, p in sorted(programs.items())
-    }
+        if p.code is not None:
+            entry["nested"] = p.code.describe()
+        executors[eid] = entry
     edges = sorted(
         [edge.kind, eid, list(edge.targets), edge.when is not None or bool(edge.predicates)]
         for eid, p in programs.items()
@@ -86,8 +92,23 @@ def signature_of(description: Mapping[str, Any]) -> str:
 def explain_mismatch(
     stored: Mapping[str, Any], current: Mapping[str, Any], path: str = ""
 ) -> GraphMismatch:
-    """Build a :class:`GraphMismatch` that says what differs between two descriptions."""
+    """Build a :class:`GraphMismatch` that says what differs between two descriptions.
+
+    Differences inside sub-workflows are named by their path, as in
+    ``in sub-workflow 'outer': in sub-workflow 'inner': executor 'x' ...``.
+    """
     where = f" in {path}" if path else ""
+    detail = "; ".join(_differences(stored, current)) or "the graph signatures differ"
+    return GraphMismatch(
+        f"the checkpoint was taken on a different graph{where}: {detail}. Restore with the "
+        "workflow that wrote it, or start a new session"
+    )
+
+
+_KNOWN_KEYS = frozenset({"start", "executors", "edges", "fan_in"})
+
+
+def _differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     old_ex, new_ex = stored.get("executors", {}), current.get("executors", {})
     for eid in sorted(set(old_ex) | set(new_ex)):
@@ -103,6 +124,11 @@ def explain_mismatch(
             lines.append(
                 f"executor {eid!r} handled {old_ex[eid]['handlers']}, now {new_ex[eid]['handlers']}"
             )
+        elif old_ex[eid].get("nested") != new_ex[eid].get("nested"):
+            inner = _differences(old_ex[eid].get("nested") or {}, new_ex[eid].get("nested") or {})
+            lines += [f"in sub-workflow {eid!r}: {line}" for line in inner] or [
+                f"sub-workflow {eid!r} differs"
+            ]
     old_edges = {json.dumps(e) for e in stored.get("edges", [])}
     new_edges = {json.dumps(e) for e in current.get("edges", [])}
     lines += [
@@ -117,8 +143,7 @@ def explain_mismatch(
         lines.append(f"fan-in groups differ: {stored.get('fan_in')} vs {current.get('fan_in')}")
     if stored.get("start") != current.get("start"):
         lines.append(f"start executor was {stored.get('start')!r}, now {current.get('start')!r}")
-    detail = "; ".join(lines) or "the graph signatures differ"
-    return GraphMismatch(
-        f"the checkpoint was taken on a different graph{where}: {detail}. Restore with the "
-        "workflow that wrote it, or start a new session"
-    )
+    for key in sorted((set(stored) | set(current)) - _KNOWN_KEYS):
+        if stored.get(key) != current.get(key):
+            lines.append(f"{key} was {stored.get(key)!r}, now {current.get(key)!r}")
+    return lines

@@ -14,7 +14,7 @@ import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
 from actorflow.errors import EncodeError, UnroutableMessage
@@ -25,13 +25,35 @@ from ._executor import Executor, HandlerInfo
 from ._types import type_label
 from ._wire import RESPONSE, SINGLE, pack, unpack
 
-__all__ = ["RESPONSE_SOURCE", "ExecutorProgram", "ExecutorRunner", "InjectedFault", "StepBuffer"]
+__all__ = [
+    "RESPONSE_SOURCE",
+    "Attachment",
+    "ExecutorProgram",
+    "ExecutorRunner",
+    "InjectedFault",
+    "StepBuffer",
+]
 
 RESPONSE_SOURCE = "__response__"
 
 
 class InjectedFault(Exception):
     """A failure injected on purpose by :mod:`actorflow.testing`."""
+
+
+class Attachment(Protocol):
+    """Code, not state, that a blueprint hands to every instance rebuilt from it.
+
+    A sub-workflow's inner ``Workflow`` is the case: it cannot be encoded (it is
+    code, like the executor class), yet every instance needs it. The builder takes
+    it from the blueprint's ``_af_code`` attribute (None for ordinary executors).
+    """
+
+    def attach(self, instance: Executor) -> None:
+        """Give ``instance`` (fresh from ``cls.__new__``) its code, before ``restore``."""
+
+    def describe(self) -> dict[str, Any]:
+        """A canonical, JSON-able description; it enters the graph signature."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +70,8 @@ class ExecutorProgram:
     """Per-superstep time limit."""
     edges: tuple[OutEdge, ...]
     """Out-edges, for routing in this actor."""
+    code: Attachment | None = None
+    """Code the instance needs besides its class (a sub-workflow); never encoded."""
 
     def __call__(self) -> ExecutorRunner:
         """Make the runner (called by the host, on its thread)."""
@@ -140,6 +164,8 @@ class ExecutorRunner:
         instance._af_id = program.executor_id
         instance._af_timeout = program.timeout
         instance._af_live = None
+        if program.code is not None:
+            program.code.attach(instance)
         instance.restore(state)
         live: dict[str, Any] = {}
         for name, res in cls._af_resources().items():
@@ -192,7 +218,7 @@ class ExecutorRunner:
         superstep, deliveries, want_snapshot, fault = unpack(payload)
         buffer = StepBuffer(self._program.executor_id, self._program.edges, superstep)
         for source, group, body in deliveries:
-            ctx: Context[Any] = Context(buffer, source)
+            ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:
                 value = decode(body)
                 found = self._handler_for(value)

@@ -1,0 +1,157 @@
+"""Run every actorflow benchmark, each in its own subprocess (so peak RSS is per benchmark).
+
+stdout: one JSON object per figure, one per line (pipe it to a file or ``jq``).
+stderr: a human summary table, then the wall time of each benchmark.
+
+Usage::
+
+    python bench/run_all.py                 # the full suite (~2 minutes on 2 cores)
+    python bench/run_all.py --quick         # smoke mode: fewer repetitions (CI)
+    python bench/run_all.py --only w1,w2    # some benchmarks (repeatable option)
+    python bench/run_all.py --out bench/results/latest.jsonl
+
+Exit status: 0 when every benchmark ran and printed its figures, 1 otherwise. A
+figure that misses its target is reported (``"pass": false``), never an error:
+benchmarks do not assert timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BENCHMARKS: dict[str, str] = {
+    "w1": "W1 and W1-1MB: two-executor cycle, small and ~1 MB messages",
+    "w2": "W2 and W2-io: fan-out to 8 workers, fan-in (plain and 20 ms blocking)",
+    "scale": "Scale: fan-out to 1,000 workers, fan-in; wall time and peak RSS",
+    "w3": "W3: 8-executor ring, 100 supersteps checkpointed (file, sqlite)",
+    "w4": "W4: fresh setup resumes W3's last checkpoint and runs superstep 101",
+}
+
+TIMEOUT_S = {"full": 600.0, "quick": 120.0}
+
+
+def run_one(name: str, quick: bool) -> tuple[list[dict[str, Any]], str | None, float]:
+    """Run ``bench.<name>``; returns its records, an error text (or None) and its wall time."""
+    cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if quick else [])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S["quick" if quick else "full"],
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return [], f"timed out after {exc.timeout:g} s", time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    records: list[dict[str, Any]] = []
+    error: str | None = None
+    for line in done.stdout.splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            error = f"printed a line that is not JSON: {line[:200]!r}"
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        error = f"exited with {done.returncode}:\n{tail}"
+    elif not records:
+        error = "printed no figures"
+    return records, error, elapsed
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
+
+
+def summary(records: Sequence[dict[str, Any]]) -> str:
+    """A fixed-width table of every figure."""
+    header = ("bench", "metric", "value", "floor", "ratio", "target", "result")
+    rows = [header]
+    for r in records:
+        result = {True: "pass", False: "MISS", None: "-"}[r.get("pass")]
+        rows.append(
+            (
+                str(r.get("bench")),
+                str(r.get("metric")),
+                f"{_fmt(r.get('value'))} {r.get('unit', '')}",
+                f"{_fmt(r.get('floor'))} {r.get('floor_unit', '')}",
+                f"{r['ratio_vs_floor']:.2f}x" if r.get("ratio_vs_floor") is not None else "-",
+                str(r.get("target")),
+                result,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the selected benchmarks and print their figures."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke mode: fewer repetitions")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run only these (comma-separated or repeated): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument("--out", type=Path, help="also write the JSON lines to this file")
+    args = parser.parse_args(argv)
+    names = [n for spec in args.only for n in spec.split(",") if n] or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+
+    everything: list[dict[str, Any]] = []
+    failures: list[str] = []
+    timings: list[str] = []
+    for name in names:
+        records, error, elapsed = run_one(name, args.quick)
+        for record in records:
+            print(json.dumps(record), flush=True)
+        everything.extend(records)
+        timings.append(f"{name}: {elapsed:.1f} s")
+        if error is not None:
+            failures.append(f"{name}: {error}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in everything))
+
+    mode = "quick" if args.quick else "full"
+    misses = sum(1 for r in everything if r.get("pass") is False)
+    print(f"\nactorflow benchmarks ({mode}): {len(everything)} figures", file=sys.stderr)
+    print(summary(everything), file=sys.stderr)
+    print(f"\nwall time per benchmark: {', '.join(timings)}", file=sys.stderr)
+    print(f"targets missed: {misses} (reported, not asserted)", file=sys.stderr)
+    for failure in failures:
+        print(f"FAILED {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

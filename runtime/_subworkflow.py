@@ -1,0 +1,271 @@
+"""Sub-workflows: an executor whose state is a whole nested run.
+
+:class:`WorkflowExecutor` runs an inner :class:`~actorflow.Workflow` as one
+executor of a parent graph. Three rules make it safe to checkpoint:
+
+- **The inner workflow is code, not state.** Like an executor class it reaches
+  every instance through the program (:class:`~._runner.Attachment`), never
+  through the snapshot, and its description enters the parent's graph
+  signature, so a parent checkpoint cannot be resumed with a changed child.
+- **The state is the nested checkpoint, as bytes**: the inner run's latest
+  record, encoded, with ``parent_id`` cleared (the nested lineage never names an
+  id nobody stored), and the blobs it references. It holds the inner executors'
+  states, in-flight messages, fan-in buffers and pending requests, so restoring
+  a parent checkpoint continues the child where it was (LangGraph #4796).
+- **No live inner session outlives a delivery.** Each delivery resumes the
+  inner workflow from the nested checkpoint into a private ``MemoryStore``, runs
+  it to idle, keeps the new final checkpoint and closes the session. A parent
+  restart, restore, reset or shutdown therefore only ever swaps bytes, and no
+  actor can leak when the parent drops an instance.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+# Not re-exported by actorflow.actors: only the codec and this lookup need it.
+from actorflow.actors._registry import entry_named
+from actorflow.errors import CheckpointCorrupt, DecodeError, RequestError
+from actorflow.storage import MemoryStore, blob_digest, decode_checkpoint, encode_checkpoint
+
+from ._context import Context
+from ._events import RequestEvent, RunResult
+from ._executor import Executor, handler, response_handler
+from ._graph import explain_mismatch
+from ._policy import CheckpointPolicy
+from ._wire import unpack
+
+if TYPE_CHECKING:
+    from ._session import Session
+    from ._workflow import Workflow
+
+__all__ = ["OutputMode", "WorkflowExecutor"]
+
+OutputMode = Literal["send", "output"]
+"""What a sub-workflow does with its inner outputs: send them along the parent's
+out-edges (``"send"``) or emit them as parent outputs (``"output"``)."""
+
+_RECORD = "checkpoint"
+"""Snapshot attribute holding the nested record; every other attribute is a blob."""
+
+# The inner run is checkpointed only when it goes idle: the parent snapshots the
+# WorkflowExecutor between deliveries, never in the middle of an inner run.
+_INNER_POLICY = CheckpointPolicy(on_idle_only=True)
+
+
+class _Inner:
+    """The code a WorkflowExecutor carries: its inner workflow and output mode."""
+
+    __slots__ = ("outputs", "workflow")
+
+    def __init__(self, workflow: Workflow, outputs: OutputMode) -> None:
+        self.workflow = workflow
+        self.outputs = outputs
+
+    def attach(self, instance: Executor) -> None:
+        """Hand this code to an instance rebuilt by a runner (before ``restore``)."""
+        assert isinstance(instance, WorkflowExecutor)
+        instance._af_code = self
+
+    def describe(self) -> dict[str, Any]:
+        """The inner graph's description plus the output mode (enters the signature)."""
+        return {**self.workflow.describe(), "outputs": self.outputs}
+
+
+class WorkflowExecutor(Executor):
+    """An executor that runs a whole workflow, ``workflow``, inside a parent graph.
+
+    Each message it receives becomes the input of one inner run, run to idle
+    inside the parent's superstep. Inner outputs are sent along this executor's
+    out-edges (``outputs="send"``, the default; a value no out-edge takes fails
+    the step as ``UnroutableMessage``) or emitted as parent outputs
+    (``outputs="output"``). Inner requests surface to the parent's caller with
+    the id ``"<this id>/<inner request id>"``; the answer given to the parent
+    (``session.respond``) is routed down to the inner request.
+
+    State is the nested checkpoint (see the module docstring); restoring a state
+    taken on a different inner graph raises ``GraphMismatch`` naming the nested
+    path. A failure the inner workflow's own restart policy does not absorb fails
+    this executor's step, which the parent's policy may then restart from its
+    last good nested state. Nesting works to any depth.
+
+    The inner workflow is shared code: many parent sessions may use it at once,
+    each with its own nested state. Close it (``with inner:``) when done with
+    every parent that uses it.
+
+    Args:
+        workflow: the inner workflow (built; not closed while in use).
+        id: this executor's id in the parent graph.
+        outputs: ``"send"`` or ``"output"``, see above.
+        timeout: per-superstep limit of the whole inner run, as for any executor.
+    """
+
+    __slots__ = ("_af_blobs", "_af_code", "_af_nested")
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        id: str,
+        *,
+        outputs: OutputMode = "send",
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(id, timeout=timeout)
+        if outputs not in ("send", "output"):
+            raise ValueError(f"WorkflowExecutor {id!r}: outputs must be 'send' or 'output'")
+        self._af_code = _Inner(workflow, outputs)
+        self._af_nested: bytes | None = None
+        self._af_blobs: dict[str, bytes] = {}
+
+    @property
+    def workflow(self) -> Workflow:
+        """The inner workflow."""
+        return self._af_code.workflow
+
+    # --- state ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The nested checkpoint: ``{"checkpoint": record or None, <digest>: blob, ...}``.
+
+        One attribute per nested blob, so the parent's chunked, content-addressed
+        snapshots store an unchanged (large) inner executor state only once.
+        """
+        state: dict[str, Any] = {_RECORD: self._af_nested}
+        for digest in sorted(self._af_blobs):
+            state[digest] = self._af_blobs[digest]
+        return state
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Adopt a nested checkpoint taken by :meth:`snapshot`, after checking it.
+
+        Raises:
+            CheckpointCorrupt: the record or a blob is damaged, or a blob is missing.
+            GraphMismatch: the record was taken on another inner graph (names the path).
+        """
+        record = state.get(_RECORD)
+        blobs = {k: v for k, v in state.items() if k != _RECORD}
+        if record is not None:
+            self._check(record, blobs)
+        self._af_nested = record
+        self._af_blobs = blobs
+
+    def _check(self, record: bytes, blobs: dict[str, bytes]) -> None:
+        where = f"the nested checkpoint of sub-workflow {self.id!r}"
+        checkpoint = decode_checkpoint(record)
+        if checkpoint.parent_id is not None:
+            raise CheckpointCorrupt(f"{where} names a parent id; nested records never do")
+        missing = sorted(checkpoint.blob_digests() - set(blobs))
+        if missing:
+            raise CheckpointCorrupt(f"{where} lacks blobs {missing}")
+        for digest, data in blobs.items():
+            if blob_digest(data) != digest:
+                raise CheckpointCorrupt(f"{where} has a corrupt blob {digest}")
+        inner = self._af_code.workflow
+        if checkpoint.graph_signature != inner.signature:
+            stored = unpack(checkpoint.runtime).get("graph", {})
+            raise explain_mismatch(stored, inner.describe(), path=f"sub-workflow {self.id!r}")
+
+    # --- handlers -------------------------------------------------------------------
+
+    @handler
+    def on_message(self, message: object, ctx: Context[Any]) -> None:
+        """Run the inner workflow on ``message`` until it is idle."""
+        self._advance(ctx, lambda session: session.run(message))
+
+    @response_handler
+    def on_response(self, request: object, response: object, ctx: Context[Any]) -> None:
+        """Route the parent caller's answer down to the inner request it belongs to."""
+        del request  # identified by its id: two inner requests may carry equal values
+        request_id = ctx.request_id
+        prefix = f"{self.id}/"
+        if request_id is None or not request_id.startswith(prefix):
+            raise RequestError(
+                f"sub-workflow {self.id!r} received an answer to {request_id!r}, which it "
+                "did not ask for"
+            )
+        inner_id = request_id[len(prefix) :]
+        self._advance(ctx, lambda session: session.respond({inner_id: response}))
+
+    # --- internals ------------------------------------------------------------------
+
+    def _advance(self, ctx: Context[Any], act: Callable[[Session], RunResult]) -> None:
+        """Resume the nested run, ``act`` on it, keep its new checkpoint, pass results up."""
+        code = self._af_code
+        store = MemoryStore()
+        try:
+            session = self._open(store)
+            with session:
+                result = act(session)
+                last = session.last_checkpoint_id
+            assert last is not None, "an inner session with a store checkpoints when idle"
+            latest = store.load(last)
+            blobs = {d: store.load_blob(d) for d in sorted(latest.blob_digests())}
+        finally:
+            store.close()
+        for value in result.outputs:
+            if code.outputs == "send":
+                ctx.send(value)
+            else:
+                ctx.output(value)
+        open_ids = {p.request_id for p in result.pending_requests}
+        for event in result.events:
+            # Only requests made in this inner run: older ones were surfaced already.
+            if isinstance(event, RequestEvent) and event.request_id in open_ids:
+                ctx.request(
+                    event.value,
+                    _type_named(event.response_type),
+                    request_id=f"{self.id}/{event.request_id}",
+                )
+        self._af_nested = encode_checkpoint(dataclasses.replace(latest, parent_id=None))
+        self._af_blobs = blobs
+
+    def _open(self, store: MemoryStore) -> Session:
+        """A session on the inner workflow, continuing the nested checkpoint if any."""
+        inner = self._af_code.workflow
+        if self._af_nested is None:
+            return inner.session(self.id, store=store, checkpoint=_INNER_POLICY)
+        checkpoint = decode_checkpoint(self._af_nested)
+        store.save(checkpoint, self._af_blobs)
+        return inner.resume(store, checkpoint_id=checkpoint.id, checkpoint=_INNER_POLICY)
+
+
+def _type_named(label: str) -> type:
+    """The type whose ``type_label`` is ``label``, among types this process already has.
+
+    A request's response type travels as its label; re-asking it in the parent
+    needs the type back, so that the parent checks answers exactly as the child
+    would. Looks up registered message types, builtins and already-imported
+    modules; never imports anything.
+
+    Raises:
+        RequestError: no loaded type has that label.
+    """
+    if label == "NoneType":
+        return type(None)
+    try:
+        return entry_named(label).cls
+    except DecodeError:
+        pass  # not a registered wire name: a builtin or stdlib type
+    found: object = getattr(builtins, label, None) if "." not in label else _loaded(label)
+    if not isinstance(found, type):
+        raise RequestError(
+            f"a sub-workflow request expects an answer of type {label!r}, which is not "
+            "loaded in this process; import the module that defines it"
+        )
+    return found
+
+
+def _loaded(label: str) -> object:
+    """``module.qualname`` resolved in already-imported modules only (None if absent)."""
+    parts = label.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        found: object = sys.modules.get(".".join(parts[:cut]))
+        for name in parts[cut:] if found is not None else ():
+            found = getattr(found, name, None)
+        if isinstance(found, type):
+            return found
+    return None

@@ -1,0 +1,78 @@
+"""Smoke test of the benchmark suite: it runs and reports; timings are never asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXPECTED_FIGURES = {
+    ("w1", "supersteps_per_s"),
+    ("w1_1mb", "supersteps_per_s"),
+    ("w1_1mb", "mb_per_s"),
+    ("w2", "runs_per_s"),
+    ("w2_io", "latency_ms"),
+    ("scale", "run_wall_s"),
+    ("scale", "peak_rss_mb"),
+    ("w3_file", "ms_per_superstep"),
+    ("w3_file", "bytes_on_disk_mb"),
+    ("w3_sqlite", "ms_per_superstep"),
+    ("w3_sqlite", "bytes_on_disk_mb"),
+    ("w4_file", "resume_plus_step_ms"),
+    ("w4_sqlite", "resume_plus_step_ms"),
+}
+
+KEYS = {
+    "bench",
+    "metric",
+    "value",
+    "unit",
+    "floor",
+    "floor_unit",
+    "floor_name",
+    "ratio_vs_floor",
+    "target",
+    "target_on",
+    "target_op",
+    "target_value",
+    "pass",
+    "samples",
+    "peak_rss_mb",
+    "quick",
+    "details",
+}
+
+
+@pytest.mark.timeout(120)
+def test_run_all_quick_prints_every_figure_as_json() -> None:
+    """`bench/run_all.py --quick` exits 0 and prints one well-formed JSON record per figure."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run_all.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]
+    assert {(r["bench"], r["metric"]) for r in records} == EXPECTED_FIGURES
+    assert len(records) == len(EXPECTED_FIGURES)
+    for record in records:
+        assert record.keys() >= KEYS, f"missing keys in {record}"
+        assert math.isfinite(record["value"]) and record["value"] > 0, record
+        assert record["floor"] is not None and record["floor"] > 0, record
+        assert record["ratio_vs_floor"] is not None and record["ratio_vs_floor"] > 0, record
+        assert record["pass"] in (True, False), record
+        assert record["target_op"] in (">=", "<="), record
+        assert record["target_on"] in ("ratio_vs_floor", "value"), record
+        assert record["quick"] is True
+        assert record["peak_rss_mb"] > 0
+    assert "targets missed" in done.stderr, "the human summary goes to stderr"
