@@ -112,15 +112,7 @@ class Session:
             RequestError: an unknown id, a second answer to the same request, or a
                 value of the wrong type; nothing is consumed.
         """
-        raw: list[ev.Event] = []
-        job = self._begin(NO_INPUT, max_supersteps, metadata, raw.append, answers=answers)
-        future = self._submit(job)
-        try:
-            end: End = future.get()
-        except BaseException:
-            self._abandon(future)
-            raise
-        return self._finish(job, raw, end)
+        return self._run_blocking(NO_INPUT, max_supersteps, metadata, answers)
 
     def queue_answers(self, answers: Mapping[str, Any]) -> None:
         """Validate and queue answers without running (the next run handles them).
@@ -189,8 +181,17 @@ class Session:
             RunFailed: the run failed (``ExecutorFailed``, ``SuperstepLimitExceeded``,
                 ...), the original error chained.
         """
+        return self._run_blocking(input, max_supersteps, metadata, None)
+
+    def _run_blocking(
+        self,
+        value: Any,
+        max_supersteps: int | None,
+        metadata: Mapping[str, Any] | None,
+        answers: Mapping[str, Any] | None,
+    ) -> ev.RunResult:
         raw: list[ev.Event] = []
-        job = self._begin(input, max_supersteps, metadata, raw.append)
+        job = self._begin(value, max_supersteps, metadata, raw.append, answers=answers)
         future = self._submit(job)
         try:
             end: End = future.get()

@@ -1,0 +1,187 @@
+"""Child process for tests/test_crash_recovery.py: run (or resume) a corpus workflow
+with a durable store, log what it sees, and optionally stop dead at a chosen point.
+
+Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
+
+- ``store``: ``"sqlite"`` or ``"file"``; ``path``: where it lives.
+- ``family``, ``params``, ``kwargs``: the graph, built with ``graphs.build``.
+- ``session``: the session id; ``mode``: ``"run"`` (fresh, with the graph's input)
+  or ``"resume"`` (latest checkpoint of the session, no new input).
+- ``log``: file that receives one JSON line per fact: ``["out", superstep,
+  executor, value]`` per output, ``["ckpt", id, superstep, kind]`` per checkpoint
+  reported written, ``["end", status]`` when the run ends.
+- ``block``: ``null``, or where to stop and wait to be killed:
+  ``{"at": "handler", "executor": id, "superstep": n}`` (inside that handler),
+  ``{"at": "after_save", "superstep": n}`` (the step checkpoint of superstep n is
+  durable, superstep n + 1 has not started), ``{"at": "in_save", "superstep": n}``
+  (inside the store's write of that checkpoint: blobs written, record not committed).
+
+Protocol on stdout, one line each: ``READY`` before the run starts, ``BLOCKED`` once
+stopped at the block point, ``DONE`` at the end. The child never sleeps: it blocks
+on an Event (bounded) until the parent kills it.
+
+Outputs are logged before the checkpoint that covers them is written: the store
+wrapper waits until this process has logged every event up to the checkpoint's
+superstep. So an output of a superstep that a stored checkpoint covers is always
+in the log, which is what lets the parent count outputs exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import graphs  # noqa: E402  # found via the sys.path entry above, as in the parent
+
+import actorflow as af  # noqa: E402
+from actorflow.storage import Checkpoint  # noqa: E402
+from actorflow.storage import _file as file_store  # noqa: E402
+
+_STUCK_SECONDS = 60.0  # the parent kills us long before this; it only bounds a lost parent
+
+
+def _say(word: str) -> None:
+    sys.stdout.write(word + "\n")
+    sys.stdout.flush()
+
+
+def _stop_here() -> None:
+    """Signal the parent and wait to be killed."""
+    _say("BLOCKED")
+    threading.Event().wait(_STUCK_SECONDS)
+    os._exit(3)
+
+
+class Progress:
+    """The superstep whose events the consumer has logged completely."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._logged = -1
+
+    def advance(self, superstep: int) -> None:
+        with self._cond:
+            self._logged = max(self._logged, superstep)
+            self._cond.notify_all()
+
+    def wait_for(self, superstep: int) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._logged >= superstep, timeout=30):
+                raise RuntimeError(f"consumer did not log superstep {superstep} in time")
+
+
+class GatedStore:
+    """Delegates to a real store; holds each save until its outputs are logged,
+    and stops dead at the configured block point."""
+
+    def __init__(
+        self,
+        inner: Any,
+        progress: Progress,
+        block: Mapping[str, Any] | None,
+        arm_in_save: threading.Event,
+    ) -> None:
+        self._inner = inner
+        self._progress = progress
+        self._block = block or {}
+        self._arm_in_save = arm_in_save
+
+    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+        if checkpoint.kind != "entry":
+            self._progress.wait_for(checkpoint.superstep)
+        hit = checkpoint.kind == "step" and checkpoint.superstep == self._block.get("superstep")
+        if hit and self._block.get("at") == "in_save":
+            self._arm_in_save.set()
+        self._inner.save(checkpoint, blobs)
+        if hit and self._block.get("at") == "after_save":
+            _stop_here()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
+    kind = config["store"]
+    if kind == "sqlite":
+
+        class TracedSQLite(af.SQLiteStore):
+            def _connect(self) -> sqlite3.Connection:
+                conn = super()._connect()
+                conn.set_trace_callback(_in_transaction)
+                return conn
+
+        def _in_transaction(statement: str) -> None:
+            # Rows for blobs and the record are inserted, the transaction is open.
+            if gate.is_set() and statement.lstrip().upper().startswith("INSERT INTO REFS"):
+                _stop_here()
+
+        return TracedSQLite(config["path"])
+    if kind == "file":
+        real_link = os.link
+
+        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            # Blob files are in place and the record's temp file is written and
+            # fsynced; the link that commits the record has not happened.
+            if gate.is_set() and str(dst).endswith(".ckpt"):
+                _stop_here()
+            real_link(src, dst, *args, **kwargs)
+
+        file_store.os.link = link  # type: ignore[attr-defined]  # this child process only
+        return af.FileStore(config["path"])
+    raise ValueError(f"unknown store {kind!r}")
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    block = config.get("block")
+    if block and block["at"] == "handler":
+        target = (block["executor"], block["superstep"])
+
+        def hook(executor_id: str, superstep: int) -> None:
+            if (executor_id, superstep) == target:
+                _stop_here()
+
+        graphs.HOOK = hook
+    case = graphs.build(config["family"], *config["params"], **config.get("kwargs", {}))
+    progress = Progress()
+    gate = threading.Event()
+    inner = _open_store(config, gate)
+    store = GatedStore(inner, progress, block, gate)
+    workflow = case.workflow
+    if config["mode"] == "run":
+        session = workflow.session(config["session"], store=store)
+        value: Any = case.input
+    else:
+        session = workflow.resume(store, session=config["session"])
+        value = None
+    with open(config["log"], "a", buffering=1, encoding="utf-8") as log, session:
+        _say("READY")
+        events = session.stream(value) if value is not None else session.stream()
+        status = "failed"
+        for event in events:
+            if isinstance(event, af.OutputEvent):
+                log.write(json.dumps(["out", event.superstep, event.executor, event.value]) + "\n")
+            elif isinstance(event, af.CheckpointedEvent):
+                log.write(
+                    json.dumps(["ckpt", event.checkpoint_id, event.superstep, event.kind]) + "\n"
+                )
+            elif isinstance(event, af.SuperstepCompletedEvent):
+                progress.advance(event.superstep)
+            elif isinstance(event, af.RunCompletedEvent):
+                status = event.status.value
+        log.write(json.dumps(["end", status]) + "\n")
+    workflow.close()
+    inner.close()
+    _say("DONE")
+
+
+if __name__ == "__main__":
+    main()
