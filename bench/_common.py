@@ -34,6 +34,7 @@ __all__ = [
     "alternate",
     "bytes_under",
     "codec_roundtrip",
+    "cpus",
     "make_items",
     "median",
     "parse_options",
@@ -67,12 +68,28 @@ class Options:
 
 
 def parse_options(description: str, argv: Sequence[str] | None = None) -> Options:
-    """Parse ``--quick`` and quiet the library's logs (they would interleave with the JSON)."""
-    parser = argparse.ArgumentParser(description=description)
+    """Parse ``--quick`` and ``--pin``, and quiet the library's logs (they would mix with the JSON).
+
+    ``--pin 0`` (or ``0,1``) restricts this process, and so every thread it starts
+    later, to those CPUs. On a small VM, thread handoffs between cores vary a lot
+    from one moment to the next; pinning to one CPU trades that noise for
+    same-core context switches, for both the floor and the workload alike.
+    """
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fast smoke mode (fewer repetitions)")
+    parser.add_argument("--pin", metavar="CPUS", help="run on these CPUs only, e.g. 0 or 0,1")
     args = parser.parse_args(argv)
+    if args.pin:
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.pin.split(",")})
     quiet_logs()
     return Options(quick=bool(args.quick))
+
+
+def cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    return sorted(os.sched_getaffinity(0))
 
 
 def quiet_logs() -> None:
@@ -240,16 +257,23 @@ def alternate(
     floor: Callable[[], float],
     work: Callable[[], float],
     repeats: int,
-    warmup: int = 1,
+    warmup: int = 2,
+    warmup_s: float = 0.3,
 ) -> tuple[list[float], list[float]]:
-    """Sample the floor and the workload in turn, ``repeats`` times each after ``warmup`` rounds.
+    """Sample the floor and the workload in turn, ``repeats`` times each.
 
-    Alternating keeps slow drifts of the machine (CPU frequency, a neighbour's load,
-    a vCPU waking from idle) out of the ratio: both sides see the same conditions.
+    First both are warmed up: at least ``warmup`` rounds and at least ``warmup_s``
+    seconds (first samples in a fresh process are often slow: allocator arenas,
+    CPU frequency, idle vCPUs). Alternating then keeps slow drifts of the machine
+    (a neighbour's load, cores waking from idle) out of the ratio: both sides see
+    the same conditions.
     """
-    for _ in range(warmup):
+    started = time.perf_counter()
+    rounds = 0
+    while rounds < warmup or time.perf_counter() - started < warmup_s:
         floor()
         work()
+        rounds += 1
     floors: list[float] = []
     works: list[float] = []
     for _ in range(repeats):
@@ -322,6 +346,7 @@ def report(
         "samples": [_round(s) for s in samples],
         "peak_rss_mb": round(peak_rss if peak_rss is not None else peak_rss_mb(), 1),
         "quick": quick,
+        "cpus": cpus(),
         "details": {k: _tidy(v) for k, v in details.items()},
     }
     print(json.dumps(record), flush=True)

@@ -9,6 +9,7 @@ Usage::
     python bench/run_all.py --quick         # smoke mode: fewer repetitions (CI)
     python bench/run_all.py --only w1,w2    # some benchmarks (repeatable option)
     python bench/run_all.py --out bench/results/latest.jsonl
+    python bench/run_all.py --pin 0         # every benchmark on CPU 0 only (less noise)
 
 Exit status: 0 when every benchmark ran and printed its figures, 1 otherwise. A
 figure that misses its target is reported (``"pass": false``), never an error:
@@ -40,9 +41,12 @@ BENCHMARKS: dict[str, str] = {
 TIMEOUT_S = {"full": 600.0, "quick": 120.0}
 
 
-def run_one(name: str, quick: bool) -> tuple[list[dict[str, Any]], str | None, float]:
+def run_one(
+    name: str, quick: bool, pin: str | None
+) -> tuple[list[dict[str, Any]], str | None, float]:
     """Run ``bench.<name>``; returns its records, an error text (or None) and its wall time."""
     cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if quick else [])
+    cmd += ["--pin", pin] if pin else []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     started = time.perf_counter()
@@ -121,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"run only these (comma-separated or repeated): {', '.join(BENCHMARKS)}",
     )
     parser.add_argument("--out", type=Path, help="also write the JSON lines to this file")
+    parser.add_argument(
+        "--pin",
+        metavar="CPUS",
+        help="run every benchmark on these CPUs only (e.g. 0): steadier ratios on small VMs",
+    )
     args = parser.parse_args(argv)
     names = [n for spec in args.only for n in spec.split(",") if n] or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -131,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failures: list[str] = []
     timings: list[str] = []
     for name in names:
-        records, error, elapsed = run_one(name, args.quick)
+        records, error, elapsed = run_one(name, args.quick, args.pin)
         for record in records:
             print(json.dumps(record), flush=True)
         everything.extend(records)
@@ -142,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("".join(json.dumps(r) + "\n" for r in everything))
 
-    mode = "quick" if args.quick else "full"
+    mode = ("quick" if args.quick else "full") + (
+        f", pinned to CPUs {args.pin}" if args.pin else ""
+    )
     misses = sum(1 for r in everything if r.get("pass") is False)
     print(f"\nactorflow benchmarks ({mode}): {len(everything)} figures", file=sys.stderr)
     print(summary(everything), file=sys.stderr)

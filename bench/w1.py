@@ -117,7 +117,7 @@ def bench_w1(quick: bool) -> None:
             steps.append(result.supersteps)
             return result.supersteps / elapsed
 
-        floors, rates = alternate(floor.sample, one, repeats, warmup=2)
+        floors, rates = alternate(floor.sample, one, repeats)
     rate, floor_rate = median(rates), median(floors)
     report(
         "w1",

@@ -119,7 +119,7 @@ def bench_w2_io(quick: bool) -> None:
             check(result, EXPECTED)
             return elapsed
 
-        floors, latencies = alternate(floor.latency, one, runs, warmup=2)
+        floors, latencies = alternate(floor.latency, one, runs)
     latency, floor_latency = median(latencies), median(floors)
     report(
         "w2_io",

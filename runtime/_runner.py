@@ -71,7 +71,8 @@ class ExecutorProgram:
     edges: tuple[OutEdge, ...]
     """Out-edges, for routing in this actor."""
     code: Attachment | None = None
-    """Code the instance needs besides its class (a sub-workflow); never encoded."""
+    """Code the instance needs besides its class (a sub-workflow); never encoded.
+    Not picklable when set: a backend that ships programs by pickling must rebuild it."""
 
     def __call__(self) -> ExecutorRunner:
         """Make the runner (called by the host, on its thread)."""
