@@ -19,8 +19,7 @@ from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_c
 
 from ._graph import GraphSpec, explain_mismatch
 from ._policy import CheckpointPolicy, Durability
-from ._state import RunState
-from ._wire import unpack
+from ._state import RunState, decode_runtime
 
 __all__ = ["Checkpointer", "Restored", "load_for_resume"]
 
@@ -174,7 +173,7 @@ def load_for_resume(
             )
         checkpoint = latest
     if checkpoint.graph_signature != spec.signature:
-        stored = unpack(checkpoint.runtime).get("graph", {})
+        stored = decode_runtime(checkpoint.runtime).get("graph", {})
         raise explain_mismatch(stored, spec.description)
     if set(checkpoint.executors) != set(spec.programs):
         raise GraphMismatch(

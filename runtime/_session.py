@@ -461,9 +461,18 @@ class Session:
             ev.RunStartedEvent(job.run_id, driver.state.superstep, time.time(), spec.name, self._id)
         )
         if job.input is not None:
-            driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
+            delivery = [RUN_INPUT, SINGLE, job.input]
+            queued = driver.state.inbox.setdefault(spec.start, [])
+            queued.append(delivery)
             if driver.checkpointer is not None:
-                driver.checkpoint_now(job, "entry")
+                try:
+                    driver.checkpoint_now(job, "entry")
+                except BaseException:
+                    # A run not accepted durably was not accepted at all: unqueue it.
+                    queued.remove(delivery)
+                    if not queued:
+                        del driver.state.inbox[spec.start]
+                    raise
         elif self._answers_queued:
             self._answers_queued = False
             if driver.checkpointer is not None:

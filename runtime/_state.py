@@ -9,9 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._wire import pack, unpack
+import msgpack
 
-__all__ = ["Delivery", "PendingEntry", "RunState"]
+from actorflow.errors import CheckpointCorrupt
+
+from ._wire import pack
+
+__all__ = ["Delivery", "PendingEntry", "RunState", "decode_runtime"]
 
 Delivery = list[Any]
 """``[source, group, payload]`` as in :mod:`._wire`."""
@@ -57,8 +61,13 @@ class RunState:
     def from_bytes(
         cls, data: bytes, snapshots: dict[str, list[str]]
     ) -> tuple[RunState, dict[str, Any]]:
-        """Decode what :meth:`to_bytes` wrote; returns the state and the extra fields."""
-        body = unpack(data)
+        """Decode what :meth:`to_bytes` wrote; returns the state and the extra fields.
+
+        Raises:
+            CheckpointCorrupt: the bytes are not a well-formed runtime record (plain
+                msgpack only: an ext type, a pickle or a wrong shape is refused).
+        """
+        body = decode_runtime(data)
         state = cls(
             superstep=body.pop("superstep"),
             inbox=body.pop("inbox"),
@@ -76,3 +85,71 @@ class RunState:
         self.pending.clear()
         self.answered.clear()
         self.snapshots.clear()
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"ext type {code} is not allowed in a runtime record")
+
+
+def decode_runtime(data: bytes) -> dict[str, Any]:
+    """Decode and shape-check a checkpoint's ``runtime`` bytes; never runs code.
+
+    Raises:
+        CheckpointCorrupt: anything but the plain structure :meth:`RunState.to_bytes` writes.
+    """
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
+        _check(isinstance(body, dict), "not a map")
+        _check(isinstance(body.get("superstep"), int), "superstep")
+        for target, deliveries in _items(body, "inbox"):
+            _check(isinstance(deliveries, list), f"inbox of {target}")
+            for delivery in deliveries:
+                _check(isinstance(delivery, list) and len(delivery) == 3, f"delivery to {target}")
+                source, group, payload = delivery
+                _check(isinstance(source, str) and isinstance(group, int), f"delivery to {target}")
+                _check(_payload_ok(payload), f"payload to {target}")
+        for group, sources in _items(body, "fan_in"):
+            _check(isinstance(sources, dict), f"fan-in group {group}")
+            for source, payloads in sources.items():
+                _check(isinstance(payloads, list), f"fan-in {group}/{source}")
+                _check(all(isinstance(p, bytes) for p in payloads), f"fan-in {group}/{source}")
+        for request_id, entry in _items(body, "pending"):
+            _check(isinstance(entry, list) and len(entry) == 3, f"request {request_id}")
+            _check(
+                isinstance(entry[0], str) and isinstance(entry[1], bytes), f"request {request_id}"
+            )
+            _check(isinstance(entry[2], str), f"request {request_id}")
+        _check(isinstance(body.get("answered"), list), "answered")
+        _check(all(isinstance(a, str) for a in body["answered"]), "answered")
+    except CheckpointCorrupt:
+        raise
+    except Exception as exc:
+        raise CheckpointCorrupt(
+            f"the checkpoint's runtime record is malformed ({type(exc).__name__}: {exc}); "
+            "restore an older checkpoint or run `actorflow checkpoints verify`"
+        ) from exc
+    result: dict[str, Any] = body
+    return result
+
+
+def _items(body: dict[str, Any], key: str) -> list[tuple[str, Any]]:
+    section = body.get(key)
+    _check(isinstance(section, dict), key)
+    assert isinstance(section, dict)
+    return [(str(k), v) for k, v in section.items()]
+
+
+def _payload_ok(payload: Any) -> bool:
+    if isinstance(payload, bytes):
+        return True
+    if isinstance(payload, list):
+        return all(isinstance(p, bytes | str | list) for p in payload)
+    return False
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise CheckpointCorrupt(
+            f"the checkpoint's runtime record is malformed at {what!r}; restore an older "
+            "checkpoint or run `actorflow checkpoints verify`"
+        )

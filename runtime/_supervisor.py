@@ -123,6 +123,16 @@ class Driver:
         ids = sorted(self.spec.programs)
         hosts = self.pool.acquire(len(ids))
         self.hosts = dict(zip(ids, hosts, strict=True))
+        try:
+            self._load_programs(ids, initial)
+        except BaseException:
+            # A snapshot that cannot be restored must not strand the borrowed hosts.
+            self.release_hosts()
+            raise
+
+    def _load_programs(
+        self, ids: list[str], initial: dict[str, list[tuple[str, bytes | None]]] | None
+    ) -> None:
         futures = [self.hosts[eid].load(self.spec.programs[eid]) for eid in ids]
         for future in futures:
             future.get(timeout=60)
@@ -368,7 +378,7 @@ class Driver:
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
         if isinstance(error, (_TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
             self._replace_host(target)
-        self._load_state(target, [(d, self._chunks[d]) for d in self._good[target]])
+        self._load_state(target, [(d, self._chunks.get(d)) for d in self._good[target]])
         job.emit(
             ev.RunRestartedEvent(
                 job.run_id,

@@ -39,11 +39,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import graphs  # noqa: E402  # found via the sys.path entry above, as in the parent
+import graphs  # found via the sys.path entry above, as in the parent
 
-import actorflow as af  # noqa: E402
-from actorflow.storage import Checkpoint  # noqa: E402
-from actorflow.storage import _file as file_store  # noqa: E402
+import actorflow as af
+from actorflow.storage import Checkpoint
+from actorflow.storage import _file as file_store
 
 _STUCK_SECONDS = 60.0  # the parent kills us long before this; it only bounds a lost parent
 

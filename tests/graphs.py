@@ -382,7 +382,11 @@ def collatz(start: int, *, restart: Restart = None, timeout: float | None = None
         f"collatz{start}", start=GCollatz("hub", timeout=timeout), restart=restart
     )
     builder.add_switch(
-        "hub", [af.Case(_even, GHalve("halve", timeout=timeout)), af.Default(GTriple("triple", timeout=timeout))]
+        "hub",
+        [
+            af.Case(_even, GHalve("halve", timeout=timeout)),
+            af.Default(GTriple("triple", timeout=timeout)),
+        ],
     )
     builder.add_edge("halve", "hub")
     builder.add_edge("triple", "hub")

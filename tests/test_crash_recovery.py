@@ -40,7 +40,7 @@ from actorflow.storage import CheckpointKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import graphs  # noqa: E402  # tests/ is on sys.path, as in the child
+import graphs  # tests/ is on sys.path, as in the child
 
 CHILD = Path(__file__).resolve().parent / "crash_child.py"
 SESSION = "crash"
@@ -275,7 +275,9 @@ def resume_here(store: Any, graph: tuple[str, list[int], dict[str, Any]]) -> lis
             events = list(session.stream())
         session.close()
     assert isinstance(events[-1], af.RunCompletedEvent)
-    return [(e.superstep, e.executor, _normal(e.value)) for e in events if isinstance(e, af.OutputEvent)]
+    return [
+        (e.superstep, e.executor, _normal(e.value)) for e in events if isinstance(e, af.OutputEvent)
+    ]
 
 
 # --- tests ---------------------------------------------------------------------------
@@ -344,9 +346,7 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("store_kind", STORES)
-def test_kill_at_random_moments_of_a_checkpoint_heavy_run(
-    store_kind: str, tmp_path: Path
-) -> None:
+def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_path: Path) -> None:
     """SIGKILL at random delays (mostly inside store writes); each time the store is intact
     and a resume in this process finishes with the uninterrupted outputs and states."""
     ref = reference(RANDOM_GRAPH)

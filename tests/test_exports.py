@@ -44,7 +44,7 @@ def test_top_level_public_names_are_all_listed() -> None:
 
 def test_every_error_derives_from_the_single_base() -> None:
     """All error classes share ActorflowError as their base."""
-    import actorflow.errors as errors
+    from actorflow import errors
 
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.ActorflowError)

@@ -25,7 +25,7 @@ from actorflow.testing import FaultKind, InjectedFault, RunOutcome, inject_fault
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import graphs  # noqa: E402  # tests/ is on sys.path
+import graphs  # tests/ is on sys.path
 
 CORPUS = graphs.corpus()
 
@@ -122,9 +122,7 @@ def _mismatches(
         restarted = [e for e in outcome.events if isinstance(e, af.RunRestartedEvent)]
         if exact_restarts and len(restarted) != 1:
             problems.append(f"{where}: {len(restarted)} restarts, expected 1")
-        if not any(
-            e.executor == executor and e.superstep == superstep for e in restarted
-        ):
+        if not any(e.executor == executor and e.superstep == superstep for e in restarted):
             problems.append(f"{where}: no RunRestartedEvent for the fault")
     return problems
 
@@ -212,9 +210,7 @@ def test_every_executor_of_a_superstep_failing_at_once_is_equivalent(
         by_step.setdefault(superstep, []).append(executor)
     kinds: tuple[FaultKind, FaultKind] = ("exception", "death")
     for superstep, executors in by_step.items():
-        faults = tuple(
-            (executor, superstep, kinds[i % 2]) for i, executor in enumerate(executors)
-        )
+        faults = tuple((executor, superstep, kinds[i % 2]) for i, executor in enumerate(executors))
         got = observe(name, faults)
         assert got.outcome.outputs == base.outcome.outputs, superstep
         assert got.states == base.states, superstep
@@ -263,7 +259,10 @@ def _failing_workflow(policy: af.RestartPolicy) -> af.Workflow:
 @pytest.mark.timeout(30)
 def test_past_the_intensity_limit_the_run_fails_with_the_original_error_chained() -> None:
     """max_restarts=2: two restarts, then ExecutorFailed whose __cause__ is the handler's ValueError."""
-    with _failing_workflow(af.RestartPolicy(max_restarts=2, within_seconds=60)) as wf, wf.session() as s:
+    with (
+        _failing_workflow(af.RestartPolicy(max_restarts=2, within_seconds=60)) as wf,
+        wf.session() as s,
+    ):
         outcome = run_to_idle(s, 7)
     assert outcome.status is af.RunStatus.FAILED
     error = outcome.error

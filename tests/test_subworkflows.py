@@ -431,17 +431,7 @@ def totals(
 @pytest.mark.parametrize(
     ("inner_restart", "parent_restart"),
     [
-        pytest.param(
-            True,
-            False,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=af.ExecutorFailed,
-                reason="bug: Driver._recover (runtime/_supervisor.py) reads self._chunks[d] for "
-                "the last good state, a KeyError when the session was resumed and the executor "
-                "has not reported a snapshot since; a sub-workflow resumes its child every time",
-            ),
-        ),
+        (True, False),
         (False, True),
         (True, True),
     ],
