@@ -9,6 +9,7 @@ Sub-bases group them by area so callers can catch a whole family:
 - :class:`WorkflowError`: something went wrong while running (:class:`RunFailed`,
   :class:`ExecutorFailed`, :class:`UnroutableMessage`, :class:`InputNotAccepted`,
   :class:`SuperstepLimitExceeded`, :class:`SessionBusy`, :class:`SessionClosed`,
+  :class:`SessionBroken`,
   :class:`RequestError`).
 - :class:`CheckpointError`: storing or restoring a checkpoint failed
   (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
@@ -37,6 +38,7 @@ __all__ = [
     "RequestError",
     "RunCancelled",
     "RunFailed",
+    "SessionBroken",
     "SessionBusy",
     "SessionClosed",
     "SuperstepLimitExceeded",
@@ -184,6 +186,17 @@ class SessionBusy(WorkflowError):
 
 class SessionClosed(WorkflowError):
     """The session or workflow was closed; open a new one."""
+
+
+class SessionBroken(WorkflowError):
+    """A superstep of this session failed and its state cannot be rolled back.
+
+    Rolling back needs each executor's state from the last barrier, which exists
+    only when someone asked for snapshots (a store checkpointing every superstep,
+    or a restart policy). Without it the session refuses to run rather than let
+    half-applied writes of the failed superstep leak into a later run. Call
+    ``reset()``, or resume from a checkpoint.
+    """
 
 
 class RequestError(WorkflowError):

@@ -21,6 +21,7 @@ from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
     RequestError,
+    SessionBroken,
     SessionBusy,
     SessionClosed,
 )
@@ -417,6 +418,11 @@ class Session:
         self._acquire("start a run")
         try:
             self._check_open()
+            if self._driver.broken is not None:
+                raise SessionBroken(
+                    f"session {self._id!r} cannot run: {self._driver.broken}; call reset(), "
+                    "or resume from a checkpoint"
+                )
             if answers is not None:
                 self._queue_answers(answers)
         except BaseException:

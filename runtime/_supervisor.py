@@ -114,6 +114,9 @@ class Driver:
         self._chunks: dict[str, bytes] = {}
         self._good: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
+        self._hung: set[str] = set()
+        self.broken: str | None = None
+        """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._log = _log.bind(workflow=spec.name, session=session)
 
     # --- lifecycle ----------------------------------------------------------------
@@ -233,9 +236,11 @@ class Driver:
         try:
             reports = self._execute(job, superstep, targets, inbox, want_snapshot)
         except BaseException:
-            # Nothing of a failed superstep survives: its inbox is what it was, so a
-            # later run or a resume starts from the last consistent cut (MAF #7859).
+            # Nothing of a failed superstep survives (MAF #7859): its inbox is back in
+            # flight and every executor it ran is rolled back to the last barrier, so
+            # a later run continues from a consistent cut.
             state.inbox = inbox
+            self._roll_back(targets, superstep)
             raise
         new_inbox = state.inbox
         now = time.time()
@@ -330,6 +335,7 @@ class Driver:
             try:
                 reports[target] = unpack(future.get(timeout=remaining))
             except TimeoutError as exc:
+                self._hung.add(target)
                 failures.append(_StepFailure(target, _TimedOut(target, limit, exc)))
             except pykka.ActorDeadError as exc:
                 failures.append(_StepFailure(target, exc))
@@ -347,14 +353,15 @@ class Driver:
         )
         policy = self._restart_overrides.get(target, self._restart)
         attempt: int | None = None
-        if policy is not None and isinstance(error, policy.retry_on) and target in self._good:
+        covered = policy is not None and isinstance(error, policy.retry_on) and target in self._good
+        if covered and policy is not None:
             tracker = self._trackers.setdefault(target, RestartTracker(policy))
             attempt = tracker.allow(time.monotonic())
         if attempt is None or policy is None:
             reason = (
                 f"it was restarted {policy.max_restarts} time(s) within {policy.within_seconds} s "
                 "and the restart policy allows no more"
-                if attempt is None and policy is not None and target in self._good
+                if covered and policy is not None
                 else "no restart policy covers this error"
             )
             raise ExecutorFailed(
@@ -391,6 +398,25 @@ class Driver:
             )
         )
 
+    def _roll_back(self, targets: list[str], superstep: int) -> None:
+        """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
+        exact = self._keep_state and not any(
+            t in self._dirty or t not in self._good for t in targets
+        )
+        if not exact:
+            self.broken = (
+                f"superstep {superstep} failed and the state before it was never snapshotted "
+                "(no store checkpointing every superstep, no restart policy)"
+            )
+            return
+        try:
+            for target in targets:
+                if target in self._hung or not self.hosts[target].alive:
+                    self._replace_host(target)
+                self._load_state(target, [(d, self._chunks.get(d)) for d in self._good[target]])
+        except Exception as exc:  # noqa: BLE001 - a failed rollback leaves the session broken
+            self.broken = f"rolling back superstep {superstep} failed: {exc}"
+
     def _replace_host(self, target: str) -> None:
         # A hung handler cannot be killed in Python: the old host is abandoned
         # (stopped without waiting) and its late answer goes to a future nobody reads.
@@ -398,6 +424,7 @@ class Driver:
         host = self.pool.acquire(1)[0]
         host.load(self.spec.programs[target]).get(timeout=60)
         self.hosts[target] = host
+        self._hung.discard(target)
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
         body = [c if c is not None else self._chunk(d) for d, c in chunks]

@@ -18,6 +18,7 @@ to make a chosen handler signal its parent and block. It is not executor state.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,7 +248,7 @@ def chain(
         GRelay(f"a{i}", mul=i + 2, add=i, ballast=ballast, timeout=timeout) for i in range(length)
     ]
     builder = af.WorkflowBuilder(f"chain{length}", start=relays[0], restart=restart)
-    for prev, nxt in zip(relays, relays[1:], strict=False):
+    for prev, nxt in itertools.pairwise(relays):
         builder.add_edge(prev, nxt)
     builder.add_edge(relays[-1], GSink("sink", timeout=timeout))
     return GraphCase(f"chain{length}", builder.build(), 3)

@@ -29,6 +29,7 @@ from actorflow.storage import (
     encode_checkpoint,
     new_checkpoint_id,
 )
+from actorflow.testing import run_to_idle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -416,24 +417,7 @@ def _chain(error: BaseException | None) -> list[BaseException]:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(
-    "variant",
-    [
-        pytest.param(
-            name,
-            marks=(),
-        )
-        for name in [
-            "runtime-is-a-pickle",
-            "runtime-names-os.system",
-            "fan-in-buffer-names-os.system",
-            "queued-message-is-a-pickle",
-            "queued-message-names-os.system",
-            "snapshot-is-a-pickle",
-            "snapshot-names-os.system",
-        ]
-    ],
-)
+@pytest.mark.parametrize("variant", sorted(CRAFTS))
 def test_a_crafted_checkpoint_is_refused_and_runs_nothing(variant: str, tmp_path: Path) -> None:
     """A checkpoint whose runtime, queued message or snapshot carries a pickle or names
     ``os.system`` raises DecodeError/CheckpointCorrupt on resume; no handler runs, no code runs."""
@@ -443,18 +427,13 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(variant: str, tmp_path
     store, crafted = _crafted_store(case, variant, sentinel)
     graphs.HOOK = lambda executor, superstep: calls.append((executor, superstep))
     error: BaseException | None = None
-    resumed: af.Session | None = None
     try:
-        with case.workflow as wf:
-            resumed = wf.resume(store, checkpoint_id=crafted.id)
-            with resumed:
-                for _ in resumed.stream():
-                    pass
+        with case.workflow as wf, wf.resume(store, checkpoint_id=crafted.id) as resumed:
+            resumed.run()
     except Exception as exc:
         error = exc
     finally:
         graphs.HOOK = None
-        _stop_leaked_hosts(resumed)
     assert not sentinel.exists(), "decoding ran code"
     assert calls == [], "a handler ran on crafted data"
     refused = [e for e in _chain(error) if isinstance(e, af.DecodeError | af.CheckpointCorrupt)]
@@ -477,14 +456,6 @@ def _crafted_store(
     return store, crafted
 
 
-def _stop_leaked_hosts(session: af.Session | None) -> None:
-    """Stop hosts a session failed to release (see the xfail test below), so that the
-    thread check of tests/conftest.py reports only what the test under it is about."""
-    if session is not None:
-        for host in session._driver.hosts.values():
-            host.stop()
-
-
 @pytest.mark.timeout(30)
 def test_close_after_a_resume_that_could_not_restore_leaves_no_actor_thread(
     tmp_path: Path,
@@ -494,19 +465,15 @@ def test_close_after_a_resume_that_could_not_restore_leaves_no_actor_thread(
     case = graphs.build("chain", 3)
     store, crafted = _crafted_store(case, "snapshot-is-a-pickle", tmp_path / "sentinel")
     resumed = case.workflow.resume(store, checkpoint_id=crafted.id)
-    try:
-        with pytest.raises(af.DecodeError):
-            resumed.run()
-        resumed.close()
-        case.workflow.close()
-        leftover = [t for t in threading.enumerate() if t not in before]
-        deadline = time.monotonic() + 2
-        for thread in leftover:
-            thread.join(timeout=max(deadline - time.monotonic(), 0))
-        alive = [t.name for t in leftover if t.is_alive()]
-    finally:
-        _stop_leaked_hosts(resumed)
-    assert alive == []
+    with pytest.raises(af.DecodeError):
+        resumed.run()
+    resumed.close()
+    case.workflow.close()
+    leftover = [t for t in threading.enumerate() if t not in before]
+    deadline = time.monotonic() + 2
+    for thread in leftover:
+        thread.join(timeout=max(deadline - time.monotonic(), 0))
+    assert [t.name for t in leftover if t.is_alive()] == []
 
 
 # --- incremental storage ---------------------------------------------------------------
@@ -601,8 +568,8 @@ def test_with_a_store_the_same_executor_does_snapshot() -> None:
     """Control for the test above: with a store, snapshot() is called and its failure fails the run."""
     NoSnapshot.calls.clear()
     with _no_snapshot_workflow() as wf, wf.session(store=af.MemoryStore()) as s:
-        with pytest.raises(af.ActorflowError):
-            s.run(3)
+        outcome = run_to_idle(s, 3)
+    assert isinstance(outcome.error, af.ActorflowError)
     assert NoSnapshot.calls
 
 
@@ -629,12 +596,11 @@ class FailingStore:
 
 def _stream_until_failure(
     session: af.Session, value: Any = None
-) -> tuple[list[af.Event], Exception]:
-    events: list[af.Event] = []
-    with pytest.raises(af.ActorflowError) as info:
-        for event in session.stream(value) if value is not None else session.stream():
-            events.append(event)
-    return events, info.value
+) -> tuple[list[af.Event], BaseException]:
+    """Every event the run yielded before it raised, and what it raised (it must raise)."""
+    outcome = run_to_idle(session, value) if value is not None else run_to_idle(session)
+    assert isinstance(outcome.error, af.ActorflowError), outcome.error
+    return outcome.events, outcome.error
 
 
 @pytest.mark.timeout(30)

@@ -306,11 +306,6 @@ def test_an_error_retry_on_does_not_match_fails_at_once() -> None:
     assert [type(e) for e in outcome.events[-2:]] == [af.ExecutorFailedEvent, af.RunFailedEvent]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Driver._recover (runtime/_supervisor.py) words a retry_on mismatch as 'restarted N time(s) ... "
-    "allows no more' although no restart happened",
-)
 @pytest.mark.timeout(30)
 def test_the_error_for_a_retry_on_mismatch_does_not_claim_restarts() -> None:
     """The ExecutorFailed message for an error outside retry_on says no policy covers it."""

@@ -22,7 +22,7 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode_state
-from actorflow.testing import inject_fault
+from actorflow.testing import inject_fault, run_to_idle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -128,9 +128,9 @@ def test_state_carries_over_between_runs_of_a_session() -> None:
 @pytest.mark.timeout(30)
 def test_a_second_call_from_another_thread_gets_session_busy(gate: Gate) -> None:
     """While a run is active, run, stream and reset from another thread raise SessionBusy."""
-    gate.superstep = 2
     case = graphs.build("ring", 3, 2)
     expected, _ = uninterrupted("ring", 3, 2)
+    gate.superstep = 2
     with case.workflow as wf, wf.session() as s:
         thread, box = in_thread(s.run, case.input)
         gate.wait_entered()
@@ -148,9 +148,9 @@ def test_a_second_call_from_another_thread_gets_session_busy(gate: Gate) -> None
 @pytest.mark.timeout(30)
 def test_a_second_run_from_another_asyncio_task_gets_session_busy(gate: Gate) -> None:
     """While arun() is active in one task, arun() and astream() in another raise SessionBusy."""
-    gate.superstep = 2
     case = graphs.build("ring", 3, 2)
     expected, _ = uninterrupted("ring", 3, 2)
+    gate.superstep = 2
 
     async def scenario(s: af.Session) -> af.RunResult:
         first = asyncio.create_task(s.arun(case.input))
@@ -197,9 +197,9 @@ def test_cancel_from_another_thread_stops_at_the_barrier_and_a_later_run_continu
 ) -> None:
     """cancel() during superstep 5: the run ends CANCELLED at barrier 5; run() then finishes
     the same work: outputs and final states equal an uninterrupted run."""
-    gate.superstep = 5
     case = graphs.build("ring", 3, 4)
     expected, expected_states = uninterrupted("ring", 3, 4)
+    gate.superstep = 5
     store = af.MemoryStore()
     with case.workflow as wf, wf.session("s", store=store) as s:
         thread, box = in_thread(s.run, case.input)
@@ -223,9 +223,9 @@ def test_cancel_from_another_thread_stops_at_the_barrier_and_a_later_run_continu
 def test_cancelling_the_arun_task_cancels_the_run(gate: Gate) -> None:
     """task.cancel() on an arun() task: the run stops at the next barrier, the task raises
     CancelledError, and the session is free to continue the run."""
-    gate.superstep = 3
     case = graphs.build("ring", 3, 4)
     _, expected_states = uninterrupted("ring", 3, 4)
+    gate.superstep = 3
     store = af.MemoryStore()
 
     async def scenario(s: af.Session) -> af.RunResult:
@@ -332,9 +332,9 @@ def test_events_of_an_abandoned_stream_never_appear_in_the_next_run(reset: bool)
 @pytest.mark.timeout(30)
 def test_reset_during_a_run_raises_session_busy(gate: Gate) -> None:
     """reset() while a run is active raises SessionBusy and changes nothing of the run."""
-    gate.superstep = 3
     case = graphs.build("ring", 3, 2)
     expected, _ = uninterrupted("ring", 3, 2)
+    gate.superstep = 3
     with case.workflow as wf, wf.session() as s:
         thread, box = in_thread(s.run, case.input)
         gate.wait_entered()
@@ -370,18 +370,18 @@ def test_a_run_during_reset_raises_session_busy() -> None:
     global _UNLOADING  # noqa: PLW0603  # one gate per test, read by the resource's __del__
     _UNLOADING = Gate(superstep=0)
     try:
-        with af.WorkflowBuilder("held", start=HoldsResource("h")).build() as wf:
-            with wf.session() as s:
-                assert s.run(1).outputs == [1]
-                thread, box = in_thread(s.reset)
-                _UNLOADING.wait_entered()
-                with pytest.raises(af.SessionBusy, match="start a run"):
-                    s.run(2)
-                with pytest.raises(af.SessionBusy):
-                    s.reset()
-                _UNLOADING.release.set()
-                joined(thread, box)
-                assert s.run(3).outputs == [3]
+        workflow = af.WorkflowBuilder("held", start=HoldsResource("h")).build()
+        with workflow as wf, wf.session() as s:
+            assert s.run(1).outputs == [1]
+            thread, box = in_thread(s.reset)
+            _UNLOADING.wait_entered()
+            with pytest.raises(af.SessionBusy, match="start a run"):
+                s.run(2)
+            with pytest.raises(af.SessionBusy):
+                s.reset()
+            _UNLOADING.release.set()
+            joined(thread, box)
+            assert s.run(3).outputs == [3]
     finally:
         _UNLOADING.release.set()
 
@@ -440,23 +440,24 @@ def _two_branches() -> af.Workflow:
     return builder.build()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: when a superstep fails fast, Driver._superstep restores the superstep's inbox "
-    "but not the state of its executors (neither the failed one nor those that completed), so "
-    "the next run redelivers the inbox to executors that already applied it",
-)
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("with_store", [False, True], ids=["no-store", "memory-store"])
-def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(with_store: bool) -> None:
+@pytest.mark.parametrize(
+    "policy",
+    ["store", "restart"],
+)
+def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(policy: str) -> None:
     """Superstep 2 fails (c raises after both a and c changed state); the next run behaves as
     if the first had stopped at barrier 1: none of superstep 2's sends or state changes remain."""
-    with _two_branches() as wf:
-        with wf.session("ref") as reference:
-            with pytest.raises(af.SuperstepLimitExceeded):
-                reference.run(1, max_supersteps=1)
-            expected = reference.run(5).outputs
-        store = af.MemoryStore() if with_store else None
+    with _two_branches() as wf, wf.session("ref") as reference:
+        with pytest.raises(af.SuperstepLimitExceeded):
+            reference.run(1, max_supersteps=1)
+        expected = reference.run(5).outputs
+    builder_restart = af.RestartPolicy(max_restarts=0) if policy == "restart" else None
+    builder = af.WorkflowBuilder("branches", start=Keep("src"), restart=builder_restart)
+    builder.add_fan_out("src", [Keep("a"), Keep("c")])
+    builder.add_edge("a", Last("z")).add_edge("c", "z")
+    with builder.build() as wf:
+        store = af.MemoryStore() if policy == "store" else None
         with wf.session("s", store=store) as s:
             inject_fault(s, "c", 2)
             with pytest.raises(af.ExecutorFailed):
@@ -466,14 +467,29 @@ def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(with_store: bool)
 
 
 @pytest.mark.timeout(30)
+def test_without_snapshots_a_failed_superstep_breaks_the_session_until_reset() -> None:
+    """With no store and no restart policy nothing can be rolled back, so the session refuses
+    to run (SessionBroken) rather than leak half-applied writes; reset() makes it usable."""
+    with _two_branches() as wf:
+        fresh = wf.run(5).outputs
+        with wf.session("s") as s:
+            inject_fault(s, "c", 2)
+            with pytest.raises(af.ExecutorFailed):
+                s.run(1)
+            with pytest.raises(af.SessionBroken, match="reset"):
+                s.run(5)
+            s.reset()
+            assert s.run(5).outputs == fresh
+
+
+@pytest.mark.timeout(30)
 def test_a_failed_superstep_routes_none_of_its_sends() -> None:
     """The superstep that failed delivered nothing: ``z`` never saw a value in the failed run."""
     with _two_branches() as wf, wf.session() as s:
         inject_fault(s, "c", 2)
-        events = []
-        with pytest.raises(af.ExecutorFailed):
-            for event in s.stream(1):
-                events.append(event)
+        outcome = run_to_idle(s, 1)
+    assert isinstance(outcome.error, af.ExecutorFailed)
+    events = outcome.events
     invoked = {e.executor for e in events if isinstance(e, af.ExecutorInvokedEvent)}
     assert invoked == {"src", "a", "c"}
     assert [e.value for e in events if isinstance(e, af.OutputEvent)] == [["src", [1]]]
@@ -494,7 +510,7 @@ def _new_threads(before: set[threading.Thread]) -> list[str]:
 def test_close_leaves_no_actor_thread() -> None:
     """Sessions that ran (and one closed mid-run from another thread) leave no thread after close()."""
     before = set(threading.enumerate())
-    gate = Gate(superstep=2)
+    gate = Gate()
     graphs.HOOK = gate
     try:
         case = graphs.build("fan_burst", 3, 2)
@@ -502,6 +518,7 @@ def test_close_leaves_no_actor_thread() -> None:
             for k in range(3):
                 with wf.session(store=af.MemoryStore()) as s:
                     s.run(k)
+            gate.superstep = 2
             busy = wf.session()
             thread, box = in_thread(busy.run, 1)
             gate.wait_entered()
