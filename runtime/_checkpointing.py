@@ -41,6 +41,9 @@ class Checkpointer:
         self.session = session
         self.policy = policy
         self.last_id: str | None = parent.id if parent is not None else None
+        # The newest checkpoint known to be in the store: the lineage falls back to it
+        # when a background write fails, so no record ever names a parent never stored.
+        self._confirmed_id = self.last_id
         self._stored: set[str] = set(parent.blob_digests()) if parent is not None else set()
         self._queue: queue.Queue[tuple[Checkpoint, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
@@ -85,6 +88,7 @@ class Checkpointer:
         )
         if self.policy.durability is Durability.SYNC or kind == "entry":
             self.store.save(checkpoint, blobs)
+            self._confirmed_id = checkpoint.id
         else:
             self._enqueue(checkpoint, blobs)
         self._stored = referenced
@@ -98,10 +102,15 @@ class Checkpointer:
         self.raise_failure()
 
     def raise_failure(self) -> None:
-        """Re-raise a background write failure (once)."""
+        """Re-raise a background write failure (once), resetting the lineage to what is stored."""
+        if self._failure is None:
+            return
+        if self._queue is not None:
+            self._queue.join()  # the writer skips everything queued after the failure
         failure, self._failure = self._failure, None
-        if failure is not None:
-            raise CheckpointError(f"a background checkpoint write failed: {failure}") from failure
+        self.last_id = self._confirmed_id
+        self._stored = set()  # resend every referenced blob; the store skips those it has
+        raise CheckpointError(f"a background checkpoint write failed: {failure}") from failure
 
     def close(self) -> None:
         """Stop the background writer after it drained its queue."""
@@ -129,6 +138,7 @@ class Checkpointer:
                     return
                 if self._failure is None:
                     self.store.save(*item)
+                    self._confirmed_id = item[0].id
             except Exception as exc:  # noqa: BLE001 - surfaced by raise_failure at the next barrier
                 self._failure = exc
             finally:

@@ -469,6 +469,8 @@ class Driver:
                 chunks=self._chunks,
                 metadata=job.metadata,
             )
+            if kind == "final":
+                checkpointer.flush()  # a run is reported complete only once it is durable
         except Exception as exc:
             self._log.error(
                 "checkpoint write failed", superstep=self.state.superstep, error=str(exc)

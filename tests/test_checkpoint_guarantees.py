@@ -652,12 +652,6 @@ def test_with_async_durability_a_failed_write_fails_the_run_at_the_next_barrier(
     assert max(completed) == failed[0].superstep
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: with Durability.ASYNC a failed write of the final checkpoint surfaces only in "
-    "Session._drive's flush(), after RunCompletedEvent(COMPLETED) was emitted, with no "
-    "CheckpointFailedEvent or RunFailedEvent",
-)
 @pytest.mark.timeout(30)
 def test_with_async_durability_a_failed_final_write_is_an_error_event() -> None:
     """ASYNC and the final checkpoint's write fails: CheckpointFailedEvent, and no 'completed'."""
@@ -675,15 +669,7 @@ def test_with_async_durability_a_failed_final_write_is_an_error_event() -> None:
     "durability",
     [
         af.Durability.SYNC,
-        pytest.param(
-            af.Durability.ASYNC,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: Checkpointer.write marks an ASYNC checkpoint's blobs stored and its "
-                "id as the lineage parent when it is queued, so after a failed write the next "
-                "checkpoints omit blobs (the store refuses them) and name a parent never stored",
-            ),
-        ),
+        af.Durability.ASYNC,
     ],
 )
 def test_after_a_failed_write_the_session_checkpoints_a_consistent_lineage(
