@@ -330,14 +330,20 @@ class Session:
             self._busy.release()
 
     def close(self) -> None:
-        """Stop this session's run (at the next barrier) and give back every actor."""
+        """Stop this session's run (at the next barrier) and give back every actor.
+
+        When it returns, every program has been stopped and its resources released.
+        """
+        self._close(wait=True)
+
+    def _close(self, *, wait: bool) -> None:
         if self._closed:
             return
         self._cancel.set()
         with self._busy:
             self._closed = True
             if self._started:
-                self._driver.release_hosts()
+                self._driver.release_hosts(wait=wait)
                 self._started = False
             if self._driver.checkpointer is not None:
                 self._driver.checkpointer.close()
@@ -466,24 +472,14 @@ class Session:
         job.emit(
             ev.RunStartedEvent(job.run_id, driver.state.superstep, time.time(), spec.name, self._id)
         )
+        first: str | None = None
         if job.input is not None:
-            delivery = [RUN_INPUT, SINGLE, job.input]
-            queued = driver.state.inbox.setdefault(spec.start, [])
-            queued.append(delivery)
-            if driver.checkpointer is not None:
-                try:
-                    driver.checkpoint_now(job, "entry")
-                except BaseException:
-                    # A run not accepted durably was not accepted at all: unqueue it.
-                    queued.remove(delivery)
-                    if not queued:
-                        del driver.state.inbox[spec.start]
-                    raise
+            driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
+            first = "entry"
         elif self._answers_queued:
             self._answers_queued = False
-            if driver.checkpointer is not None:
-                driver.checkpoint_now(job, "response")
-        status = driver.run(job)
+            first = "response"
+        status = driver.run(job, first_checkpoint=first)
         if driver.checkpointer is not None:
             driver.checkpointer.flush()
         return status

@@ -115,6 +115,7 @@ class Driver:
         self._good: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
         self._hung: set[str] = set()
+        self._pending_loads: list[Any] = []
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._log = _log.bind(workflow=spec.name, session=session)
@@ -136,9 +137,11 @@ class Driver:
     def _load_programs(
         self, ids: list[str], initial: dict[str, list[tuple[str, bytes | None]]] | None
     ) -> None:
-        futures = [self.hosts[eid].load(self.spec.programs[eid]) for eid in ids]
-        for future in futures:
-            future.get(timeout=60)
+        # Loads are not awaited here: the first superstep's calls queue behind them in
+        # each host's mailbox, and the loads are checked when that superstep is collected.
+        self._pending_loads = [self.hosts[eid].load(self.spec.programs[eid]) for eid in ids]
+        if initial:
+            self._await_loads()
         for eid in ids:
             blueprint: list[tuple[str, bytes | None]] = [
                 (_digest(c), c) for c in self.spec.programs[eid].blueprint
@@ -149,14 +152,32 @@ class Driver:
             if self._keep_state:
                 self._remember(eid, chunks)
 
-    def release_hosts(self) -> None:
-        """Unload every program and give the hosts back to the pool."""
-        hosts, self.hosts = list(self.hosts.values()), {}
-        futures = [h.unload() for h in hosts]
+    def _await_loads(self) -> None:
+        loads, self._pending_loads = self._pending_loads, []
+        for future in loads:
+            future.get(timeout=60)
+
+    def release_hosts(self, *, wait: bool = True) -> None:
+        """Unload every program and give the hosts back to the pool.
+
+        With ``wait`` the programs (and their resources) are released when this
+        returns; without, the unloads are only queued, which is safe because a
+        host's mailbox is ordered: the next borrower's load runs after them.
+        """
+        owned, self.hosts = self.hosts, {}
+        self._pending_loads = []
+        # A host stuck in a hung handler is abandoned, never pooled: the next
+        # borrower would wait behind the handler.
+        for target in self._hung & set(owned):
+            owned.pop(target).stop()
+        self._hung.clear()
+        hosts = list(owned.values())
+        unloads = [host.unload() for host in hosts]
         healthy: list[HostRef] = []
-        for host, future in zip(hosts, futures, strict=True):
+        for host, future in zip(hosts, unloads, strict=True):
             try:
-                future.get(timeout=5)
+                if wait:
+                    future.get(timeout=30)
                 healthy.append(host)
             except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
                 host.stop()
@@ -164,8 +185,13 @@ class Driver:
 
     # --- the run ------------------------------------------------------------------
 
-    def run(self, job: RunJob) -> ev.RunStatus:
+    def run(self, job: RunJob, *, first_checkpoint: str | None = None) -> ev.RunStatus:
         """Drive supersteps until idle, cancelled, failed or over the limit.
+
+        Args:
+            job: the run.
+            first_checkpoint: ``entry`` (the input was just queued) or ``response``
+                (answers were just queued): checkpoint that cut before anything runs.
 
         Raises:
             RunFailed (or a subclass): the run failed; emitted as an event too.
@@ -175,6 +201,8 @@ class Driver:
         steps = 0
         emit = job.emit
         try:
+            if first_checkpoint is not None and self.checkpointer is not None:
+                self._checkpoint_first(job, first_checkpoint)
             while self.state.inbox:
                 if job.cancel.is_set():
                     emit(ev.RunCancelledEvent(job.run_id, self.state.superstep, time.time()))
@@ -206,6 +234,10 @@ class Driver:
             emit(ev.RunCompletedEvent(job.run_id, self.state.superstep, time.time(), status))
             log.info("run completed", status=status.value, supersteps=steps)
             return status
+        except RunCancelled:
+            # cancel() arrived during a restart backoff: the superstep was rolled back.
+            emit(ev.RunCancelledEvent(job.run_id, self.state.superstep, time.time()))
+            return ev.RunStatus.CANCELLED
         except RunFailed as exc:
             cause = exc.__cause__ or exc
             emit(
@@ -328,6 +360,8 @@ class Driver:
                 self.hosts[target].stop()
             request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
             futures.append((target, self.hosts[target].call("step", request)))
+        if self._pending_loads:
+            self._await_loads()
         failures: list[_StepFailure] = []
         for target, future in futures:
             limit = self.spec.programs[target].timeout
@@ -490,9 +524,18 @@ class Driver:
             ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind)
         )
 
-    def checkpoint_now(self, job: RunJob, kind: str) -> None:
-        """Write an ``entry`` (input queued) or ``response`` (answers queued) checkpoint."""
-        self._checkpoint(job, kind)
+    def _checkpoint_first(self, job: RunJob, kind: str) -> None:
+        """The ``entry`` / ``response`` cut; if it cannot be written, the input is unqueued."""
+        try:
+            self._checkpoint(job, kind)
+        except RunFailed:
+            if kind == "entry":
+                # A run not accepted durably was not accepted at all (LangGraph #8764).
+                queued = self.state.inbox[self.spec.start]
+                queued.pop()
+                if not queued:
+                    del self.state.inbox[self.spec.start]
+            raise
 
 
 class _TimedOut(TimeoutError):

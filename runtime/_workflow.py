@@ -95,8 +95,12 @@ class Workflow:
             InputNotAccepted: the start executor does not handle the input's type.
             RunFailed: the run failed; the original error is chained.
         """
-        with self.session(session, store=store) as s:
+        s = self.session(session, store=store)
+        try:
             return s.run(input, max_supersteps=max_supersteps)
+        finally:
+            # A one-off run's programs are its own: their unloads need not be awaited.
+            s._close(wait=False)
 
     def stream(self, input: Any, *, max_supersteps: int | None = None) -> Iterator[ev.Event]:
         """Run once, yielding events as they happen (see :meth:`Session.stream`)."""

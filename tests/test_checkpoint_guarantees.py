@@ -706,3 +706,13 @@ def test_a_run_whose_entry_checkpoint_failed_leaves_nothing_queued() -> None:
         second = s.run(100)
     with graphs.build("chain", 2).workflow as fresh:
         assert second.outputs == fresh.run(100).outputs
+
+
+@pytest.mark.timeout(30)
+def test_a_failed_entry_write_ends_the_event_stream_with_run_failed() -> None:
+    """The entry checkpoint cannot be written: the stream's last event is RunFailedEvent."""
+    store = FailingStore(lambda cp: cp.kind == "entry")
+    case = graphs.build("chain", 2)
+    with case.workflow as wf, wf.session("s", store=store) as s:
+        events, _ = _stream_until_failure(s, case.input)
+    assert [type(e) for e in events[-2:]] == [af.CheckpointFailedEvent, af.RunFailedEvent]

@@ -199,7 +199,7 @@ def test_a_timeout_leaves_outputs_and_states_unchanged(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", ["fan4", "burst3x2", "diamond", "fancycle3"])
+@pytest.mark.parametrize("name", ["fan4", "burst3x2", "diamond", "fancycle3x200"])
 def test_every_executor_of_a_superstep_failing_at_once_is_equivalent(
     name: str, baselines: dict[str, tuple[Observed, list[Point]]]
 ) -> None:

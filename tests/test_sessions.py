@@ -563,12 +563,6 @@ print("leaving")
     assert done.stdout.strip() == "leaving"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Driver._recover raises RunCancelled when cancel() arrives during a restart "
-    "backoff; Driver.run catches only RunFailed, so the run raises instead of ending CANCELLED "
-    "and its event stream has no RunCancelledEvent",
-)
 @pytest.mark.timeout(30)
 def test_cancel_during_a_restart_backoff_ends_the_run_cancelled() -> None:
     """cancel() while a failed executor waits out its restart backoff: the run ends CANCELLED
