@@ -41,6 +41,9 @@ class HostRef(Protocol):
     def call(self, method: str, payload: bytes) -> HostFuture:
         """Call the loaded program: bytes in, bytes out."""
 
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
+        """Load a program from ``factory``, then call it, in one round trip."""
+
     def unload(self) -> HostFuture:
         """Stop the loaded program, keeping the host for reuse."""
 
@@ -85,6 +88,9 @@ class _ThreadHost:
 
     def call(self, method: str, payload: bytes) -> HostFuture:
         return _PykkaFuture(self._ref.ask(("call", method, payload), block=False))
+
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
+        return _PykkaFuture(self._ref.ask(("load_call", factory, method, payload), block=False))
 
     def unload(self) -> HostFuture:
         return _PykkaFuture(self._ref.ask(("unload",), block=False))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pykka
 
-from actorflow.actors import HostPool, HostRef
+from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import (
     ExecutorFailed,
     RunCancelled,
@@ -115,7 +115,7 @@ class Driver:
         self._good: dict[str, list[str]] = {}
         self._dirty: set[str] = set()
         self._hung: set[str] = set()
-        self._pending_loads: list[Any] = []
+        self._unloaded: set[str] = set()
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._log = _log.bind(workflow=spec.name, session=session)
@@ -137,47 +137,51 @@ class Driver:
     def _load_programs(
         self, ids: list[str], initial: dict[str, list[tuple[str, bytes | None]]] | None
     ) -> None:
-        # Loads are not awaited here: the first superstep's calls queue behind them in
-        # each host's mailbox, and the loads are checked when that superstep is collected.
-        self._pending_loads = [self.hosts[eid].load(self.spec.programs[eid]) for eid in ids]
-        if initial:
-            self._await_loads()
+        # A program is loaded by the first call its host gets in this run (one round
+        # trip for both), so executors a run never reaches cost nothing.
+        self._unloaded = set(ids)
         for eid in ids:
-            blueprint: list[tuple[str, bytes | None]] = [
-                (_digest(c), c) for c in self.spec.programs[eid].blueprint
-            ]
-            chunks = (initial or {}).get(eid, blueprint)
             if initial and eid in initial:
-                self._load_state(eid, chunks)
-            if self._keep_state:
-                self._remember(eid, chunks)
+                self._load_state(eid, initial[eid])
+                if self._keep_state:
+                    self._remember(eid, initial[eid])
+            elif self._keep_state:
+                blueprint = self.spec.programs[eid].blueprint
+                self._remember(eid, [(_digest(c), c) for c in blueprint])
 
-    def _await_loads(self) -> None:
-        loads, self._pending_loads = self._pending_loads, []
-        for future in loads:
-            future.get(timeout=60)
+    def _call(self, target: str, method: str, payload: bytes) -> HostFuture:
+        """Call ``target``'s program, loading it first if this host does not have it yet."""
+        host = self.hosts[target]
+        if target in self._unloaded:
+            self._unloaded.discard(target)
+            return host.load_call(self.spec.programs[target], method, payload)
+        return host.call(method, payload)
 
     def release_hosts(self, *, wait: bool = True) -> None:
         """Unload every program and give the hosts back to the pool.
 
         With ``wait`` the programs (and their resources) are released when this
-        returns; without, the unloads are only queued, which is safe because a
-        host's mailbox is ordered: the next borrower's load runs after them.
+        returns; without (one-off runs), a pooled host keeps its finished program
+        until its next borrower loads a fresh one over it.
         """
         owned, self.hosts = self.hosts, {}
-        self._pending_loads = []
+        self._unloaded = set()
         # A host stuck in a hung handler is abandoned, never pooled: the next
         # borrower would wait behind the handler.
         for target in self._hung & set(owned):
             owned.pop(target).stop()
         self._hung.clear()
         hosts = list(owned.values())
+        if not wait:
+            # The next borrower's first call replaces the program; until then the old
+            # instance is unreachable from anywhere.
+            self.pool.release(hosts)
+            return
         unloads = [host.unload() for host in hosts]
         healthy: list[HostRef] = []
         for host, future in zip(hosts, unloads, strict=True):
             try:
-                if wait:
-                    future.get(timeout=30)
+                future.get(timeout=30)
                 healthy.append(host)
             except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
                 host.stop()
@@ -359,9 +363,7 @@ class Driver:
             if mode == "death":
                 self.hosts[target].stop()
             request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
-            futures.append((target, self.hosts[target].call("step", request)))
-        if self._pending_loads:
-            self._await_loads()
+            futures.append((target, self._call(target, "step", request)))
         failures: list[_StepFailure] = []
         for target, future in futures:
             limit = self.spec.programs[target].timeout
@@ -455,14 +457,13 @@ class Driver:
         # A hung handler cannot be killed in Python: the old host is abandoned
         # (stopped without waiting) and its late answer goes to a future nobody reads.
         self.hosts[target].stop()
-        host = self.pool.acquire(1)[0]
-        host.load(self.spec.programs[target]).get(timeout=60)
-        self.hosts[target] = host
+        self.hosts[target] = self.pool.acquire(1)[0]
+        self._unloaded.add(target)
         self._hung.discard(target)
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
         body = [c if c is not None else self._chunk(d) for d, c in chunks]
-        self.hosts[target].call("restore", pack(body)).get(timeout=60)
+        self._call(target, "restore", pack(body)).get(timeout=60)
 
     def _chunk(self, digest: str) -> bytes:
         chunk = self._chunks.get(digest)
@@ -492,7 +493,7 @@ class Driver:
         checkpointer = self.checkpointer
         assert checkpointer is not None
         for target in sorted(self._dirty):
-            snapshot = unpack(self.hosts[target].call("snapshot", b"").get(timeout=60))
+            snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
             self._remember(target, [(d, c) for d, c in snapshot])
         try:
             checkpoint_id = checkpointer.write(

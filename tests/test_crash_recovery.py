@@ -366,7 +366,7 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
         workdir.mkdir()
         child = Child(_config(store_kind, workdir, RANDOM_GRAPH, "run"), workdir)
         child.expect("READY")
-        delay = rng.uniform(0.0, duration)
+        delay = rng.uniform(0.0, 0.8 * duration)
         try:
             child.proc.wait(timeout=delay)  # a random kill moment, not a synchronisation
         except subprocess.TimeoutExpired:

@@ -432,19 +432,16 @@ class Last(af.Executor):
         ctx.output([self.id, list(self.seen)])
 
 
-def _two_branches() -> af.Workflow:
+def _two_branches(restart: af.RestartPolicy | None = None) -> af.Workflow:
     """``src`` fans out to ``a`` and ``c`` (superstep 2), both feed ``z`` (superstep 3)."""
-    builder = af.WorkflowBuilder("branches", start=Keep("src"))
+    builder = af.WorkflowBuilder("branches", start=Keep("src"), restart=restart)
     builder.add_fan_out("src", [Keep("a"), Keep("c")])
     builder.add_edge("a", Last("z")).add_edge("c", "z")
     return builder.build()
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(
-    "policy",
-    ["store", "restart"],
-)
+@pytest.mark.parametrize("policy", ["store", "restart"])
 def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(policy: str) -> None:
     """Superstep 2 fails (c raises after both a and c changed state); the next run behaves as
     if the first had stopped at barrier 1: none of superstep 2's sends or state changes remain."""
@@ -452,11 +449,10 @@ def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(policy: str) -> N
         with pytest.raises(af.SuperstepLimitExceeded):
             reference.run(1, max_supersteps=1)
         expected = reference.run(5).outputs
-    builder_restart = af.RestartPolicy(max_restarts=0) if policy == "restart" else None
-    builder = af.WorkflowBuilder("branches", start=Keep("src"), restart=builder_restart)
-    builder.add_fan_out("src", [Keep("a"), Keep("c")])
-    builder.add_edge("a", Last("z")).add_edge("c", "z")
-    with builder.build() as wf:
+    # Fail-fast either way: a store, or a policy that allows no restart (both keep the
+    # last good state the supervisor rolls back to).
+    restart = af.RestartPolicy(max_restarts=0) if policy == "restart" else None
+    with _two_branches(restart) as wf:
         store = af.MemoryStore() if policy == "store" else None
         with wf.session("s", store=store) as s:
             inject_fault(s, "c", 2)
