@@ -127,6 +127,7 @@ class Executor:
     __slots__ = ("__dict__", "_af_id", "_af_live", "_af_timeout")
 
     _af_handlers: ClassVar[tuple[HandlerInfo, ...] | None] = None
+    _af_resource_table: ClassVar[dict[str, Resource[Any]] | None] = None
 
     def __init__(self, id: str, *, timeout: float | None = None) -> None:
         if not isinstance(id, str) or not id:
@@ -172,11 +173,15 @@ class Executor:
 
     @classmethod
     def _af_resources(cls) -> dict[str, Resource[Any]]:
+        cached = cls.__dict__.get("_af_resource_table")
+        if cached is not None:
+            return typing.cast(dict[str, Resource[Any]], cached)
         found: dict[str, Resource[Any]] = {}
         for klass in reversed(cls.__mro__):
             for name, value in vars(klass).items():
                 if isinstance(value, Resource):
                     found[name] = value
+        cls._af_resource_table = found
         return found
 
     @classmethod

@@ -136,12 +136,15 @@ class ExecutorRunner:
     # --- Hosted protocol ------------------------------------------------------
 
     def start(self, loop: HostLoop) -> None:
-        """Rebuild the executor from its blueprint bytes and create its resources."""
+        """Take the actor's loop. The instance is built by the first call: from the
+        blueprint bytes, or straight from a snapshot when that call is ``restore``
+        (resuming never decodes a blueprint it would throw away)."""
         self._loop = loop
-        self._install(decode_state(self._program.blueprint))
 
     def call(self, method: str, payload: bytes) -> bytes:
         """Answer one request from the supervisor (see :mod:`._wire`)."""
+        if self._instance is None and method != "restore":
+            self._install(decode_state(self._program.blueprint))
         if method == "step":
             return self._step(payload)
         if method == "snapshot":

@@ -140,9 +140,15 @@ class Driver:
         # A program is loaded by the first call its host gets in this run (one round
         # trip for both), so executors a run never reaches cost nothing.
         self._unloaded = set(ids)
+        restores = [
+            self._call(eid, "restore", pack([self._chunk_of(d, c) for d, c in initial[eid]]))
+            for eid in ids
+            if initial and eid in initial
+        ]
+        for future in restores:  # issued together: the hosts restore in parallel
+            future.get(timeout=60)
         for eid in ids:
             if initial and eid in initial:
-                self._load_state(eid, initial[eid])
                 if self._keep_state:
                     self._remember(eid, initial[eid])
             elif self._keep_state:
@@ -462,8 +468,11 @@ class Driver:
         self._hung.discard(target)
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
-        body = [c if c is not None else self._chunk(d) for d, c in chunks]
+        body = [self._chunk_of(d, c) for d, c in chunks]
         self._call(target, "restore", pack(body)).get(timeout=60)
+
+    def _chunk_of(self, digest: str, chunk: bytes | None) -> bytes:
+        return chunk if chunk is not None else self._chunk(digest)
 
     def _chunk(self, digest: str) -> bytes:
         chunk = self._chunks.get(digest)

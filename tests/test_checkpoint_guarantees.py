@@ -69,8 +69,7 @@ def ring_case() -> graphs.GraphCase:
 
 @pytest.mark.timeout(30)
 def test_a_resumed_run_never_mutates_the_checkpoint_it_came_from(store: Any) -> None:
-    """Resume, let every station append to its restored list in place, finish: the
-    checkpoint resumed from still holds the original lists (MAF #7683)."""
+    """A resumed run appending to its restored lists in place leaves the checkpoint it came from unchanged (MAF #7683)."""
     case = ring_case()
     with case.workflow as wf:
         with wf.session("s", store=store) as s, pytest.raises(af.SuperstepLimitExceeded):
@@ -168,8 +167,7 @@ def test_a_saved_checkpoint_is_not_the_object_the_caller_passed(store: Any) -> N
 
 @pytest.mark.timeout(30)
 def test_restoring_the_entry_checkpoint_replays_the_whole_run(store: Any) -> None:
-    """From the ``entry`` checkpoint (input queued, nothing run) the run replays from its
-    input, start executor included: same outputs, same final states."""
+    """Resuming the entry checkpoint replays the run from its input, start executor included: same outputs and states."""
     case = graphs.build("fan_burst", 3, 2)
     with case.workflow as wf:
         with wf.session("s", store=store) as s:
@@ -194,8 +192,7 @@ def test_restoring_the_entry_checkpoint_replays_the_whole_run(store: Any) -> Non
 
 @pytest.mark.timeout(30)
 def test_resuming_an_older_checkpoint_forks_without_overwriting_history(store: Any) -> None:
-    """Resume step 4 of a finished 12-step run: a new branch; the old one is intact, both
-    are listed, and each history() is a consistent parent chain down to the entry."""
+    """Resuming an older checkpoint forks a branch: the old one intact, both listed, each history() a consistent chain."""
     case = ring_case()
     with case.workflow as wf:
         with wf.session("s", store=store) as s:
@@ -419,8 +416,7 @@ def _chain(error: BaseException | None) -> list[BaseException]:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("variant", sorted(CRAFTS))
 def test_a_crafted_checkpoint_is_refused_and_runs_nothing(variant: str, tmp_path: Path) -> None:
-    """A checkpoint whose runtime, queued message or snapshot carries a pickle or names
-    ``os.system`` raises DecodeError/CheckpointCorrupt on resume; no handler runs, no code runs."""
+    """A checkpoint carrying a pickle or naming os.system raises DecodeError/CheckpointCorrupt and runs nothing."""
     sentinel = tmp_path / "sentinel"
     calls: list[tuple[str, int]] = []
     case = graphs.build("chain", 3)
@@ -481,8 +477,7 @@ def test_close_after_a_resume_that_could_not_restore_leaves_no_actor_thread(
 
 @pytest.mark.timeout(60)
 def test_storage_grows_with_what_changed_not_with_the_state(store: Any) -> None:
-    """A 100-step ring whose stations carry 2,000-item logs: each checkpoint stores only the
-    changed chunks, so the store holds far less than 100 full states (LangGraph #7586)."""
+    """Checkpoints of a 100-step ring store only changed chunks: far less than 100 full states (LangGraph #7586)."""
     case = graphs.build("ring", 4, 25, ballast=2000)
     with case.workflow as wf, wf.session("s", store=store) as s:
         result = s.run(case.input)
@@ -608,8 +603,7 @@ def _stream_until_failure(
     ("kind", "superstep"), [("entry", 0), ("step", 1), ("step", 5), ("final", 12)]
 )
 def test_a_failed_checkpoint_write_fails_the_run_with_an_event(kind: str, superstep: int) -> None:
-    """A store whose save raises: CheckpointFailedEvent, the run raises with the cause chained,
-    and no superstep starts after the failed barrier."""
+    """A failing save emits CheckpointFailedEvent, fails the run with the cause chained, and starts no further superstep."""
     store = FailingStore(lambda cp: cp.kind == kind and cp.superstep == superstep)
     case = ring_case()
     with case.workflow as wf, wf.session("s", store=store) as s:
@@ -627,8 +621,7 @@ def test_a_failed_checkpoint_write_fails_the_run_with_an_event(kind: str, supers
 
 @pytest.mark.timeout(30)
 def test_with_async_durability_a_failed_write_fails_the_run_at_the_next_barrier() -> None:
-    """ASYNC: the write of step 3 fails in the background; the run fails at the next barrier
-    (one more may pass while the writer records the failure), never completing."""
+    """With ASYNC durability a failed background write fails the run at the next barrier (one barrier of slack), never completing."""
     store = FailingStore(lambda cp: cp.kind == "step" and cp.superstep == 3)
 
     def hold_step_4(executor: str, superstep: int) -> None:
@@ -665,18 +658,11 @@ def test_with_async_durability_a_failed_final_write_is_an_error_event() -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(
-    "durability",
-    [
-        af.Durability.SYNC,
-        af.Durability.ASYNC,
-    ],
-)
+@pytest.mark.parametrize("durability", [af.Durability.SYNC, af.Durability.ASYNC])
 def test_after_a_failed_write_the_session_checkpoints_a_consistent_lineage(
     durability: af.Durability,
 ) -> None:
-    """The run that hit the failed write fails; the session's next run checkpoints normally:
-    every parent is stored, the store verifies, and the latest checkpoint resumes."""
+    """After a failed write the session's next run checkpoints a consistent, resumable lineage (every parent stored)."""
     store = FailingStore(lambda cp: cp.kind == "step" and cp.superstep == 3)
     case = ring_case()
     policy = af.CheckpointPolicy(durability=durability)

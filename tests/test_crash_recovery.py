@@ -317,8 +317,7 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
     latest_superstep: int,
     tmp_path: Path,
 ) -> None:
-    """SIGKILL inside a handler, between supersteps or inside a checkpoint write; a new
-    process resumes the latest checkpoint: outputs exactly once, final states as uninterrupted."""
+    """SIGKILL in a handler, between supersteps or mid-write; a new process resumes: outputs exactly once, states as uninterrupted."""
     graph = GRAPHS[graph_name]
     ref = reference(graph)
     if block["at"] == "handler":
@@ -347,8 +346,7 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("store_kind", STORES)
 def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_path: Path) -> None:
-    """SIGKILL at random delays (mostly inside store writes); each time the store is intact
-    and a resume in this process finishes with the uninterrupted outputs and states."""
+    """SIGKILL at random moments (mostly mid-write): the store stays intact and a resume ends as an uninterrupted run."""
     ref = reference(RANDOM_GRAPH)
     timing = tmp_path / "timing"
     timing.mkdir()

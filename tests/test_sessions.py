@@ -169,8 +169,7 @@ def test_a_second_run_from_another_asyncio_task_gets_session_busy(gate: Gate) ->
 
 @pytest.mark.timeout(60)
 def test_many_sessions_run_at_once_in_one_process() -> None:
-    """20 threads, each with its own session (half with a store), run three inputs at once:
-    each gets exactly what one session running alone gets."""
+    """20 sessions running at once on 20 threads each get exactly what one session running alone gets."""
     case = graphs.build("fan_burst", 3, 2)
     inputs = [2, 5, 9]
     with case.workflow as wf:
@@ -195,8 +194,7 @@ def test_many_sessions_run_at_once_in_one_process() -> None:
 def test_cancel_from_another_thread_stops_at_the_barrier_and_a_later_run_continues(
     gate: Gate,
 ) -> None:
-    """cancel() during superstep 5: the run ends CANCELLED at barrier 5; run() then finishes
-    the same work: outputs and final states equal an uninterrupted run."""
+    """cancel() from another thread ends the run CANCELLED at the barrier; a later run() finishes it as if uninterrupted."""
     case = graphs.build("ring", 3, 4)
     expected, expected_states = uninterrupted("ring", 3, 4)
     gate.superstep = 5
@@ -221,8 +219,7 @@ def test_cancel_from_another_thread_stops_at_the_barrier_and_a_later_run_continu
 
 @pytest.mark.timeout(30)
 def test_cancelling_the_arun_task_cancels_the_run(gate: Gate) -> None:
-    """task.cancel() on an arun() task: the run stops at the next barrier, the task raises
-    CancelledError, and the session is free to continue the run."""
+    """Cancelling an arun() task stops the run at the next barrier, raises CancelledError, and frees the session."""
     case = graphs.build("ring", 3, 4)
     _, expected_states = uninterrupted("ring", 3, 4)
     gate.superstep = 3
@@ -443,8 +440,7 @@ def _two_branches(restart: af.RestartPolicy | None = None) -> af.Workflow:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("policy", ["store", "restart"])
 def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(policy: str) -> None:
-    """Superstep 2 fails (c raises after both a and c changed state); the next run behaves as
-    if the first had stopped at barrier 1: none of superstep 2's sends or state changes remain."""
+    """After a fail-fast superstep the next run sees none of its sends or state changes (MAF #7859)."""
     with _two_branches() as wf, wf.session("ref") as reference:
         with pytest.raises(af.SuperstepLimitExceeded):
             reference.run(1, max_supersteps=1)
@@ -464,8 +460,7 @@ def test_nothing_of_a_failed_superstep_leaks_into_the_next_run(policy: str) -> N
 
 @pytest.mark.timeout(30)
 def test_without_snapshots_a_failed_superstep_breaks_the_session_until_reset() -> None:
-    """With no store and no restart policy nothing can be rolled back, so the session refuses
-    to run (SessionBroken) rather than leak half-applied writes; reset() makes it usable."""
+    """Without store or restart policy a failed superstep makes the session refuse runs (SessionBroken) until reset()."""
     with _two_branches() as wf:
         fresh = wf.run(5).outputs
         with wf.session("s") as s:
@@ -561,8 +556,7 @@ print("leaving")
 
 @pytest.mark.timeout(30)
 def test_cancel_during_a_restart_backoff_ends_the_run_cancelled() -> None:
-    """cancel() while a failed executor waits out its restart backoff: the run ends CANCELLED
-    (RunCancelledEvent, no exception) and a later run() finishes the work as if uninterrupted."""
+    """cancel() during a restart backoff ends the run CANCELLED (no exception); a later run() finishes it as if uninterrupted."""
     expected, expected_states = uninterrupted("ring", 3, 4)
     policy = af.RestartPolicy(max_restarts=3, backoff=af.Backoff(initial=WAIT))
     case = graphs.build("ring", 3, 4, restart=policy)
