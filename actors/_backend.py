@@ -16,11 +16,12 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pykka
 
-from ._host import ExecutorHost, HostedFactory
+from ._host import ExecutorHost, HostedFactory, NotifyingFuture
 
 __all__ = ["ActorBackend", "HostFuture", "HostPool", "HostRef", "ThreadBackend"]
 
@@ -30,6 +31,9 @@ class HostFuture(Protocol):
 
     def get(self, timeout: float | None = None) -> Any:
         """Wait at most ``timeout`` seconds; raise what the call raised, or ``TimeoutError``."""
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the answer (or error) is in; at once if it already is."""
 
 
 class HostRef(Protocol):
@@ -73,6 +77,13 @@ class _PykkaFuture:
             return self._future.get(timeout=timeout)
         except pykka.Timeout as exc:
             raise TimeoutError(f"no answer within {timeout} s") from exc
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        future = self._future
+        if isinstance(future, NotifyingFuture):
+            future.add_done_callback(callback)
+        else:  # a future pykka made itself (the actor was dead at ask time): already set
+            callback()
 
 
 class _ThreadHost:

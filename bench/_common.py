@@ -32,6 +32,7 @@ __all__ = [
     "Options",
     "SleepEcho",
     "alternate",
+    "alternate_all",
     "bytes_under",
     "codec_roundtrip",
     "cpus",
@@ -268,18 +269,32 @@ def alternate(
     (a neighbour's load, cores waking from idle) out of the ratio: both sides see
     the same conditions.
     """
+    floors, works = alternate_all([floor, work], repeats, warmup, warmup_s)
+    return floors, works
+
+
+def alternate_all(
+    samplers: Sequence[Callable[[], float]],
+    repeats: int,
+    warmup: int = 2,
+    warmup_s: float = 0.3,
+) -> list[list[float]]:
+    """:func:`alternate` for any number of sides: each round samples every one in order.
+
+    Returns one list of ``repeats`` samples per sampler, in the order given (the
+    floor first, by convention).
+    """
     started = time.perf_counter()
     rounds = 0
     while rounds < warmup or time.perf_counter() - started < warmup_s:
-        floor()
-        work()
+        for sampler in samplers:
+            sampler()
         rounds += 1
-    floors: list[float] = []
-    works: list[float] = []
+    samples: list[list[float]] = [[] for _ in samplers]
     for _ in range(repeats):
-        floors.append(floor())
-        works.append(work())
-    return floors, works
+        for taken, sampler in zip(samples, samplers, strict=True):
+            taken.append(sampler())
+    return samples
 
 
 def codec_roundtrip(value: object) -> float:

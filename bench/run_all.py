@@ -5,7 +5,7 @@ stderr: a human summary table, then the wall time of each benchmark.
 
 Usage::
 
-    python bench/run_all.py                 # the full suite (~2 minutes on 2 cores)
+    python bench/run_all.py                 # the full suite (~1.5-2 minutes on 2 cores)
     python bench/run_all.py --quick         # smoke mode: fewer repetitions (CI)
     python bench/run_all.py --only w1,w2    # some benchmarks (repeatable option)
     python bench/run_all.py --out bench/results/latest.jsonl
@@ -36,6 +36,8 @@ BENCHMARKS: dict[str, str] = {
     "scale": "Scale: fan-out to 1,000 workers, fan-in; wall time and peak RSS",
     "w3": "W3: 8-executor ring, 100 supersteps checkpointed (file, sqlite)",
     "w4": "W4: fresh setup resumes W3's last checkpoint and runs superstep 101",
+    "restart_cost": "Restart cost: W1 checkpointed to a MemoryStore, a fault every 100 supersteps",
+    "soak": "Soak: 100 sessions x 1,000 runs of a 3-step workflow on 8 threads; RSS, threads",
 }
 
 TIMEOUT_S = {"full": 600.0, "quick": 120.0}

@@ -14,12 +14,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from actorflow.errors import CheckpointError, CheckpointNotFound, GraphMismatch
+import msgpack
+
+from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_checkpoint_id
 
 from ._graph import GraphSpec, explain_mismatch
 from ._policy import CheckpointPolicy, Durability
 from ._state import RunState, decode_runtime
+from ._wire import pack
 
 __all__ = ["Checkpointer", "Restored", "load_for_resume"]
 
@@ -72,7 +75,9 @@ class Checkpointer:
         self.raise_failure()
         executors = {eid: tuple(digests) for eid, digests in snapshots.items()}
         referenced = {d for digests in executors.values() for d in digests}
-        blobs = {d: chunks[d] for d in referenced - self._stored}
+        # A digest neither known stored nor in hand was stored by a partial record (or
+        # is missing, which the store refuses loudly: it never saves a dangling record).
+        blobs = {d: chunks[d] for d in referenced - self._stored if d in chunks}
         checkpoint = Checkpoint(
             id=new_checkpoint_id(),
             parent_id=self.last_id,
@@ -93,6 +98,35 @@ class Checkpointer:
             self._enqueue(checkpoint, blobs)
         self._stored = referenced
         self.last_id = checkpoint.id
+        return checkpoint.id
+
+    def write_partial(
+        self,
+        superstep: int,
+        executor: str,
+        report: list[Any],
+        chunks: list[tuple[str, bytes | None]],
+    ) -> str:
+        """Persist one executor's finished part of an unfinished superstep (sync only).
+
+        The record's parent is the last cut; on resume it stands in for running that
+        executor again. Chunks given as None must already be stored.
+        """
+        blobs = {d: c for d, c in chunks if c is not None and d not in self._stored}
+        checkpoint = Checkpoint(
+            id=new_checkpoint_id(),
+            parent_id=self.last_id,
+            session=self.session,
+            workflow=self.spec.name,
+            graph_signature=self.spec.signature,
+            superstep=superstep,
+            kind=CheckpointKind.PARTIAL,
+            created_at=time.time(),
+            executors={executor: tuple(d for d, _ in chunks)},
+            runtime=pack({"partial": executor, "report": report}),
+            metadata={},
+        )
+        self.store.save(checkpoint, blobs)
         return checkpoint.id
 
     def flush(self) -> None:
@@ -148,12 +182,20 @@ class Checkpointer:
 class Restored:
     """A checkpoint read back for resuming: state, snapshots and lineage."""
 
-    __slots__ = ("checkpoint", "extra", "snapshots", "state")
+    __slots__ = ("checkpoint", "completed", "extra", "snapshots", "state")
 
-    def __init__(self, checkpoint: Checkpoint, state: RunState, extra: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        state: RunState,
+        extra: dict[str, Any],
+        completed: dict[str, tuple[list[Any], list[str]]] | None = None,
+    ) -> None:
         self.checkpoint = checkpoint
         self.state = state
         self.extra = extra
+        self.completed = completed or {}
+        """Executor -> (report, snapshot digests) of the next superstep, finished before a crash."""
         self.snapshots: dict[str, list[tuple[str, bytes | None]]] = {
             eid: [(d, None) for d in digests] for eid, digests in checkpoint.executors.items()
         }
@@ -182,6 +224,18 @@ def load_for_resume(
                 "run the session with this store first, or pass checkpoint_id="
             )
         checkpoint = latest
+    completed: dict[str, tuple[list[Any], list[str]]] = {}
+    if checkpoint.kind is CheckpointKind.PARTIAL:
+        # A crash mid-superstep: resume from the cut before it, keeping what finished.
+        if checkpoint.parent_id is None:
+            raise CheckpointCorrupt(
+                f"partial checkpoint {checkpoint.id} names no cut to resume from"
+            )
+        cut = store.load(checkpoint.parent_id)
+        for part in store.list(session=cut.session, kind=CheckpointKind.PARTIAL):
+            if part.parent_id == cut.id and part.superstep == cut.superstep + 1:
+                completed.update(_partial_of(part))
+        checkpoint = cut
     if checkpoint.graph_signature != spec.signature:
         stored = decode_runtime(checkpoint.runtime).get("graph", {})
         raise explain_mismatch(stored, spec.description)
@@ -190,7 +244,33 @@ def load_for_resume(
             f"checkpoint {checkpoint.id} names executors {sorted(checkpoint.executors)}, the "
             f"graph has {sorted(spec.programs)}"
         )
+    if checkpoint.kind is CheckpointKind.PARTIAL:
+        raise CheckpointCorrupt(f"checkpoint {checkpoint.id} is a partial record, not a cut")
     state, extra = RunState.from_bytes(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
-    return Restored(checkpoint, state, extra)
+    return Restored(checkpoint, state, extra, completed)
+
+
+def _partial_of(part: Checkpoint) -> dict[str, tuple[list[Any], list[str]]]:
+    """Decode a partial record (plain msgpack, shape-checked)."""
+    try:
+        body = msgpack.unpackb(part.runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
+        executor = body["partial"]
+        sends, outputs, requests = body["report"]
+        valid = (
+            isinstance(executor, str)
+            and list(part.executors) == [executor]
+            and all(isinstance(s, list) and len(s) == 3 and isinstance(s[2], bytes) for s in sends)
+            and all(isinstance(o, bytes) for o in outputs)
+            and all(isinstance(r, list) and len(r) == 3 for r in requests)
+        )
+    except Exception as exc:
+        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed: {exc}") from exc
+    if not valid:
+        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed")
+    return {executor: ([sends, outputs, requests], list(part.executors[executor]))}
+
+
+def _refuse(code: int, data: bytes) -> Any:
+    raise ValueError(f"ext type {code} is not allowed in a partial record")

@@ -383,6 +383,7 @@ class Session:
         )
         if restored is not None:
             driver.state = restored.state
+            driver.completed = dict(restored.completed)
         return driver
 
     def _check_open(self) -> None:

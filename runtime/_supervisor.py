@@ -30,10 +30,11 @@ from actorflow.errors import (
 )
 
 from . import _events as ev
+from ._barrier import TimedOut, collect
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
 from ._logging import get_logger
-from ._policy import RestartPolicy, RestartTracker
+from ._policy import Durability, RestartPolicy, RestartTracker
 from ._state import RunState
 from ._wire import SINGLE, pack, unpack
 
@@ -116,6 +117,8 @@ class Driver:
         self._dirty: set[str] = set()
         self._hung: set[str] = set()
         self._unloaded: set[str] = set()
+        self.completed: dict[str, tuple[list[Any], list[str]]] = {}
+        """Executor -> (report, snapshot digests) of a partly finished superstep (resume)."""
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._log = _log.bind(workflow=spec.name, session=session)
@@ -272,11 +275,26 @@ class Driver:
         now = time.time()
         emit(ev.SuperstepStartedEvent(job.run_id, superstep, now, tuple(targets)))
         for target in targets:
-            emit(ev.ExecutorInvokedEvent(job.run_id, superstep, now, target, len(inbox[target])))
+            if target not in self.completed:
+                emit(
+                    ev.ExecutorInvokedEvent(job.run_id, superstep, now, target, len(inbox[target]))
+                )
         checkpoint_now = self.checkpointer is not None and self.checkpointer.due(superstep)
         want_snapshot = self._restart is not None or bool(self._restart_overrides) or checkpoint_now
+        # With sync durability each executor's finished part is persisted as it
+        # arrives, so a crash mid-superstep re-runs only the unfinished executors.
+        persist = (
+            checkpoint_now
+            and self.checkpointer is not None
+            and self.checkpointer.policy.durability is Durability.SYNC
+            and len(targets) > 1
+        )
         try:
-            reports = self._execute(job, superstep, targets, inbox, want_snapshot)
+            reports = self._completed_reports(superstep, targets)
+            to_run = [t for t in targets if t not in reports]
+            reports |= self._execute(
+                job, superstep, to_run, inbox, want_snapshot=want_snapshot, persist=persist
+            )
         except BaseException:
             # Nothing of a failed superstep survives (MAF #7859): its inbox is back in
             # flight and every executor it ran is rolled back to the last barrier, so
@@ -339,13 +357,27 @@ class Driver:
         superstep: int,
         targets: list[str],
         inbox: dict[str, list[Any]],
+        *,
         want_snapshot: bool,
+        persist: bool,
     ) -> dict[str, list[Any]]:
         """Run the superstep's targets in parallel; restart failures alone."""
         reports: dict[str, list[Any]] = {}
         pending = targets
+
+        def on_answer(target: str, answer: bytes, still_running: int) -> None:
+            if still_running:  # the last one's part goes into the step checkpoint itself
+                self._persist_partial(job, superstep, target, answer)
+
         while pending:
-            failures = self._dispatch(superstep, pending, inbox, want_snapshot, reports)
+            failures = self._dispatch(
+                superstep,
+                pending,
+                inbox,
+                want_snapshot=want_snapshot,
+                reports=reports,
+                on_answer=on_answer if persist else None,
+            )
             if not failures:
                 return reports
             for failure in failures:
@@ -358,10 +390,12 @@ class Driver:
         superstep: int,
         targets: list[str],
         inbox: dict[str, list[Any]],
+        *,
         want_snapshot: bool,
         reports: dict[str, list[Any]],
+        on_answer: Callable[[str, bytes, int], None] | None,
     ) -> list[_StepFailure]:
-        futures = []
+        futures: dict[str, HostFuture] = {}
         started = time.monotonic()
         for target in targets:
             fault = self.faults.pop((target, superstep), None)
@@ -369,20 +403,17 @@ class Driver:
             if mode == "death":
                 self.hosts[target].stop()
             request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
-            futures.append((target, self._call(target, "step", request)))
+            futures[target] = self._call(target, "step", request)
+        limits = {t: self.spec.programs[t].timeout for t in targets}
         failures: list[_StepFailure] = []
-        for target, future in futures:
-            limit = self.spec.programs[target].timeout
-            remaining = None if limit is None else max(started + limit - time.monotonic(), 0.0)
-            try:
-                reports[target] = unpack(future.get(timeout=remaining))
-            except TimeoutError as exc:
-                self._hung.add(target)
-                failures.append(_StepFailure(target, _TimedOut(target, limit, exc)))
-            except pykka.ActorDeadError as exc:
-                failures.append(_StepFailure(target, exc))
-            except Exception as exc:  # noqa: BLE001 - any handler failure is supervised
-                failures.append(_StepFailure(target, exc))
+        for target, answer, error in collect(futures, limits, started, on_answer):
+            if error is not None:
+                if isinstance(error, TimedOut):
+                    self._hung.add(target)
+                failures.append(_StepFailure(target, error))
+            else:
+                assert answer is not None
+                reports[target] = unpack(answer)
         return failures
 
     def _recover(self, job: RunJob, superstep: int, failure: _StepFailure) -> None:
@@ -425,7 +456,7 @@ class Driver:
         delay = policy.backoff.delay(attempt)
         if delay > 0 and job.cancel.wait(delay):
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
-        if isinstance(error, (_TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
+        if isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
             self._replace_host(target)
         self._load_state(target, [(d, self._chunks.get(d)) for d in self._good[target]])
         job.emit(
@@ -534,6 +565,40 @@ class Driver:
             ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind)
         )
 
+    def _persist_partial(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
+        sends, outputs, requests, snapshot = unpack(answer)
+        if snapshot is None:
+            return
+        chunks = [(d, c if c is not None else self._chunks.get(d)) for d, c in snapshot]
+        try:
+            checkpointer.write_partial(superstep, target, [sends, outputs, requests], chunks)
+        except Exception as exc:
+            job.emit(
+                ev.CheckpointFailedEvent(
+                    job.run_id, superstep, time.time(), _qualname(type(exc)), str(exc)
+                )
+            )
+            raise RunFailed(
+                f"the finished part of {target!r} in superstep {superstep} could not be "
+                f"persisted: {exc}; the run stopped rather than continue unsaved",
+                run_id=job.run_id,
+                superstep=superstep,
+            ) from exc
+
+    def _completed_reports(self, superstep: int, targets: list[str]) -> dict[str, list[Any]]:
+        """Parts of this superstep a crashed process already finished and persisted."""
+        completed, self.completed = self.completed, {}
+        reports: dict[str, list[Any]] = {}
+        for target, (report, digests) in completed.items():
+            if target not in targets or superstep != self.state.superstep + 1:
+                continue
+            chunks: list[tuple[str, bytes | None]] = [(d, None) for d in digests]
+            self._load_state(target, chunks)
+            reports[target] = [*report, [[d, None] for d in digests]]
+        return reports
+
     def _checkpoint_first(self, job: RunJob, kind: str) -> None:
         """The ``entry`` / ``response`` cut; if it cannot be written, the input is unqueued."""
         try:
@@ -546,12 +611,6 @@ class Driver:
                 if not queued:
                     del self.state.inbox[self.spec.start]
             raise
-
-
-class _TimedOut(TimeoutError):
-    def __init__(self, executor: str, limit: float | None, cause: BaseException) -> None:
-        super().__init__(f"executor {executor!r} did not finish its superstep within {limit} s")
-        self.__cause__ = cause
 
 
 def _qualname(tp: type) -> str:

@@ -64,6 +64,9 @@ class CheckpointKind(enum.StrEnum):
     """Responses to requests are queued and not yet handled."""
     FINAL = "final"
     """The run went idle or completed."""
+    PARTIAL = "partial"
+    """One executor's finished part of a superstep whose barrier was not reached yet
+    (its parent is the last cut); lets a crash cost only the unfinished executors."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,7 +95,10 @@ class GatedStore:
         self._arm_in_save = arm_in_save
 
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        if checkpoint.kind != "entry":
+        if checkpoint.kind == "partial":
+            # An executor's finished part, saved mid-superstep: its events come at the barrier.
+            self._progress.wait_for(checkpoint.superstep - 1)
+        elif checkpoint.kind != "entry":
             self._progress.wait_for(checkpoint.superstep)
         hit = checkpoint.kind == "step" and checkpoint.superstep == self._block.get("superstep")
         if hit and self._block.get("at") == "in_save":
@@ -162,6 +165,10 @@ def main() -> None:
     else:
         session = workflow.resume(store, session=config["session"])
         value = None
+        # Supersteps up to the resumed cut were logged by the process that ran them.
+        latest = inner.latest(session=config["session"])
+        cut = latest.superstep - 1 if latest.kind == "partial" else latest.superstep
+        progress.advance(cut)
     with open(config["log"], "a", buffering=1, encoding="utf-8") as log, session:
         _say("READY")
         events = session.stream(value) if value is not None else session.stream()

@@ -26,6 +26,11 @@ EXPECTED_FIGURES = {
     ("w3_sqlite", "bytes_on_disk_mb"),
     ("w4_file", "resume_plus_step_ms"),
     ("w4_sqlite", "resume_plus_step_ms"),
+    ("restart_cost", "run_ms"),
+    ("soak", "runs_per_s"),
+    ("soak", "rss_end_mb"),
+    ("soak", "threads_max"),
+    ("soak", "correct_outputs"),
 }
 
 KEYS = {

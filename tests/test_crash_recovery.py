@@ -231,6 +231,11 @@ def check_after_kill(store: Any, killed: Child) -> af.storage.Checkpoint | None:
     latest = store.latest(session=SESSION)
     if reported:
         assert latest is not None and latest.superstep >= reported[-1][1]
+    if latest is not None and latest.kind is CheckpointKind.PARTIAL:
+        # Executors that finished the interrupted superstep were persisted on their own;
+        # the resume starts from the cut they hang off.
+        assert latest.parent_id is not None
+        return store.load(latest.parent_id)
     return latest
 
 

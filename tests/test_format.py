@@ -259,7 +259,7 @@ def test_kind_accepts_its_string_value() -> None:
     """kind may be given as its string value and is stored as a CheckpointKind."""
     cp = make(kind="final")
     assert cp.kind is CheckpointKind.FINAL
-    assert [k.value for k in CheckpointKind] == ["entry", "step", "response", "final"]
+    assert [k.value for k in CheckpointKind] == ["entry", "step", "response", "final", "partial"]
 
 
 def test_blob_digest_is_sha256_hex() -> None:

@@ -1,0 +1,85 @@
+"""The barrier: collect one superstep's answers as they arrive, within deadlines.
+
+Answers are taken in completion order (each host future calls back when its
+answer is in), so a finished executor's part can be acted on (persisted) while
+slower ones still run, and each executor's timeout is measured from the moment
+its batch was handed out. Outcomes are returned sorted by executor id, so what
+the supervisor does with them never depends on timing.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Mapping
+
+from actorflow.actors import HostFuture
+
+__all__ = ["Outcome", "TimedOut", "collect"]
+
+
+class TimedOut(TimeoutError):
+    """An executor did not finish its part of a superstep within its ``timeout``."""
+
+    def __init__(self, executor: str, limit: float) -> None:
+        super().__init__(f"executor {executor!r} did not finish its superstep within {limit} s")
+        self.executor = executor
+
+
+Outcome = tuple[str, bytes | None, BaseException | None]
+"""(executor, answer, error): exactly one of answer and error is set."""
+
+
+def collect(
+    futures: Mapping[str, HostFuture],
+    limits: Mapping[str, float | None],
+    started: float,
+    on_answer: Callable[[str, bytes, int], None] | None = None,
+) -> list[Outcome]:
+    """Wait for every future, or its deadline (``started + limit``).
+
+    Args:
+        futures: executor id -> pending answer.
+        limits: executor id -> seconds allowed (None: no limit).
+        started: ``time.monotonic()`` when the batches were handed out.
+        on_answer: called as ``on_answer(executor, answer, still_running)`` for each
+            successful answer as it arrives, on the calling thread.
+
+    Returns:
+        One outcome per executor, sorted by id. A timed-out executor's error is a
+        :class:`TimedOut`; its future is abandoned (its late answer is never read).
+    """
+    arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for executor, future in futures.items():
+        future.add_done_callback(lambda e=executor: arrived.put(e))  # type: ignore[misc]  # default binds the id
+    deadlines = {
+        e: started + limit for e, limit in limits.items() if limit is not None and e in futures
+    }
+    outstanding = set(futures)
+    outcomes: list[Outcome] = []
+    while outstanding:
+        pending = [deadlines[e] for e in outstanding if e in deadlines]
+        wait = max(min(pending) - time.monotonic(), 0.0) if pending else None
+        try:
+            executor = arrived.get(timeout=wait)
+        except queue.Empty:
+            now = time.monotonic()
+            for late in sorted(e for e in outstanding if e in deadlines and deadlines[e] <= now):
+                outstanding.discard(late)
+                limit = limits[late]
+                assert limit is not None
+                outcomes.append((late, None, TimedOut(late, limit)))
+            continue
+        if executor not in outstanding:
+            continue  # answered after its deadline: abandoned
+        outstanding.discard(executor)
+        try:
+            answer = futures[executor].get(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - any failure of the call is the executor's
+            outcomes.append((executor, None, exc))
+            continue
+        outcomes.append((executor, answer, None))
+        if on_answer is not None:
+            on_answer(executor, answer, len(outstanding))
+    outcomes.sort(key=lambda o: o[0])
+    return outcomes
