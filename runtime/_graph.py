@@ -42,11 +42,13 @@ class GraphSpec:
     """Canonical description (JSON-able) the signature hashes."""
     max_supersteps: int
     """Default bound on one run."""
+    signature: str = ""
+    """Hex digest of :attr:`description` (computed once, at build time)."""
 
-    @property
-    def signature(self) -> str:
-        """Hex digest of :attr:`description`."""
-        return signature_of(self.description)
+    def __post_init__(self) -> None:
+        if not self.signature:
+            object.__setattr__(self, "signature", signature_of(self.description))
+
 
 
 def describe(

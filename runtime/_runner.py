@@ -132,6 +132,7 @@ class ExecutorRunner:
         self._loop: HostLoop | None = None
         self._dispatch: dict[type, tuple[Callable[..., Any], HandlerInfo]] = {}
         self._reported: set[str] = set()
+        self._previous: list[tuple[str, bytes]] = []
 
     # --- Hosted protocol ------------------------------------------------------
 
@@ -182,6 +183,7 @@ class ExecutorRunner:
         self._instance = instance
         self._dispatch.clear()
         self._reported.clear()
+        self._previous = []
 
     def _handler_for(self, value: object) -> tuple[Callable[..., Any], HandlerInfo] | None:
         kind = type(value)
@@ -278,12 +280,20 @@ class ExecutorRunner:
             ) from exc
         out: list[list[Any]] = []
         reported = self._reported
-        now: set[str] = set()
-        for chunk in chunks:
-            digest = hashlib.sha256(chunk).hexdigest()
-            now.add(digest)
+        # Comparing with last time's chunk at the same place is a memcmp, far cheaper
+        # than hashing it again; appends leave most chunks equal.
+        previous = self._previous
+        digests: list[str] = []
+        for index, chunk in enumerate(chunks):
+            before = previous[index] if index < len(previous) else None
+            if before is not None and before[1] == chunk:
+                digest = before[0]
+            else:
+                digest = hashlib.sha256(chunk).hexdigest()
+            digests.append(digest)
             out.append([digest, None if digest in reported else chunk])
-        self._reported = now
+        self._reported = set(digests)
+        self._previous = list(zip(digests, chunks, strict=True))
         return out
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -218,11 +219,12 @@ def blob_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_DIGEST_SHAPE = re.compile(r"[0-9a-f]{64}")
+
+
 def is_blob_digest(value: object) -> bool:
     """Whether ``value`` has the shape of a :func:`blob_digest` (64 lowercase hex)."""
-    return (
-        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-    )
+    return isinstance(value, str) and _DIGEST_SHAPE.fullmatch(value) is not None
 
 
 def verify_blob(digest: str, data: bytes) -> bytes:
