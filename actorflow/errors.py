@@ -236,5 +236,8 @@ class GraphMismatch(CheckpointError):
     """
 
 
-class CheckpointWriteFailed(CheckpointError):
-    """Writing a checkpoint failed; the run stops rather than continue unsaved."""
+class CheckpointWriteFailed(RunFailed, CheckpointError):
+    """A checkpoint (or a finished part of a superstep) could not be written, so the
+    run stopped rather than continue unsaved. Both a run failure and a checkpoint
+    error; the store's own error is chained. Fix the store, then run again or resume
+    from the last checkpoint (the session's in-memory state is still consistent)."""

@@ -50,7 +50,6 @@ class GraphSpec:
             object.__setattr__(self, "signature", signature_of(self.description))
 
 
-
 def describe(
     name: str,
     start: str,

@@ -23,6 +23,7 @@ import pykka
 
 from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import (
+    CheckpointWriteFailed,
     ExecutorFailed,
     RunCancelled,
     RunFailed,
@@ -555,7 +556,7 @@ class Driver:
                     job.run_id, self.state.superstep, time.time(), _qualname(type(exc)), str(exc)
                 )
             )
-            raise RunFailed(
+            raise CheckpointWriteFailed(
                 f"checkpoint after superstep {self.state.superstep} could not be written: {exc}; "
                 "the run stopped rather than continue unsaved",
                 run_id=job.run_id,
@@ -580,7 +581,7 @@ class Driver:
                     job.run_id, superstep, time.time(), _qualname(type(exc)), str(exc)
                 )
             )
-            raise RunFailed(
+            raise CheckpointWriteFailed(
                 f"the finished part of {target!r} in superstep {superstep} could not be "
                 f"persisted: {exc}; the run stopped rather than continue unsaved",
                 run_id=job.run_id,

@@ -612,6 +612,8 @@ def test_a_failed_checkpoint_write_fails_the_run_with_an_event(kind: str, supers
     assert len(failed) == 1 and failed[0].superstep == superstep
     assert "disk full" in failed[0].error
     assert any(isinstance(e, OSError) for e in _chain(error))
+    assert isinstance(error, af.CheckpointWriteFailed)
+    assert isinstance(error, af.RunFailed) and isinstance(error, af.CheckpointError)
     after = events[events.index(failed[0]) :]
     assert not [e for e in after if isinstance(e, af.SuperstepStartedEvent)]
     assert not [e for e in events if isinstance(e, af.RunCompletedEvent)]
