@@ -15,7 +15,7 @@ from typing import Any
 from actorflow.actors import decode
 
 from . import _events as ev
-from ._supervisor import Payload
+from ._job import Payload
 
 __all__ = ["AsyncSink", "QueueSink", "materialize", "outputs_of", "pending_of"]
 

@@ -7,7 +7,14 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["Backoff", "CheckpointPolicy", "Durability", "RestartPolicy", "RestartTracker"]
+__all__ = [
+    "Backoff",
+    "CheckpointPolicy",
+    "Durability",
+    "RestartPolicy",
+    "RestartTracker",
+    "Restarts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,38 @@ class RestartTracker:
             return None
         self._times.append(now)
         return len(self._times)
+
+
+class Restarts:
+    """The restart policies of one workflow run, with their intensity counters."""
+
+    __slots__ = ("_default", "_overrides", "_trackers")
+
+    def __init__(self, default: RestartPolicy | None, overrides: dict[str, RestartPolicy]) -> None:
+        self._default = default
+        self._overrides = overrides
+        self._trackers: dict[str, RestartTracker] = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether any executor may be restarted (so last good states must be kept)."""
+        return self._default is not None or bool(self._overrides)
+
+    def decide(
+        self, executor: str, error: BaseException, restorable: bool, now: float
+    ) -> tuple[RestartPolicy, int] | str:
+        """Whether to restart ``executor`` after ``error``: (policy, attempt), or why not."""
+        policy = self._overrides.get(executor, self._default)
+        if policy is None or not restorable or not isinstance(error, policy.retry_on):
+            return "no restart policy covers this error"
+        tracker = self._trackers.setdefault(executor, RestartTracker(policy))
+        attempt = tracker.allow(now)
+        if attempt is None:
+            return (
+                f"it was restarted {policy.max_restarts} time(s) within {policy.within_seconds} s "
+                "and the restart policy allows no more"
+            )
+        return policy, attempt
 
 
 class Durability(enum.Enum):

@@ -31,9 +31,10 @@ from . import _events as ev
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
 from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
+from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy
 from ._runner import RESPONSE_SOURCE
-from ._supervisor import Driver, Fault, RunJob, SupervisorActor, new_run_id
+from ._supervisor import Driver
 from ._types import type_label
 from ._wire import RESPONSE, SINGLE
 

@@ -12,11 +12,8 @@ executors that completed keep their results, routed once.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
@@ -34,48 +31,16 @@ from . import _events as ev
 from ._barrier import TimedOut, collect
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
+from ._job import Fault, Payload, RunJob
+from ._lastgood import LastGood
 from ._logging import get_logger
-from ._policy import Durability, RestartPolicy, RestartTracker
+from ._policy import Durability, RestartPolicy, Restarts
 from ._state import RunState
 from ._wire import SINGLE, pack, unpack
 
-__all__ = ["Driver", "Fault", "Payload", "RunJob", "SupervisorActor"]
+__all__ = ["Driver"]
 
 _log = get_logger("actorflow.supervisor")
-
-
-class Payload(bytes):
-    """An encoded value inside an event, decoded in the caller's thread."""
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """A failure to inject (see :mod:`actorflow.testing`)."""
-
-    executor: str
-    """Executor to fail."""
-    superstep: int
-    """Superstep (lineage-wide count) in which to fail."""
-    kind: str = "exception"
-    """``exception`` (after the handlers ran), ``timeout`` or ``death`` (actor stopped)."""
-
-
-@dataclass(slots=True)
-class RunJob:
-    """One run request, handed to the supervisor thread."""
-
-    run_id: str
-    """Id of this run."""
-    emit: Callable[[Any], None]
-    """Event sink (thread-safe; called on the supervisor thread): events, then an end marker."""
-    cancel: threading.Event
-    """Set to stop at the next barrier."""
-    max_supersteps: int
-    """Bound on this run's supersteps."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    """User metadata for checkpoints."""
-    input: bytes | None = None
-    """The encoded input to queue for the start executor, if any."""
 
 
 class _StepFailure(Exception):
@@ -104,18 +69,12 @@ class Driver:
         self.state = RunState()
         self.hosts: dict[str, HostRef] = {}
         self.faults: dict[tuple[str, int], Fault] = {}
-        self._restart = restart
-        self._restart_overrides = restart_overrides
-        self._trackers: dict[str, RestartTracker] = {}
+        self._restarts = Restarts(restart, restart_overrides)
         self.checkpointer = checkpointer
         # Last good state per executor, kept only when someone asked for it
         # (a restart policy or a store): digests, and the chunk bytes behind them.
-        self._keep_state = (
-            checkpointer is not None or restart is not None or bool(restart_overrides)
-        )
-        self._chunks: dict[str, bytes] = {}
-        self._good: dict[str, list[str]] = {}
-        self._dirty: set[str] = set()
+        self._keep_state = checkpointer is not None or self._restarts.active
+        self._last = LastGood(checkpointer.store.load_blob if checkpointer is not None else None)
         self._hung: set[str] = set()
         self._unloaded: set[str] = set()
         self.completed: dict[str, tuple[list[Any], list[str]]] = {}
@@ -145,7 +104,7 @@ class Driver:
         # trip for both), so executors a run never reaches cost nothing.
         self._unloaded = set(ids)
         restores = [
-            self._call(eid, "restore", pack([self._chunk_of(d, c) for d, c in initial[eid]]))
+            self._call(eid, "restore", pack(self._last.resolve(initial[eid])))
             for eid in ids
             if initial and eid in initial
         ]
@@ -154,10 +113,10 @@ class Driver:
         for eid in ids:
             if initial and eid in initial:
                 if self._keep_state:
-                    self._remember(eid, initial[eid])
+                    self._last.remember(eid, initial[eid])
             elif self._keep_state:
                 blueprint = self.spec.programs[eid].blueprint
-                self._remember(eid, [(_digest(c), c) for c in blueprint])
+                self._last.remember(eid, [(_digest(c), c) for c in blueprint])
 
     def _call(self, target: str, method: str, payload: bytes) -> HostFuture:
         """Call ``target``'s program, loading it first if this host does not have it yet."""
@@ -281,7 +240,7 @@ class Driver:
                     ev.ExecutorInvokedEvent(job.run_id, superstep, now, target, len(inbox[target]))
                 )
         checkpoint_now = self.checkpointer is not None and self.checkpointer.due(superstep)
-        want_snapshot = self._restart is not None or bool(self._restart_overrides) or checkpoint_now
+        want_snapshot = self._restarts.active or checkpoint_now
         # With sync durability each executor's finished part is persisted as it
         # arrives, so a crash mid-superstep re-runs only the unfinished executors.
         persist = (
@@ -328,9 +287,9 @@ class Driver:
                     )
                 )
             if snapshot is not None:
-                self._remember(target, [(d, c) for d, c in snapshot])
+                self._last.remember(target, [(d, c) for d, c in snapshot])
             else:
-                self._dirty.add(target)
+                self._last.dirty.add(target)
             emit(ev.ExecutorCompletedEvent(job.run_id, superstep, now, target))
         self._complete_fan_ins(new_inbox)
         state.superstep = superstep
@@ -425,27 +384,17 @@ class Driver:
                 job.run_id, superstep, now, target, _qualname(type(error)), str(error)
             )
         )
-        policy = self._restart_overrides.get(target, self._restart)
-        attempt: int | None = None
-        covered = policy is not None and isinstance(error, policy.retry_on) and target in self._good
-        if covered and policy is not None:
-            tracker = self._trackers.setdefault(target, RestartTracker(policy))
-            attempt = tracker.allow(time.monotonic())
-        if attempt is None or policy is None:
-            reason = (
-                f"it was restarted {policy.max_restarts} time(s) within {policy.within_seconds} s "
-                "and the restart policy allows no more"
-                if covered and policy is not None
-                else "no restart policy covers this error"
-            )
+        decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
+        if isinstance(decision, str):
             raise ExecutorFailed(
                 f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
-                f"{_qualname(type(error))}: {error}; {reason}",
+                f"{_qualname(type(error))}: {error}; {decision}",
                 executor=target,
                 error_type=_qualname(type(error)),
                 run_id=job.run_id,
                 superstep=superstep,
             ) from error
+        policy, attempt = decision
         self._log.warning(
             "restarting executor",
             run=job.run_id,
@@ -459,7 +408,7 @@ class Driver:
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
         if isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
             self._replace_host(target)
-        self._load_state(target, [(d, self._chunks.get(d)) for d in self._good[target]])
+        self._load_state(target, self._last.snapshot_of(target))
         job.emit(
             ev.RunRestartedEvent(
                 job.run_id,
@@ -474,10 +423,7 @@ class Driver:
 
     def _roll_back(self, targets: list[str], superstep: int) -> None:
         """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
-        exact = self._keep_state and not any(
-            t in self._dirty or t not in self._good for t in targets
-        )
-        if not exact:
+        if not (self._keep_state and self._last.exact(targets)):
             self.broken = (
                 f"superstep {superstep} failed and the state before it was never snapshotted "
                 "(no store checkpointing every superstep, no restart policy)"
@@ -487,7 +433,7 @@ class Driver:
             for target in targets:
                 if target in self._hung or not self.hosts[target].alive:
                     self._replace_host(target)
-                self._load_state(target, [(d, self._chunks.get(d)) for d in self._good[target]])
+                self._load_state(target, self._last.snapshot_of(target))
         except Exception as exc:  # noqa: BLE001 - a failed rollback leaves the session broken
             self.broken = f"rolling back superstep {superstep} failed: {exc}"
 
@@ -500,49 +446,23 @@ class Driver:
         self._hung.discard(target)
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
-        body = [self._chunk_of(d, c) for d, c in chunks]
-        self._call(target, "restore", pack(body)).get(timeout=60)
-
-    def _chunk_of(self, digest: str, chunk: bytes | None) -> bytes:
-        return chunk if chunk is not None else self._chunk(digest)
-
-    def _chunk(self, digest: str) -> bytes:
-        chunk = self._chunks.get(digest)
-        if chunk is None and self.checkpointer is not None:
-            chunk = self.checkpointer.store.load_blob(digest)
-        if chunk is None:
-            raise RunFailed(f"snapshot chunk {digest} is not available; resume from a checkpoint")
-        return chunk
-
-    def _remember(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
-        digests = []
-        for digest, chunk in chunks:
-            digests.append(digest)
-            if chunk is not None:
-                self._chunks[digest] = chunk
-        old = self._good.get(target, [])
-        self._good[target] = digests
-        self._dirty.discard(target)
-        live = {d for ds in self._good.values() for d in ds}
-        for digest in old:
-            if digest not in live:
-                self._chunks.pop(digest, None)
+        self._call(target, "restore", pack(self._last.resolve(chunks))).get(timeout=60)
 
     # --- checkpoints --------------------------------------------------------------
 
     def _checkpoint(self, job: RunJob, kind: str) -> None:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        for target in sorted(self._dirty):
+        for target in sorted(self._last.dirty):
             snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
-            self._remember(target, [(d, c) for d, c in snapshot])
+            self._last.remember(target, [(d, c) for d, c in snapshot])
         try:
             checkpoint_id = checkpointer.write(
                 kind=kind,
                 superstep=self.state.superstep,
                 state=self.state,
-                snapshots=self._good,
-                chunks=self._chunks,
+                snapshots=self._last.digests,
+                chunks=self._last.chunks,
                 metadata=job.metadata,
             )
             if kind == "final":
@@ -572,7 +492,7 @@ class Driver:
         sends, outputs, requests, snapshot = unpack(answer)
         if snapshot is None:
             return
-        chunks = [(d, c if c is not None else self._chunks.get(d)) for d, c in snapshot]
+        chunks = [(d, c if c is not None else self._last.chunks.get(d)) for d, c in snapshot]
         try:
             checkpointer.write_partial(superstep, target, [sends, outputs, requests], chunks)
         except Exception as exc:
@@ -620,21 +540,3 @@ def _qualname(tp: type) -> str:
 
 def _digest(chunk: bytes) -> str:
     return hashlib.sha256(chunk).hexdigest()
-
-
-class SupervisorActor(pykka.ThreadingActor):
-    """The actor whose thread runs a :class:`Driver`. Each message is a callable to run.
-
-    Daemon thread: a forgotten supervisor never keeps the interpreter alive.
-    """
-
-    use_daemon_thread = True
-
-    def on_receive(self, message: Any) -> Any:
-        """Run one job (a zero-argument callable) on this actor's thread."""
-        return message()
-
-
-def new_run_id() -> str:
-    """A fresh run id."""
-    return uuid.uuid4().hex[:16]

@@ -16,9 +16,9 @@ from actorflow.storage import CheckpointStore
 from . import _events as ev
 from ._checkpointing import load_for_resume
 from ._graph import GraphSpec
+from ._job import SupervisorActor
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
-from ._supervisor import SupervisorActor
 
 __all__ = ["Workflow"]
 

@@ -1,0 +1,65 @@
+"""What a run hands the supervisor, and the actor whose thread runs it."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+
+__all__ = ["Fault", "Payload", "RunJob", "SupervisorActor", "new_run_id"]
+
+
+class Payload(bytes):
+    """An encoded value inside an event, decoded in the caller's thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A failure to inject (see :mod:`actorflow.testing`)."""
+
+    executor: str
+    """Executor to fail."""
+    superstep: int
+    """Superstep (lineage-wide count) in which to fail."""
+    kind: str = "exception"
+    """``exception`` (after the handlers ran), ``timeout`` or ``death`` (actor stopped)."""
+
+
+@dataclass(slots=True)
+class RunJob:
+    """One run request, handed to the supervisor thread."""
+
+    run_id: str
+    """Id of this run."""
+    emit: Callable[[Any], None]
+    """Event sink (thread-safe; called on the supervisor thread): events, then an end marker."""
+    cancel: threading.Event
+    """Set to stop at the next barrier."""
+    max_supersteps: int
+    """Bound on this run's supersteps."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """User metadata for checkpoints."""
+    input: bytes | None = None
+    """The encoded input to queue for the start executor, if any."""
+
+
+class SupervisorActor(pykka.ThreadingActor):
+    """The actor whose thread runs a :class:`Driver`. Each message is a callable to run.
+
+    Daemon thread: a forgotten supervisor never keeps the interpreter alive.
+    """
+
+    use_daemon_thread = True
+
+    def on_receive(self, message: Any) -> Any:
+        """Run one job (a zero-argument callable) on this actor's thread."""
+        return message()
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return uuid.uuid4().hex[:16]
