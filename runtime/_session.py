@@ -20,7 +20,6 @@ from actorflow.actors import encode
 from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
-    RequestError,
     SessionBroken,
     SessionBusy,
     SessionClosed,
@@ -28,15 +27,15 @@ from actorflow.errors import (
 from actorflow.storage import CheckpointStore
 
 from . import _events as ev
+from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
 from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy
-from ._runner import RESPONSE_SOURCE
 from ._supervisor import Driver
 from ._types import type_label
-from ._wire import RESPONSE, SINGLE
+from ._wire import SINGLE
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -132,37 +131,7 @@ class Session:
 
     def _queue_answers(self, answers: Mapping[str, Any]) -> None:
         """Check every answer first, then queue them all (caller holds the busy lock)."""
-        state = self._driver.state
-        encoded: list[tuple[str, bytes]] = []
-        for request_id, answer in answers.items():
-            entry = state.pending.get(request_id)
-            if entry is None:
-                why = (
-                    "was already answered"
-                    if request_id in state.answered
-                    else "is not a pending request of this session"
-                )
-                raise RequestError(
-                    f"request {request_id!r} {why}; pending: {sorted(state.pending) or 'none'}"
-                )
-            expected = entry[2]
-            if expected not in ("object", type_label(type(answer))):
-                raise RequestError(
-                    f"request {request_id!r} of executor {entry[0]!r} expects a {expected}, "
-                    f"got a {type_label(type(answer))}; nothing was consumed"
-                )
-            try:
-                encoded.append((request_id, encode(answer)))
-            except EncodeError as exc:
-                raise RequestError(
-                    f"the answer to {request_id!r} cannot be encoded: {exc}"
-                ) from exc
-        for request_id, payload in encoded:
-            executor, request_payload, _ = state.pending.pop(request_id)
-            state.answered.add(request_id)
-            state.inbox.setdefault(executor, []).append(
-                [RESPONSE_SOURCE, RESPONSE, [request_id, request_payload, payload]]
-            )
+        if queue_answers(self._driver.state, answers):
             self._answers_queued = True
 
     # --- running ------------------------------------------------------------------

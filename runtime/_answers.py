@@ -1,0 +1,56 @@
+"""Answers to pending requests: checked all together, then queued all together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actorflow.actors import encode
+from actorflow.errors import EncodeError, RequestError
+
+from ._runner import RESPONSE_SOURCE
+from ._state import RunState
+from ._types import type_label
+from ._wire import RESPONSE
+
+__all__ = ["queue_answers"]
+
+
+def queue_answers(state: RunState, answers: Mapping[str, Any]) -> bool:
+    """Deliver ``answers`` to the requesting executors' inboxes; True if any was queued.
+
+    Every answer is checked before any is queued, so a bad one consumes nothing.
+
+    Raises:
+        RequestError: an unknown id, a second answer to the same request, a value of
+            the wrong type, or one that cannot be encoded.
+    """
+    encoded: list[tuple[str, bytes]] = []
+    for request_id, answer in answers.items():
+        entry = state.pending.get(request_id)
+        if entry is None:
+            why = (
+                "was already answered"
+                if request_id in state.answered
+                else "is not a pending request of this session"
+            )
+            raise RequestError(
+                f"request {request_id!r} {why}; pending: {sorted(state.pending) or 'none'}"
+            )
+        expected = entry[2]
+        if expected not in ("object", type_label(type(answer))):
+            raise RequestError(
+                f"request {request_id!r} of executor {entry[0]!r} expects a {expected}, "
+                f"got a {type_label(type(answer))}; nothing was consumed"
+            )
+        try:
+            encoded.append((request_id, encode(answer)))
+        except EncodeError as exc:
+            raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from exc
+    for request_id, payload in encoded:
+        executor, request_payload, _ = state.pending.pop(request_id)
+        state.answered.add(request_id)
+        state.inbox.setdefault(executor, []).append(
+            [RESPONSE_SOURCE, RESPONSE, [request_id, request_payload, payload]]
+        )
+    return bool(encoded)
