@@ -47,9 +47,12 @@ class NotifyingFuture(pykka.ThreadingFuture[Any]):
     finished executor's part at once), which plain pykka futures cannot tell it.
     """
 
+    # One lock for every future's callback list: the critical sections are a few
+    # list operations, and a lock per future costs more than the contention.
+    _callbacks_lock = threading.Lock()
+
     def __init__(self) -> None:
         super().__init__()
-        self._callbacks_lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] | None = []
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:

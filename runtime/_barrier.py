@@ -49,6 +49,10 @@ def collect(
         One outcome per executor, sorted by id. A timed-out executor's error is a
         :class:`TimedOut`; its future is abandoned (its late answer is never read).
     """
+    if len(futures) == 1:
+        # The common case (a chain or a cycle): nothing to order, no need for callbacks.
+        [(executor, future)] = futures.items()
+        return [_one(executor, future, limits.get(executor), started)]
     arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
     for executor, future in futures.items():
         future.add_done_callback(lambda e=executor: arrived.put(e))  # type: ignore[misc]  # default binds the id
@@ -83,3 +87,14 @@ def collect(
             on_answer(executor, answer, len(outstanding))
     outcomes.sort(key=lambda o: o[0])
     return outcomes
+
+
+def _one(executor: str, future: HostFuture, limit: float | None, started: float) -> Outcome:
+    remaining = None if limit is None else max(started + limit - time.monotonic(), 0.0)
+    try:
+        return (executor, future.get(timeout=remaining), None)
+    except TimeoutError:
+        assert limit is not None
+        return (executor, None, TimedOut(executor, limit))
+    except Exception as exc:  # noqa: BLE001 - any failure of the call is the executor's
+        return (executor, None, exc)

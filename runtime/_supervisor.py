@@ -86,7 +86,8 @@ class Driver:
     # --- lifecycle ----------------------------------------------------------------
 
     def start_hosts(self, initial: dict[str, list[tuple[str, bytes | None]]] | None = None) -> None:
-        """Borrow hosts and load every executor (from blueprints, or ``initial`` snapshots)."""
+        """Borrow hosts for every executor; restore ``initial`` snapshots into them now,
+        and let the others load their blueprint with their first call."""
         ids = sorted(self.spec.programs)
         hosts = self.pool.acquire(len(ids))
         self.hosts = dict(zip(ids, hosts, strict=True))
@@ -250,11 +251,12 @@ class Driver:
             and len(targets) > 1
         )
         try:
-            reports = self._completed_reports(superstep, targets)
-            to_run = [t for t in targets if t not in reports]
-            reports |= self._execute(
+            done = self._completed_reports(superstep, targets) if self.completed else {}
+            to_run = [t for t in targets if t not in done] if done else targets
+            reports = self._execute(
                 job, superstep, to_run, inbox, want_snapshot=want_snapshot, persist=persist
             )
+            reports.update(done)
         except BaseException:
             # Nothing of a failed superstep survives (MAF #7859): its inbox is back in
             # flight and every executor it ran is rolled back to the last barrier, so
