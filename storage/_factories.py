@@ -28,7 +28,8 @@ class MemoryStoreFactory:
     """Hands out one :class:`MemoryStore` every time: memory has no second handle.
 
     Not durable (closing it ends the data) and not shared across processes, so the
-    kit skips the reopen and multi-process tests for it.
+    reopen and multi-process tests do not apply to it: the kit skips them, or a
+    test class leaves them out by setting those test names to None.
     """
 
     store: MemoryStore = field(default_factory=MemoryStore)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from actorflow.errors import CheckpointError
 from actorflow.storage.conformance import (
     FileStoreFactory,
     MemoryStoreFactory,
@@ -18,10 +19,22 @@ from actorflow.storage.conformance import (
 class TestMemoryStore(StoreConformance):
     """MemoryStore passes the kit (reopen and multi-process tests do not apply)."""
 
+    # Memory lives in one object of one process: the reopen and multi-process tests
+    # do not apply, so they are not collected for it (rather than collected and skipped).
+    test_concurrent_processes_lose_nothing = None
+    test_data_survives_close_and_reopen = None
+
     @pytest.fixture
     def store_factory(self) -> StoreFactory:
         """One MemoryStore per test."""
         return MemoryStoreFactory()
+
+    def test_closing_ends_the_data(self, store_factory: StoreFactory) -> None:
+        """A MemoryStore is not durable: once closed, using it raises CheckpointError."""
+        store = store_factory()
+        store.close()
+        with pytest.raises(CheckpointError, match="closed"):
+            store.list()
 
 
 class TestFileStore(StoreConformance):
