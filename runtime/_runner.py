@@ -13,7 +13,7 @@ import hashlib
 import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
@@ -73,10 +73,36 @@ class ExecutorProgram:
     code: Attachment | None = None
     """Code the instance needs besides its class (a sub-workflow); never encoded.
     Not picklable when set: a backend that ships programs by pickling must rebuild it."""
+    _frozen_state: list[dict[str, Any]] = field(
+        default_factory=list, compare=False, hash=False, repr=False
+    )
+    # The decoded blueprint, kept only when every value in it is immutable: then a
+    # shallow copy is as private as a fresh decode, and much cheaper.
 
     def __call__(self) -> ExecutorRunner:
         """Make the runner (called by the host, on its thread)."""
         return ExecutorRunner(self)
+
+    def initial_state(self) -> dict[str, Any]:
+        """A fresh copy of the blueprint state, owned by the caller."""
+        if self._frozen_state:
+            return dict(self._frozen_state[0])
+        state = decode_state(self.blueprint)
+        if all(_immutable(v) for v in state.values()):
+            self._frozen_state[:] = [dict(state)]
+        return state
+
+
+_IMMUTABLE_LEAVES = (type(None), bool, int, float, complex, str, bytes, range)
+
+
+def _immutable(value: object, depth: int = 0) -> bool:
+    """Whether nothing reachable from ``value`` can be mutated in place."""
+    if isinstance(value, _IMMUTABLE_LEAVES):
+        return True
+    if depth < 8 and type(value) in (tuple, frozenset):
+        return all(_immutable(v, depth + 1) for v in value)  # type: ignore[attr-defined]  # tuple/frozenset
+    return False
 
 
 class StepBuffer:
@@ -145,7 +171,7 @@ class ExecutorRunner:
     def call(self, method: str, payload: bytes) -> bytes:
         """Answer one request from the supervisor (see :mod:`._wire`)."""
         if self._instance is None and method != "restore":
-            self._install(decode_state(self._program.blueprint))
+            self._install(self._program.initial_state())
         if method == "step":
             return self._step(payload)
         if method == "snapshot":
