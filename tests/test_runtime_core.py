@@ -408,3 +408,22 @@ def test_forgotten_workflow_does_not_hang_interpreter_exit() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "6"
+
+
+class TupleState(af.Executor):
+    """Immutable state (a tuple): its decoded blueprint is reused across runs."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.seen: tuple[int, ...] = (0,)
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context) -> None:
+        self.seen = (*self.seen, n)
+        ctx.output(self.seen)
+
+
+def test_runs_start_from_the_blueprint_even_when_its_decoded_state_is_reused() -> None:
+    """A reused immutable blueprint never carries one run's changes into the next."""
+    with af.WorkflowBuilder("tuples", start=TupleState("t")).build() as wf:
+        assert [wf.run(n).outputs for n in (1, 2, 3)] == [[(0, 1)], [(0, 2)], [(0, 3)]]
