@@ -21,10 +21,15 @@ Chunks = list[tuple[str, bytes | None]]
 class LastGood:
     """Per-executor snapshot digests plus the chunk bytes still needed. Supervisor thread only."""
 
-    __slots__ = ("_fallback", "chunks", "digests", "dirty")
+    __slots__ = ("_fallback", "_fallback_many", "chunks", "digests", "dirty")
 
-    def __init__(self, fallback: Callable[[str], bytes] | None) -> None:
+    def __init__(
+        self,
+        fallback: Callable[[str], bytes] | None,
+        fallback_many: Callable[[list[str]], dict[str, bytes]] | None = None,
+    ) -> None:
         self._fallback = fallback
+        self._fallback_many = fallback_many
         self.chunks: dict[str, bytes] = {}
         """Digest -> bytes of chunks some remembered snapshot uses."""
         self.digests: dict[str, list[str]] = {}
@@ -58,6 +63,12 @@ class LastGood:
     def snapshot_of(self, executor: str) -> Chunks:
         """``executor``'s last good snapshot, with the bytes held here."""
         return [(d, self.chunks.get(d)) for d in self.digests[executor]]
+
+    def prefetch(self, digests: list[str]) -> None:
+        """Read the chunks not held here in one batch, when the store can (a resume)."""
+        absent = sorted({d for d in digests if d not in self.chunks})
+        if absent and self._fallback_many is not None:
+            self.chunks.update(self._fallback_many(absent))
 
     def resolve(self, chunks: Chunks) -> list[bytes]:
         """The bytes of every chunk: given, held here, or read through the fallback (the store).

@@ -26,6 +26,7 @@ from actorflow.errors import (
     RunFailed,
     SuperstepLimitExceeded,
 )
+from actorflow.storage import BlobBatchReader
 
 from . import _events as ev
 from ._barrier import TimedOut, collect
@@ -74,7 +75,11 @@ class Driver:
         # Last good state per executor, kept only when someone asked for it
         # (a restart policy or a store): digests, and the chunk bytes behind them.
         self._keep_state = checkpointer is not None or self._restarts.active
-        self._last = LastGood(checkpointer.store.load_blob if checkpointer is not None else None)
+        store = checkpointer.store if checkpointer is not None else None
+        self._last = LastGood(
+            store.load_blob if store is not None else None,
+            store.load_blobs if isinstance(store, BlobBatchReader) else None,
+        )
         self._hung: set[str] = set()
         self._unloaded: set[str] = set()
         self.completed: dict[str, tuple[list[Any], list[str]]] = {}
@@ -104,6 +109,8 @@ class Driver:
         # A program is loaded by the first call its host gets in this run (one round
         # trip for both), so executors a run never reaches cost nothing.
         self._unloaded = set(ids)
+        if initial:
+            self._last.prefetch([d for chunks in initial.values() for d, c in chunks if c is None])
         restores = [
             self._call(eid, "restore", pack(self._last.resolve(initial[eid])))
             for eid in ids

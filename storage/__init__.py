@@ -17,11 +17,12 @@ from ._format import (
     new_checkpoint_id,
 )
 from ._memory import MemoryStore
-from ._protocol import CheckpointStore
+from ._protocol import BlobBatchReader, CheckpointStore
 from ._sqlite import SQLiteStore
 
 __all__ = [
     "FORMAT_VERSION",
+    "BlobBatchReader",
     "Checkpoint",
     "CheckpointKind",
     "CheckpointStore",

@@ -149,6 +149,15 @@ class FileStore(StoreBase):
             raise CheckpointNotFound(f"no blob {digest!r} in this store") from None
         return verify_blob(digest, data)
 
+    def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """Several blobs, each verified (see ``BlobBatchReader``).
+
+        Raises:
+            CheckpointNotFound: one of them is not stored.
+            CheckpointCorrupt: one of them does not match its digest.
+        """
+        return {d: self.load_blob(d) for d in sorted(set(digests))}
+
     def has_blobs(self, digests: Iterable[str]) -> set[str]:
         """The subset of ``digests`` that is stored."""
         self._check_open()

@@ -152,3 +152,21 @@ class CheckpointStore(Protocol):
     def close(self) -> None:
         """Release resources. Idempotent; the store must not be used afterwards."""
         ...
+
+
+@runtime_checkable
+class BlobBatchReader(Protocol):
+    """Optional fast path a store may offer: many blobs in one round trip.
+
+    Restoring a session needs every chunk of every executor's snapshot; a store
+    whose per-call cost is high (a transaction, a network hop) should offer this.
+    The runtime falls back to :meth:`CheckpointStore.load_blob` otherwise.
+    """
+
+    def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """Every requested blob, verified against its digest (the caller's own bytes).
+
+        Raises:
+            CheckpointNotFound: one of them is not stored.
+            CheckpointCorrupt: one of them does not match its digest.
+        """

@@ -30,6 +30,7 @@ def test_public_names() -> None:
     """actorflow.storage exports exactly its public API (ruff RUF022 keeps it sorted)."""
     assert set(actorflow.storage.__all__) == {
         "FORMAT_VERSION",
+        "BlobBatchReader",
         "Checkpoint",
         "CheckpointKind",
         "CheckpointStore",
@@ -217,3 +218,20 @@ def test_kit_skips_damage_tests_for_factories_without_hooks(tmp_path: Path) -> N
 
     with pytest.raises(pytest.skip.Exception, match="corrupt_record"):
         damage_hook(plain_factory, "corrupt_record")
+
+
+@pytest.mark.parametrize("name", ["file", "sqlite"])
+def test_load_blobs_reads_many_verified_and_refuses_what_is_missing(
+    name: str, tmp_path: Path
+) -> None:
+    """load_blobs returns every requested blob verified; a missing one raises, never a partial answer."""
+    with OPENERS[name](tmp_path) as store:
+        assert isinstance(store, actorflow.storage.BlobBatchReader)
+        chunks = [f"chunk {i}".encode() * 50 for i in range(20)]
+        checkpoint, blobs = make_checkpoint(chunks={"e": chunks})
+        store.save(checkpoint, blobs)
+        got = store.load_blobs(list(blobs) * 2)
+        assert got == blobs
+        missing = actorflow.storage.blob_digest(b"never stored")
+        with pytest.raises(CheckpointError, match="no blob"):
+            store.load_blobs([*blobs, missing])
