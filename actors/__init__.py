@@ -11,7 +11,8 @@ backends that place hosts (threads via pykka by default) with their warm pool.
 
 from ._backend import ActorBackend, HostFuture, HostPool, HostRef, ThreadBackend
 from ._chunks import decode_state, encode_state
-from ._codec import decode, encode
+from ._codec import encode
+from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop
 from ._registry import is_registered, message, wire_name
 
