@@ -231,7 +231,10 @@ def load_for_resume(
             raise CheckpointCorrupt(
                 f"partial checkpoint {checkpoint.id} names no cut to resume from"
             )
-        cut = store.load(checkpoint.parent_id)
+        try:
+            cut = store.load(checkpoint.parent_id)
+        except CheckpointNotFound:
+            cut = _newest_cut(store, checkpoint)
         for part in store.list(session=cut.session, kind=CheckpointKind.PARTIAL):
             if part.parent_id == cut.id and part.superstep == cut.superstep + 1:
                 completed.update(_partial_of(part))
@@ -250,6 +253,20 @@ def load_for_resume(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
     return Restored(checkpoint, state, extra, completed)
+
+
+def _newest_cut(store: CheckpointStore, orphan: Checkpoint) -> Checkpoint:
+    """The newest whole cut of the session, when a partial record's own cut was pruned."""
+    cuts = [
+        cp for cp in store.list(session=orphan.session) if cp.kind is not CheckpointKind.PARTIAL
+    ]
+    if not cuts:
+        raise CheckpointNotFound(
+            f"partial checkpoint {orphan.id} hangs off {orphan.parent_id}, which is no longer "
+            "stored, and no other checkpoint of the session is; when pruning, keep more "
+            "checkpoints than the partial records"
+        )
+    return cuts[-1]
 
 
 def _partial_of(part: Checkpoint) -> dict[str, tuple[list[Any], list[str]]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -87,6 +87,8 @@ def test_only_unfinished_executors_run_again_after_a_crash(tmp_path: Path) -> No
             result = resumed.run()
         assert INVOKED == ["w2"], "a worker that had finished ran again"
         assert result.outputs == expected
+        store.prune("s", keep=1)
+        assert [cp.kind for cp in store.list(session="s")] == [CheckpointKind.FINAL]
         final = store.latest(session="s")
         assert final is not None and final.kind is CheckpointKind.FINAL
     finally:
@@ -116,3 +118,36 @@ class CountingStore(af.SQLiteStore):
             self._wanted -= 1
             if self._wanted == 0:
                 PARTIALS_SAVED.set()
+
+
+@pytest.mark.timeout(30)
+def test_partial_records_whose_cut_was_pruned_give_a_clear_error(tmp_path: Path) -> None:
+    """If pruning left only partial records, resuming says so instead of failing obscurely."""
+    db = tmp_path / "p.db"
+    SLOW.add("w2")
+    crashed_wf = build()
+    crashed = crashed_wf.session("s", store=CountingStore(db, partials_wanted=3))
+    runner = threading.Thread(target=lambda: _swallow(crashed.run, 5))
+    runner.start()
+    store = af.SQLiteStore(db)
+    try:
+        assert PARTIALS_SAVED.wait(10)
+        store.prune("s", keep=3)
+        assert {cp.kind for cp in store.list(session="s")} == {CheckpointKind.PARTIAL}
+        with build() as fresh, pytest.raises(af.CheckpointNotFound, match="no longer stored"):
+            fresh.resume(store, session="s")
+    finally:
+        SLOW.clear()
+        GATE.set()
+        runner.join(timeout=10)
+        crashed.close()
+        crashed_wf.close()
+        GATE.clear()
+        store.close()
+
+
+def _swallow(run: Callable[[int], object], value: int) -> None:
+    try:
+        run(value)
+    except af.ActorflowError:
+        pass  # the "crashed" run fails once its worker gives up; that is expected here
