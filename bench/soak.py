@@ -20,7 +20,7 @@ Figures:
   interleaving on bare pykka actors, per session one relay actor that asks 3 echo
   actors in turn (4 threads per session, like a session's supervisor + 3 hosts).
   Floor and workload chunks alternate. Target: >= 0.5x (the suite's multi-actor
-  target; the issue sets none).
+  target; no target was set for it).
 - ``rss_end_mb``: RSS at the end against RSS after the warm-up (both after
   ``gc.collect()``). Target: <= 1.05x (growth under 5 %).
 - ``threads_max``: the process's thread count, sampled every 0.25 s after the

@@ -55,7 +55,7 @@ _FIELDS = frozenset(
 
 
 class CheckpointKind(enum.StrEnum):
-    """Why a checkpoint was taken (see ARCHITECTURE.md, "Checkpoints")."""
+    """Why a checkpoint was taken (see docs/architecture.md, "Checkpoints")."""
 
     ENTRY = "entry"
     """Superstep 0: the input is queued and no executor has run yet."""
