@@ -20,7 +20,6 @@ import pykka
 
 from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import (
-    CheckpointWriteFailed,
     ExecutorFailed,
     RunCancelled,
     RunFailed,
@@ -30,6 +29,7 @@ from actorflow.storage import BlobBatchReader
 
 from . import _events as ev
 from ._barrier import TimedOut, collect
+from ._checkpoint_steps import CheckpointSteps, qualname
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
 from ._job import Fault, Payload, RunJob
@@ -51,7 +51,7 @@ class _StepFailure(Exception):
         self.error = error
 
 
-class Driver:
+class Driver(CheckpointSteps):
     """Supervisor logic for one session (or one one-off run). Supervisor thread only."""
 
     def __init__(
@@ -227,7 +227,7 @@ class Driver:
                     self.state.superstep,
                     time.time(),
                     getattr(exc, "executor", None),
-                    _qualname(type(cause)),
+                    qualname(type(cause)),
                     str(exc),
                 )
             )
@@ -390,16 +390,16 @@ class Driver:
         now = time.time()
         job.emit(
             ev.ExecutorFailedEvent(
-                job.run_id, superstep, now, target, _qualname(type(error)), str(error)
+                job.run_id, superstep, now, target, qualname(type(error)), str(error)
             )
         )
         decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
         if isinstance(decision, str):
             raise ExecutorFailed(
                 f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
-                f"{_qualname(type(error))}: {error}; {decision}",
+                f"{qualname(type(error))}: {error}; {decision}",
                 executor=target,
-                error_type=_qualname(type(error)),
+                error_type=qualname(type(error)),
                 run_id=job.run_id,
                 superstep=superstep,
             ) from error
@@ -410,7 +410,7 @@ class Driver:
             superstep=superstep,
             executor=target,
             attempt=attempt,
-            error=f"{_qualname(type(error))}: {error}",
+            error=f"{qualname(type(error))}: {error}",
         )
         delay = policy.backoff.delay(attempt)
         if delay > 0 and job.cancel.wait(delay):
@@ -425,7 +425,7 @@ class Driver:
                 time.time(),
                 target,
                 attempt,
-                _qualname(type(error)),
+                qualname(type(error)),
                 str(error),
             )
         )
@@ -456,95 +456,6 @@ class Driver:
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
         self._call(target, "restore", pack(self._last.resolve(chunks))).get(timeout=60)
-
-    # --- checkpoints --------------------------------------------------------------
-
-    def _checkpoint(self, job: RunJob, kind: str) -> None:
-        checkpointer = self.checkpointer
-        assert checkpointer is not None
-        for target in sorted(self._last.dirty):
-            snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
-            self._last.remember(target, [(d, c) for d, c in snapshot])
-        try:
-            checkpoint_id = checkpointer.write(
-                kind=kind,
-                superstep=self.state.superstep,
-                state=self.state,
-                snapshots=self._last.digests,
-                chunks=self._last.chunks,
-                metadata=job.metadata,
-            )
-            if kind == "final":
-                checkpointer.flush()  # a run is reported complete only once it is durable
-        except Exception as exc:
-            self._log.error(
-                "checkpoint write failed", superstep=self.state.superstep, error=str(exc)
-            )
-            job.emit(
-                ev.CheckpointFailedEvent(
-                    job.run_id, self.state.superstep, time.time(), _qualname(type(exc)), str(exc)
-                )
-            )
-            raise CheckpointWriteFailed(
-                f"checkpoint after superstep {self.state.superstep} could not be written: {exc}; "
-                "the run stopped rather than continue unsaved",
-                run_id=job.run_id,
-                superstep=self.state.superstep,
-            ) from exc
-        job.emit(
-            ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind)
-        )
-
-    def _persist_partial(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:
-        checkpointer = self.checkpointer
-        assert checkpointer is not None
-        sends, outputs, requests, snapshot = unpack(answer)
-        if snapshot is None:
-            return
-        chunks = [(d, c if c is not None else self._last.chunks.get(d)) for d, c in snapshot]
-        try:
-            checkpointer.write_partial(superstep, target, [sends, outputs, requests], chunks)
-        except Exception as exc:
-            job.emit(
-                ev.CheckpointFailedEvent(
-                    job.run_id, superstep, time.time(), _qualname(type(exc)), str(exc)
-                )
-            )
-            raise CheckpointWriteFailed(
-                f"the finished part of {target!r} in superstep {superstep} could not be "
-                f"persisted: {exc}; the run stopped rather than continue unsaved",
-                run_id=job.run_id,
-                superstep=superstep,
-            ) from exc
-
-    def _completed_reports(self, superstep: int, targets: list[str]) -> dict[str, list[Any]]:
-        """Parts of this superstep a crashed process already finished and persisted."""
-        completed, self.completed = self.completed, {}
-        reports: dict[str, list[Any]] = {}
-        for target, (report, digests) in completed.items():
-            if target not in targets or superstep != self.state.superstep + 1:
-                continue
-            chunks: list[tuple[str, bytes | None]] = [(d, None) for d in digests]
-            self._load_state(target, chunks)
-            reports[target] = [*report, [[d, None] for d in digests]]
-        return reports
-
-    def _checkpoint_first(self, job: RunJob, kind: str) -> None:
-        """The ``entry`` / ``response`` cut; if it cannot be written, the input is unqueued."""
-        try:
-            self._checkpoint(job, kind)
-        except RunFailed:
-            if kind == "entry":
-                # A run not accepted durably was not accepted at all (LangGraph #8764).
-                queued = self.state.inbox[self.spec.start]
-                queued.pop()
-                if not queued:
-                    del self.state.inbox[self.spec.start]
-            raise
-
-
-def _qualname(tp: type) -> str:
-    return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
 
 
 def _digest(chunk: bytes) -> str:
