@@ -47,6 +47,7 @@ class Checkpointer:
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
         self._confirmed_id = self.last_id
+        self._packed_graph = {"graph": pack(spec.description)}
         self._stored: set[str] = set(parent.blob_digests()) if parent is not None else set()
         self._queue: queue.Queue[tuple[Checkpoint, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
@@ -88,7 +89,7 @@ class Checkpointer:
             kind=CheckpointKind(kind),
             created_at=time.time(),
             executors=executors,
-            runtime=state.to_bytes({"graph": self.spec.description}),
+            runtime=state.to_bytes(self._packed_graph),
             metadata=dict(metadata),
         )
         if self.policy.durability is Durability.SYNC or kind == "entry":

@@ -6,6 +6,7 @@ written into a checkpoint's ``runtime`` field and read back in another process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ import msgpack
 
 from actorflow.errors import CheckpointCorrupt
 
-from ._wire import pack
+from ._wire import pack, pack_map_header
 
 __all__ = ["Delivery", "PendingEntry", "RunState", "decode_runtime"]
 
@@ -44,18 +45,27 @@ class RunState:
     snapshots: dict[str, list[str]] = field(default_factory=dict)
     """Executor id -> digests of its last checkpointed (or last good) snapshot."""
 
-    def to_bytes(self, extra: dict[str, Any]) -> bytes:
-        """Encode for a checkpoint's ``runtime`` field (``extra`` rides along)."""
-        return pack(
-            {
-                "superstep": self.superstep,
-                "inbox": self.inbox,
-                "fan_in": {str(g): srcs for g, srcs in self.fan_in.items()},
-                "pending": self.pending,
-                "answered": sorted(self.answered),
-                **extra,
-            }
-        )
+    def to_bytes(self, packed_extra: Mapping[str, bytes]) -> bytes:
+        """Encode for a checkpoint's ``runtime`` field.
+
+        ``packed_extra`` maps more keys to values already msgpack-encoded (the graph
+        description, which is the same in every checkpoint: packing it once matters
+        for a graph of a thousand executors).
+        """
+        fields = {
+            "superstep": self.superstep,
+            "inbox": self.inbox,
+            "fan_in": {str(g): srcs for g, srcs in self.fan_in.items()},
+            "pending": self.pending,
+            "answered": sorted(self.answered),
+        }
+        header = pack_map_header(len(fields) + len(packed_extra))
+        parts = [header]
+        for key, value in fields.items():
+            parts += [pack(key), pack(value)]
+        for key, raw in packed_extra.items():
+            parts += [pack(key), raw]
+        return b"".join(parts)
 
     @classmethod
     def from_bytes(

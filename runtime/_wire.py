@@ -47,6 +47,12 @@ def pack(frame: Any) -> bytes:
     return data
 
 
+def pack_map_header(size: int) -> bytes:
+    """The msgpack header of a map of ``size`` entries (the entries follow, packed)."""
+    header: bytes = _PACKERS.packer.pack_map_header(size)
+    return header
+
+
 def unpack(data: bytes) -> Any:
     """Decode a protocol frame; lists stay lists, bytes stay bytes."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
