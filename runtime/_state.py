@@ -59,10 +59,12 @@ class RunState:
             "pending": self.pending,
             "answered": sorted(self.answered),
         }
-        header = pack_map_header(len(fields) + len(packed_extra))
-        parts = [header]
-        for key, value in fields.items():
-            parts += [pack(key), pack(value)]
+        packed = pack(fields)
+        # Splice the extra entries into the packed map: with fewer than 16 entries the
+        # header is one byte (a msgpack fixmap), so only it changes.
+        size = len(fields) + len(packed_extra)
+        assert size < 16 and packed[0] == 0x80 | len(fields)
+        parts = [pack_map_header(size), packed[1:]]
         for key, raw in packed_extra.items():
             parts += [pack(key), raw]
         return b"".join(parts)
