@@ -30,7 +30,7 @@ from ._base import (
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _BUSY_TIMEOUT_S = 30.0
 _SCHEMA = """
 CREATE TABLE checkpoints (
@@ -46,13 +46,13 @@ CREATE TABLE checkpoints (
 CREATE INDEX checkpoints_by_session ON checkpoints (session, id);
 CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id);
 CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id);
-CREATE TABLE blobs (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE blobs (id INTEGER PRIMARY KEY, digest TEXT NOT NULL UNIQUE, data BLOB NOT NULL);
 CREATE TABLE refs (
-    checkpoint_id TEXT NOT NULL,
-    digest        TEXT NOT NULL,
-    PRIMARY KEY (checkpoint_id, digest)
+    checkpoint INTEGER NOT NULL,
+    blob       INTEGER NOT NULL,
+    PRIMARY KEY (checkpoint, blob)
 ) WITHOUT ROWID;
-CREATE INDEX refs_by_digest ON refs (digest);
+CREATE INDEX refs_by_blob ON refs (blob);
 CREATE TABLE deleted (id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 _COLUMNS = "id, session, workflow, kind, record"
@@ -68,7 +68,8 @@ class SQLiteStore(StoreBase):
     - One transaction per save: the record row, its new blob rows and its
       reference rows commit together or not at all.
     - Tables: ``checkpoints`` (indexed by session, workflow and kind), ``blobs``
-      (digest -> bytes), ``refs`` (which checkpoint uses which blob; blob collection
+      (id, digest -> bytes), ``refs`` (which checkpoint uses which blob, as integer
+      ids: a record names every chunk of every executor; blob collection
       is a reference check inside the deleting transaction), ``deleted`` (ids
       removed by delete/prune, so :meth:`verify` can tell a pruned parent from a
       never-stored one) and ``actorflow_schema`` (a newer schema is refused).
@@ -128,7 +129,7 @@ class SQLiteStore(StoreBase):
                 "INSERT INTO blobs (digest, data) VALUES (?, ?)",
                 [(d, given[d]) for d in sorted(given) if d not in present],
             )
-            db.execute(
+            row = db.execute(
                 "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
                 " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -142,9 +143,13 @@ class SQLiteStore(StoreBase):
                     record,
                 ),
             )
+            # References are integer pairs (the record's rowid, the blob's id): a
+            # checkpoint names every chunk of every executor, so 64-character digests
+            # here would cost more disk than the changed chunks themselves.
+            blob_ids = _blob_ids(db, digests)
             db.executemany(
-                "INSERT INTO refs (checkpoint_id, digest) VALUES (?, ?)",
-                [(cp.id, d) for d in sorted(digests)],
+                "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
+                [(row.lastrowid, blob_ids[d]) for d in sorted(digests)],
             )
 
     def load(self, checkpoint_id: str) -> Checkpoint:
@@ -255,8 +260,11 @@ class SQLiteStore(StoreBase):
             stored = {r[0] for r in db.execute("SELECT id FROM checkpoints")}
             deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
             refs: dict[str, set[str]] = {}
-            for checkpoint_id, digest in db.execute("SELECT checkpoint_id, digest FROM refs"):
-                refs.setdefault(checkpoint_id, set()).add(digest)
+            for checkpoint_id, blob, digest in db.execute(
+                "SELECT c.id, r.blob, b.digest FROM refs r JOIN checkpoints c ON c.rowid ="
+                " r.checkpoint LEFT JOIN blobs b ON b.id = r.blob"
+            ):
+                refs.setdefault(checkpoint_id, set()).add(digest or f"<missing blob #{blob}>")
             rows = db.execute(f"SELECT {_COLUMNS}, parent_id FROM checkpoints ORDER BY id")
             for row in rows:
                 checkpoint_id, parent = row[0], row[5]
@@ -374,6 +382,12 @@ class SQLiteStore(StoreBase):
                 return
             row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
         version = row[0] if row else None
+        if isinstance(version, int) and version < SCHEMA_VERSION:
+            raise UnsupportedFormat(
+                f"SQLite store {self._path} has actorflow schema {version}, written by an "
+                f"older actorflow; this one reads schema {SCHEMA_VERSION} and has no migration "
+                "for it. Open it with the version that wrote it."
+            )
         if isinstance(version, int) and version > SCHEMA_VERSION:
             raise UnsupportedFormat(
                 f"SQLite store {self._path} has actorflow schema {version}; this actorflow "
@@ -476,18 +490,31 @@ def _filters(
 
 def _delete(db: sqlite3.Connection, ids: builtins.list[str]) -> None:
     """Delete records and then every blob that no remaining reference row names."""
-    digests: set[str] = set()
+    blobs: set[int] = set()
     for checkpoint_id in ids:
-        digests.update(
-            r[0]
-            for r in db.execute("SELECT digest FROM refs WHERE checkpoint_id = ?", (checkpoint_id,))
-        )
+        row = db.execute("SELECT rowid FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
+        if row is not None:
+            blobs.update(
+                r[0] for r in db.execute("SELECT blob FROM refs WHERE checkpoint = ?", (row[0],))
+            )
+            db.execute("DELETE FROM refs WHERE checkpoint = ?", (row[0],))
         db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
-        db.execute("DELETE FROM refs WHERE checkpoint_id = ?", (checkpoint_id,))
         db.execute("INSERT OR IGNORE INTO deleted (id) VALUES (?)", (checkpoint_id,))
-    for digest in sorted(digests):
+    for blob in sorted(blobs):
         db.execute(
-            "DELETE FROM blobs WHERE digest = ? AND NOT EXISTS"
-            " (SELECT 1 FROM refs WHERE refs.digest = blobs.digest)",
-            (digest,),
+            "DELETE FROM blobs WHERE id = ? AND NOT EXISTS"
+            " (SELECT 1 FROM refs WHERE refs.blob = blobs.id)",
+            (blob,),
         )
+
+
+def _blob_ids(db: sqlite3.Connection, digests: Iterable[str]) -> dict[str, int]:
+    """Digest -> blob id for stored blobs, in a few queries rather than one each."""
+    wanted = sorted(digests)
+    ids: dict[str, int] = {}
+    for start in range(0, len(wanted), 500):
+        batch = wanted[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        query = f"SELECT digest, id FROM blobs WHERE digest IN ({marks})"
+        ids.update(db.execute(query, batch))
+    return ids
