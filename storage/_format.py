@@ -32,7 +32,7 @@ import msgpack
 
 from actorflow.errors import CheckpointCorrupt, EncodeError, UnsupportedFormat
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """The record format this actorflow writes and reads."""
 
 _MAGIC = "actorflow.checkpoint"
@@ -266,7 +266,11 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
             "superstep": cp.superstep,
             "kind": cp.kind.value,
             "created_at": cp.created_at,
-            "executors": {k: list(v) for k, v in cp.executors.items()},
+            # Digests travel as raw 32-byte strings, concatenated per executor: a record
+            # names every chunk of every executor, and hex would double its size.
+            "executors": {
+                k: b"".join(bytes.fromhex(d) for d in v) for k, v in cp.executors.items()
+            },
             "runtime": cp.runtime,
             "metadata": cp.metadata,
         },
@@ -343,9 +347,13 @@ def _from_fields(f: dict[str, Any]) -> Checkpoint:
     if not isinstance(f["created_at"], float):
         raise TypeError("created_at must be a float")
     if not isinstance(f["executors"], dict) or not all(
-        isinstance(v, list) for v in f["executors"].values()
+        isinstance(v, bytes) and len(v) % _DIGEST_SIZE == 0 for v in f["executors"].values()
     ):
-        raise TypeError("executors must map executor ids to lists")
+        raise TypeError("executors must map executor ids to concatenated 32-byte digests")
+    executors = {
+        k: tuple(v[i : i + _DIGEST_SIZE].hex() for i in range(0, len(v), _DIGEST_SIZE))
+        for k, v in f["executors"].items()
+    }
     if not isinstance(f["metadata"], dict) or not isinstance(f["runtime"], bytes):
         raise TypeError("metadata must be a map and runtime must be bytes")
     if not isinstance(f["kind"], str):
@@ -359,7 +367,7 @@ def _from_fields(f: dict[str, Any]) -> Checkpoint:
         superstep=f["superstep"],
         kind=CheckpointKind(f["kind"]),
         created_at=f["created_at"],
-        executors=f["executors"],
+        executors=executors,
         runtime=f["runtime"],
         metadata=f["metadata"],
     )
