@@ -50,6 +50,14 @@ def _summary(cp: Checkpoint) -> dict[str, Any]:
 def _describe_runtime(runtime: bytes) -> dict[str, Any]:
     """The runtime blob with payloads shown as sizes (never decoded as values)."""
     body = msgpack.unpackb(runtime, raw=False, strict_map_key=False)
+    if "partial" in body:  # one executor's finished part of an unfinished superstep
+        sends, outputs, requests = body["report"]
+        return {
+            "partial": body["partial"],
+            "sends": [[target, group, _size(payload)] for target, group, payload in sends],
+            "outputs": len(outputs),
+            "requests": len(requests),
+        }
     inbox = {t: [[src, grp, _size(p)] for src, grp, p in ds] for t, ds in body["inbox"].items()}
     fan_in = {g: {s: len(v) for s, v in srcs.items()} for g, srcs in body["fan_in"].items()}
     pending = {rid: {"executor": e[0], "response_type": e[2]} for rid, e in body["pending"].items()}

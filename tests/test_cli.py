@@ -1,0 +1,106 @@
+"""The actorflow command: checkpoints list/show/verify/prune, graph."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import actorflow as af
+from actorflow.cli import main
+
+
+class Count(af.Executor):
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.seen: list[int] = []
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context) -> None:
+        self.seen.append(n)
+        if n < 3:
+            ctx.send(n + 1)
+        else:
+            ctx.output(self.seen)
+
+
+def build() -> af.Workflow:
+    return (
+        af.WorkflowBuilder("cli", start=Count("a"))
+        .add_edge("a", Count("b"))
+        .add_edge("b", "a")
+        .build()
+    )
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> str:
+    """A SQLite store holding one finished session."""
+    path = str(tmp_path / "cli.db")
+    store = af.SQLiteStore(path)
+    with build() as wf, wf.session("s1", store=store) as s:
+        s.run(0)
+    store.close()
+    return path
+
+
+def test_list_show_verify_prune(store_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """list prints one JSON line per checkpoint; show, verify and prune work on them."""
+    assert main(["checkpoints", "list", store_path]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [c["kind"] for c in listed][0] == "entry"
+    assert listed[-1]["kind"] == "final"
+    assert main(["checkpoints", "show", store_path, listed[-1]["id"]]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert set(shown["executors"]) == {"a", "b"}
+    assert main(["checkpoints", "verify", store_path]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out
+    assert main(["checkpoints", "prune", store_path, "--session", "s1", "--keep", "1"]) == 0
+    assert f"removed {len(listed) - 1}" in capsys.readouterr().out
+
+
+def test_verify_reports_damage_with_a_nonzero_exit(
+    store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tampered blob makes verify print the problem and exit 1."""
+    import sqlite3
+
+    db = sqlite3.connect(store_path)
+    db.execute("UPDATE blobs SET data = x'00' WHERE id = (SELECT min(id) FROM blobs)")
+    db.commit()
+    db.close()
+    assert main(["checkpoints", "verify", store_path]) == 1
+    assert "corrupt" in capsys.readouterr().out
+
+
+def test_graph_prints_mermaid(tmp_path: Path) -> None:
+    """graph MODULE:ATTR prints a Mermaid flowchart of the workflow."""
+    out = subprocess.run(
+        [sys.executable, "-m", "actorflow.cli", "graph", "test_cli:build"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("flowchart LR")
+    assert "n_a" in out.stdout and "n_b" in out.stdout
+
+
+def test_show_describes_a_partial_record_without_decoding_payloads() -> None:
+    """A partial record's runtime is shown as sizes: its executor, sends, outputs, requests."""
+    import msgpack
+
+    from actorflow.cli import _describe_runtime
+
+    body = msgpack.packb({"partial": "w1", "report": [[["z", -1, b"\x01\x02"]], [b"\x03"], []]})
+    assert _describe_runtime(body) == {
+        "partial": "w1",
+        "sends": [["z", -1, "2 bytes"]],
+        "outputs": 1,
+        "requests": 0,
+    }
