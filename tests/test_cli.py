@@ -51,7 +51,7 @@ def test_list_show_verify_prune(store_path: str, capsys: pytest.CaptureFixture[s
     """list prints one JSON line per checkpoint; show, verify and prune work on them."""
     assert main(["checkpoints", "list", store_path]) == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [c["kind"] for c in listed][0] == "entry"
+    assert listed[0]["kind"] == "entry"
     assert listed[-1]["kind"] == "final"
     assert main(["checkpoints", "show", store_path, listed[-1]["id"]]) == 0
     shown = json.loads(capsys.readouterr().out)
