@@ -79,18 +79,8 @@ class Checkpointer:
         # A digest neither known stored nor in hand was stored by a partial record (or
         # is missing, which the store refuses loudly: it never saves a dangling record).
         blobs = {d: chunks[d] for d in referenced - self._stored if d in chunks}
-        checkpoint = Checkpoint(
-            id=new_checkpoint_id(),
-            parent_id=self.last_id,
-            session=self.session,
-            workflow=self.spec.name,
-            graph_signature=self.spec.signature,
-            superstep=superstep,
-            kind=CheckpointKind(kind),
-            created_at=time.time(),
-            executors=executors,
-            runtime=state.to_bytes(self._packed_graph),
-            metadata=dict(metadata),
+        checkpoint = self._record(
+            CheckpointKind(kind), superstep, executors, state.to_bytes(self._packed_graph), metadata
         )
         if self.policy.durability is Durability.SYNC or kind == "entry":
             self.store.save(checkpoint, blobs)
@@ -114,21 +104,38 @@ class Checkpointer:
         executor again. Chunks given as None must already be stored.
         """
         blobs = {d: c for d, c in chunks if c is not None and d not in self._stored}
-        checkpoint = Checkpoint(
+        checkpoint = self._record(
+            CheckpointKind.PARTIAL,
+            superstep,
+            {executor: tuple(d for d, _ in chunks)},
+            pack({"partial": executor, "report": report}),
+            {},
+        )
+        self.store.save(checkpoint, blobs)
+        return checkpoint.id
+
+    def _record(
+        self,
+        kind: CheckpointKind,
+        superstep: int,
+        executors: Mapping[str, tuple[str, ...]],
+        runtime: bytes,
+        metadata: Mapping[str, Any],
+    ) -> Checkpoint:
+        """A new record of this lineage (its parent: the last cut written)."""
+        return Checkpoint(
             id=new_checkpoint_id(),
             parent_id=self.last_id,
             session=self.session,
             workflow=self.spec.name,
             graph_signature=self.spec.signature,
             superstep=superstep,
-            kind=CheckpointKind.PARTIAL,
+            kind=kind,
             created_at=time.time(),
-            executors={executor: tuple(d for d, _ in chunks)},
-            runtime=pack({"partial": executor, "report": report}),
-            metadata={},
+            executors=executors,
+            runtime=runtime,
+            metadata=dict(metadata),
         )
-        self.store.save(checkpoint, blobs)
-        return checkpoint.id
 
     def flush(self) -> None:
         """Wait for queued writes; raise the first failure, if any."""
