@@ -99,6 +99,11 @@ class StoreBase:
     def load(self, checkpoint_id: str) -> Checkpoint:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def latest(
+        self, *, workflow: str | None = None, session: str | None = None
+    ) -> Checkpoint | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release resources. Idempotent; using the store afterwards raises."""
         self._closed = True
@@ -108,9 +113,19 @@ class StoreBase:
             raise CheckpointError(f"{type(self).__name__} is closed; open a new one")
 
     def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
-        """This record and its stored ancestors, newest first (see the protocol)."""
-        chain = [self.load(checkpoint_id)]
-        seen = {checkpoint_id}
+        """This record and its stored ancestors, newest first (see the protocol).
+
+        ``checkpoint_id`` may also be a session id: the lineage of its latest record.
+        """
+        try:
+            head = self.load(checkpoint_id)
+        except CheckpointNotFound:
+            latest = self.latest(session=checkpoint_id)
+            if latest is None:
+                raise
+            head = latest
+        chain = [head]
+        seen = {head.id}
         parent = chain[0].parent_id
         while parent is not None:
             if parent in seen:

@@ -106,11 +106,12 @@ class CheckpointStore(Protocol):
     def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
         """This record and its stored ancestors via ``parent_id``, newest first.
 
-        The walk stops at the first parent that is not stored (deleted by
-        :meth:`delete` or :meth:`prune`, or never saved).
+        ``checkpoint_id`` may also be a session id (no record has that id): then the
+        lineage of the session's latest record. The walk stops at the first parent
+        that is not stored (deleted by :meth:`delete` or :meth:`prune`, or never saved).
 
         Raises:
-            CheckpointNotFound: ``checkpoint_id`` is not stored.
+            CheckpointNotFound: ``checkpoint_id`` is neither a stored record nor a session.
             CheckpointCorrupt: a record on the way cannot be decoded.
         """
         ...

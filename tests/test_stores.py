@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import actorflow.errors
 import actorflow.storage
 import actorflow.storage.conformance
 from actorflow.errors import CheckpointCorrupt, CheckpointError, UnsupportedFormat
@@ -235,3 +236,16 @@ def test_load_blobs_reads_many_verified_and_refuses_what_is_missing(
         missing = actorflow.storage.blob_digest(b"never stored")
         with pytest.raises(CheckpointError, match="no blob"):
             store.load_blobs([*blobs, missing])
+
+
+@pytest.mark.parametrize("name", sorted(OPENERS))
+def test_history_of_a_session_is_the_lineage_of_its_latest(name: str, tmp_path: Path) -> None:
+    """store.history(session) lists the session's lineage newest first; an unknown name raises."""
+    with OPENERS[name](tmp_path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+        second, blobs = make_checkpoint(session="s", parent=first)
+        store.save(second, blobs)
+        assert [cp.id for cp in store.history("s")] == [second.id, first.id]
+        with pytest.raises(actorflow.errors.CheckpointNotFound):
+            store.history("no-such-session")
