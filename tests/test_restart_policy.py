@@ -1,0 +1,77 @@
+"""Restart policies: per-executor overrides, intensity windows, backoff."""
+
+from __future__ import annotations
+
+import pytest
+
+import actorflow as af
+from actorflow.testing import inject_fault, run_to_idle
+
+
+class Step(af.Executor):
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.count = 0
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context) -> None:
+        self.count += 1
+        if n < 6:
+            ctx.send(n + 1)
+        else:
+            ctx.output((self.id, self.count))
+
+
+def build(
+    restart: af.RestartPolicy | None, overrides: dict[str, af.RestartPolicy | None]
+) -> af.Workflow:
+    builder = af.WorkflowBuilder("policy", start=Step("a"), restart=restart)
+    builder.add_edge("a", Step("b")).add_edge("b", "a")
+    for executor, policy in overrides.items():
+        builder.set_restart(executor, policy)
+    return builder.build()
+
+
+@pytest.mark.timeout(30)
+def test_an_override_restarts_one_executor_under_a_fail_fast_workflow() -> None:
+    """Default fail-fast, b overridden: a fault in b is restarted, a fault in a fails the run."""
+    with build(None, {"b": af.RestartPolicy()}) as wf:
+        clean = wf.run(0).outputs
+        with wf.session() as s:
+            inject_fault(s, "b", 2)
+            restarted = run_to_idle(s, 0)
+        with wf.session() as s:
+            inject_fault(s, "a", 3)
+            failed = run_to_idle(s, 0)
+    assert restarted.outputs == clean
+    assert restarted.restarts == 1
+    assert isinstance(failed.error, af.ExecutorFailed)
+    assert failed.error.executor == "a"
+
+
+@pytest.mark.timeout(30)
+def test_overriding_with_none_makes_one_executor_fail_fast() -> None:
+    """A workflow that restarts everything, with a overridden to None: a fault in a fails at once."""
+    with build(af.RestartPolicy(), {"a": None}) as wf, wf.session() as s:
+        inject_fault(s, "a", 1)
+        outcome = run_to_idle(s, 0)
+    assert isinstance(outcome.error, af.ExecutorFailed)
+    assert outcome.restarts == 0
+
+
+def test_backoff_grows_geometrically_up_to_the_maximum() -> None:
+    """Delays are initial * multiplier**(n-1), capped at maximum; jitter adds at most its fraction."""
+    backoff = af.Backoff(initial=0.1, maximum=0.5, multiplier=2.0)
+    assert [backoff.delay(n) for n in (1, 2, 3, 4, 5)] == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5])
+    jittered = af.Backoff(initial=0.1, maximum=1.0, jitter=0.5)
+    assert all(0.1 <= jittered.delay(1) <= 0.15 for _ in range(100))
+
+
+def test_policies_refuse_nonsense() -> None:
+    """Negative restart counts, empty windows and every < 1 are refused at construction."""
+    with pytest.raises(ValueError, match="max_restarts"):
+        af.RestartPolicy(max_restarts=-1)
+    with pytest.raises(ValueError, match="within_seconds"):
+        af.RestartPolicy(within_seconds=0)
+    with pytest.raises(ValueError, match="every"):
+        af.CheckpointPolicy(every=0)
