@@ -123,7 +123,7 @@ class Checkpointer:
         metadata: Mapping[str, Any],
     ) -> Checkpoint:
         """A new record of this lineage (its parent: the last cut written)."""
-        return Checkpoint(
+        return Checkpoint._from_runtime(
             id=new_checkpoint_id(),
             parent_id=self.last_id,
             session=self.session,
@@ -132,9 +132,9 @@ class Checkpointer:
             superstep=superstep,
             kind=kind,
             created_at=time.time(),
-            executors=executors,
+            executors=dict(executors),
             runtime=runtime,
-            metadata=dict(metadata),
+            metadata=metadata,
         )
 
     def flush(self) -> None:

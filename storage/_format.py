@@ -147,6 +147,46 @@ class Checkpoint:
         object.__setattr__(self, "executors", executors)
         object.__setattr__(self, "metadata", _plain_copy(self.metadata, "metadata"))
 
+    @classmethod
+    def _from_runtime(
+        cls,
+        *,
+        id: str,
+        parent_id: str | None,
+        session: str,
+        workflow: str,
+        graph_signature: str,
+        superstep: int,
+        kind: CheckpointKind,
+        created_at: float,
+        executors: dict[str, tuple[str, ...]],
+        runtime: bytes,
+        metadata: Mapping[str, Any],
+    ) -> Checkpoint:
+        """Build a record without re-checking what the runtime already guarantees.
+
+        For the supervisor's own records, written every superstep: ``executors`` is
+        a fresh dict of tuples of sha256 hex digests, ``runtime`` fresh bytes, ``kind``
+        a member, ``created_at`` a float. User ``metadata`` is still copied and checked.
+        """
+        record = object.__new__(cls)
+        for name, value in (
+            ("id", id),
+            ("parent_id", parent_id),
+            ("session", session),
+            ("workflow", workflow),
+            ("graph_signature", graph_signature),
+            ("superstep", superstep),
+            ("kind", kind),
+            ("created_at", created_at),
+            ("executors", executors),
+            ("runtime", runtime),
+            ("metadata", _plain_copy(metadata, "metadata") if metadata else {}),
+            ("format_version", FORMAT_VERSION),
+        ):
+            object.__setattr__(record, name, value)
+        return record
+
     def blob_digests(self) -> frozenset[str]:
         """Every blob digest this record references (each once)."""
         return frozenset(d for digests in self.executors.values() for d in digests)
