@@ -39,9 +39,6 @@ class HostFuture(Protocol):
 class HostRef(Protocol):
     """A handle on one executor host."""
 
-    def load(self, factory: HostedFactory) -> HostFuture:
-        """Build and start a program from ``factory`` inside the host."""
-
     def call(self, method: str, payload: bytes) -> HostFuture:
         """Call the loaded program: bytes in, bytes out."""
 
@@ -93,9 +90,6 @@ class _ThreadHost:
 
     def __init__(self) -> None:
         self._ref = ExecutorHost.start()
-
-    def load(self, factory: HostedFactory) -> HostFuture:
-        return _PykkaFuture(self._ref.ask(("load", factory), block=False))
 
     def call(self, method: str, payload: bytes) -> HostFuture:
         return _PykkaFuture(self._ref.ask(("call", method, payload), block=False))

@@ -6,8 +6,9 @@ object implementing :class:`Hosted`), which the runtime loads into it. Every cal
 into the program carries bytes and returns bytes, so another backend (a Ray actor,
 a subprocess) can host the same program without the runtime changing.
 
-Hosts are reusable: ``load`` installs a program, ``unload`` removes it, and the
-host can then be handed to the next run (the warm pool in :mod:`._backend`).
+Hosts are reusable: ``load_call`` installs a program with its first call,
+``unload`` removes it, and the host can then be handed to the next run (the warm
+pool in :mod:`._backend`).
 """
 
 from __future__ import annotations
@@ -132,11 +133,10 @@ class ExecutorHost(pykka.ThreadingActor):
 
     Messages are tuples, answered by ``ask``:
 
-    - ``("load", factory)``: stop the current program, build ``factory()`` and
-      start it on this thread.
     - ``("call", method, payload)``: forward to the program; returns bytes.
-    - ``("load_call", factory, method, payload)``: ``load`` then ``call`` in one
-      message (a run's first call to a host: one round trip instead of two).
+    - ``("load_call", factory, method, payload)``: stop the current program, build
+      ``factory()``, start it on this thread, then ``call`` it: a run's first call
+      to a host, one round trip for both.
     - ``("unload",)``: stop the current program; the host stays alive for reuse.
 
     Daemon thread: a forgotten host never keeps the interpreter alive.
@@ -163,9 +163,6 @@ class ExecutorHost(pykka.ThreadingActor):
                 if program is None:
                     raise RuntimeError("host has no program loaded; load one first")
                 return program.call(message[1], message[2])
-            if kind == "load":
-                self._load(message[1])
-                return None
             if kind == "load_call":
                 self._load(message[1])
                 return self._program.call(message[2], message[3])  # type: ignore[union-attr]  # just loaded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,6 +222,7 @@ class WorkflowBuilder:
                 executor_id=eid,
                 cls=type(ex),
                 blueprint=blueprints[eid],
+                blueprint_digests=tuple(hashlib.sha256(c).hexdigest() for c in blueprints[eid]),
                 timeout=ex.timeout,
                 edges=tuple(out[eid]),
                 # Duck-typed so that Executor needs no knowledge of sub-workflows.

@@ -66,6 +66,8 @@ class ExecutorProgram:
     """The executor class (code, not state)."""
     blueprint: tuple[bytes, ...]
     """Initial state as encoded at build time (``encode_state`` chunks)."""
+    blueprint_digests: tuple[str, ...]
+    """sha256 hex digest of each blueprint chunk (computed once, at build time)."""
     timeout: float | None
     """Per-superstep time limit."""
     edges: tuple[OutEdge, ...]

@@ -11,7 +11,6 @@ executors that completed keep their results, routed once.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -123,8 +122,10 @@ class Driver(CheckpointSteps):
                 if self._keep_state:
                     self._last.remember(eid, initial[eid])
             elif self._keep_state:
-                blueprint = self.spec.programs[eid].blueprint
-                self._last.remember(eid, [(_digest(c), c) for c in blueprint])
+                program = self.spec.programs[eid]
+                self._last.remember(
+                    eid, list(zip(program.blueprint_digests, program.blueprint, strict=True))
+                )
 
     def _call(self, target: str, method: str, payload: bytes) -> HostFuture:
         """Call ``target``'s program, loading it first if this host does not have it yet."""
@@ -456,7 +457,3 @@ class Driver(CheckpointSteps):
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
         self._call(target, "restore", pack(self._last.resolve(chunks))).get(timeout=60)
-
-
-def _digest(chunk: bytes) -> str:
-    return hashlib.sha256(chunk).hexdigest()
