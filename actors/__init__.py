@@ -15,6 +15,7 @@ from ._codec import encode
 from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop
 from ._registry import is_registered, message, wire_name
+from ._reply import LeanActor, ReplyFuture
 
 __all__ = [
     "ActorBackend",
@@ -26,6 +27,8 @@ __all__ = [
     "HostRef",
     "Hosted",
     "HostedFactory",
+    "LeanActor",
+    "ReplyFuture",
     "ThreadBackend",
     "decode",
     "decode_state",

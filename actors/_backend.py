@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 import pykka
 
-from ._host import ExecutorHost, HostedFactory, NotifyingFuture
+from ._host import ExecutorHost, HostedFactory
+from ._reply import ReplyFuture
 
 __all__ = ["ActorBackend", "HostFuture", "HostPool", "HostRef", "ThreadBackend"]
 
@@ -77,7 +78,7 @@ class _PykkaFuture:
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         future = self._future
-        if isinstance(future, NotifyingFuture):
+        if isinstance(future, ReplyFuture):
             future.add_done_callback(callback)
         else:  # a future pykka made itself (the actor was dead at ask time): already set
             callback()

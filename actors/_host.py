@@ -14,11 +14,10 @@ pool in :mod:`._backend`).
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-import pykka
+from ._reply import LeanActor
 
 __all__ = [
     "ExecutorHost",
@@ -26,7 +25,6 @@ __all__ = [
     "HostLoop",
     "Hosted",
     "HostedFactory",
-    "NotifyingFuture",
 ]
 
 T = TypeVar("T")
@@ -39,44 +37,6 @@ class HandlerAborted(Exception):
     converts it into this ordinary exception, which fails only the one call.
     The original is chained as ``__cause__``.
     """
-
-
-class NotifyingFuture(pykka.ThreadingFuture[Any]):
-    """A pykka future that can also call back when it completes.
-
-    The supervisor collects a superstep's results as they arrive (to persist each
-    finished executor's part at once), which plain pykka futures cannot tell it.
-    """
-
-    # One lock for every future's callback list: the critical sections are a few
-    # list operations, and a lock per future costs more than the contention.
-    _callbacks_lock = threading.Lock()
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._callbacks: list[Callable[[], None]] | None = []
-
-    def add_done_callback(self, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` (on the completing thread) once a result or error is set."""
-        with self._callbacks_lock:
-            if self._callbacks is not None:
-                self._callbacks.append(callback)
-                return
-        callback()
-
-    def set(self, value: Any | None = None) -> None:
-        super().set(value)
-        self._fire()
-
-    def set_exception(self, exc_info: Any = None) -> None:
-        super().set_exception(exc_info)
-        self._fire()
-
-    def _fire(self) -> None:
-        with self._callbacks_lock:
-            callbacks, self._callbacks = self._callbacks or [], None
-        for callback in callbacks:
-            callback()
 
 
 class HostLoop:
@@ -128,7 +88,7 @@ class Hosted(Protocol):
 HostedFactory = Callable[[], Hosted]
 
 
-class ExecutorHost(pykka.ThreadingActor):
+class ExecutorHost(LeanActor):
     """A pykka actor that hosts one :class:`Hosted` program at a time.
 
     Messages are tuples, answered by ``ask``:
@@ -141,13 +101,6 @@ class ExecutorHost(pykka.ThreadingActor):
 
     Daemon thread: a forgotten host never keeps the interpreter alive.
     """
-
-    use_daemon_thread = True
-
-    @staticmethod
-    def _create_future() -> pykka.Future[Any]:
-        # pykka's hook for the future type its asks return (ActorRef.ask calls it).
-        return NotifyingFuture()
 
     def __init__(self) -> None:
         super().__init__()

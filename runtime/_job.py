@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pykka
+from actorflow.actors import LeanActor
 
 __all__ = ["Fault", "Payload", "RunJob", "SupervisorActor", "new_run_id"]
 
@@ -47,13 +47,11 @@ class RunJob:
     """The encoded input to queue for the start executor, if any."""
 
 
-class SupervisorActor(pykka.ThreadingActor):
+class SupervisorActor(LeanActor):
     """The actor whose thread runs a :class:`Driver`. Each message is a callable to run.
 
     Daemon thread: a forgotten supervisor never keeps the interpreter alive.
     """
-
-    use_daemon_thread = True
 
     def on_receive(self, message: Any) -> Any:
         """Run one job (a zero-argument callable) on this actor's thread."""

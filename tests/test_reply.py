@@ -1,0 +1,106 @@
+"""The lean actor plumbing keeps pykka's semantics: answers, errors, timeouts, stop."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pykka
+import pytest
+
+from actorflow.actors import LeanActor, ReplyFuture
+
+
+class Boom(RuntimeError):
+    pass
+
+
+class Worker(LeanActor):
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "wait":
+            assert self.gate is not None and self.gate.wait(10)
+        if message == "boom":
+            raise Boom("handler failed")
+        return ("echo", message)
+
+
+@pytest.fixture
+def worker() -> Iterator[pykka.ActorRef[Worker]]:
+    ref = Worker.start()
+    yield ref
+    ref.stop()
+
+
+def test_ask_returns_the_answer_through_a_reply_future(worker: pykka.ActorRef[Worker]) -> None:
+    future = worker.ask(7, block=False)
+    assert isinstance(future, ReplyFuture)
+    assert future.get(timeout=5) == ("echo", 7)
+    assert future.get(timeout=0) == ("echo", 7)  # a second get sees the same answer
+
+
+def test_errors_are_raised_to_every_getter_with_their_traceback(
+    worker: pykka.ActorRef[Worker],
+) -> None:
+    future = worker.ask("boom", block=False)
+    for _ in range(2):
+        with pytest.raises(Boom, match="handler failed") as info:
+            future.get(timeout=5)
+        assert any(frame.name == "on_receive" for frame in info.traceback)
+
+
+def test_get_times_out_with_pykka_timeout_and_can_wait_again() -> None:
+    gate = threading.Event()
+    ref = Worker.start(gate)
+    try:
+        future = ref.ask("wait", block=False)
+        with pytest.raises(pykka.Timeout):
+            future.get(timeout=0.01)
+        gate.set()
+        assert future.get(timeout=5) == ("echo", "wait")
+    finally:
+        ref.stop()
+
+
+def test_callbacks_fire_once_on_completion_or_at_once_if_complete() -> None:
+    future = ReplyFuture()
+    calls: list[str] = []
+    future.add_done_callback(lambda: calls.append("before"))
+    assert calls == []
+    future.set(3)
+    assert calls == ["before"]
+    future.add_done_callback(lambda: calls.append("after"))
+    assert calls == ["before", "after"]
+    assert future.get(timeout=0) == 3
+
+
+def test_a_future_completes_only_once() -> None:
+    future = ReplyFuture()
+    future.set(1)
+    with pytest.raises(queue.Full):
+        future.set(2)
+    with pytest.raises(queue.Full):
+        future.set_exception((Boom, Boom("late"), None))
+    assert future.get(timeout=0) == 1
+
+
+def test_stop_and_asking_a_stopped_actor_behave_as_in_pykka() -> None:
+    ref = Worker.start()
+    assert ref.stop(timeout=5) is True
+    assert ref.stop(timeout=5) is False  # already stopped: pykka answers False
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask(1, timeout=5)
+
+
+def test_an_interrupt_inside_get_does_not_strand_later_getters() -> None:
+    """The answer is published before the lock is released, so a getter that was
+    interrupted while holding the lock leaves a complete future behind."""
+    future = ReplyFuture()
+    future.set("answer")
+    assert future._done.acquire(timeout=0)  # as if an interrupt hit between acquire and release
+    assert future.get(timeout=0.01) == "answer"
