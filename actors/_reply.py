@@ -46,7 +46,7 @@ class ReplyFuture(pykka.Future[Any]):
         self._done = threading.Lock()
         self._done.acquire()
         self._value: Any = _PENDING
-        self._error: tuple[type[BaseException], BaseException, TracebackType | None] | None = None
+        self._error: tuple[BaseException, TracebackType | None] | None = None
         self._callbacks: list[Callable[[], None]] | None = []
 
     def get(self, *, timeout: float | None = None) -> Any:
@@ -61,7 +61,7 @@ class ReplyFuture(pykka.Future[Any]):
                 raise pykka.Timeout(f"{timeout} seconds")
             self._done.release()
         if self._error is not None:
-            _type, value, traceback = self._error
+            value, traceback = self._error
             raise value.with_traceback(traceback)
         return self._value
 
@@ -71,11 +71,9 @@ class ReplyFuture(pykka.Future[Any]):
 
     def set_exception(self, exc_info: Any = None) -> None:
         """Complete with an error (``sys.exc_info()`` of the caller by default)."""
-        info = exc_info if exc_info is not None else sys.exc_info()
-        exc_type, exc_value, traceback = info
-        if exc_value is None:
-            exc_value = exc_type()
-        self._complete(None, (exc_type, exc_value, traceback))
+        exc_type, exc_value, traceback = exc_info if exc_info is not None else sys.exc_info()
+        error: BaseException = exc_value if exc_value is not None else exc_type()
+        self._complete(None, (error, traceback))
 
     def set_get_hook(self, func: Any) -> None:
         """pykka's hook for derived futures (``ActorRef.stop`` uses it)."""
@@ -96,7 +94,7 @@ class ReplyFuture(pykka.Future[Any]):
     def _complete(
         self,
         value: Any,
-        error: tuple[type[BaseException], BaseException, TracebackType | None] | None,
+        error: tuple[BaseException, TracebackType | None] | None,
     ) -> None:
         with self._callbacks_lock:
             callbacks = self._callbacks
