@@ -71,7 +71,8 @@ class ReplyFuture(pykka.Future[Any]):
 
     def set_exception(self, exc_info: Any = None) -> None:
         """Complete with an error (``sys.exc_info()`` of the caller by default)."""
-        exc_type, exc_value, traceback = exc_info if exc_info is not None else sys.exc_info()
+        info: Any = exc_info if exc_info is not None else sys.exc_info()
+        exc_type, exc_value, traceback = info
         error: BaseException = exc_value if exc_value is not None else exc_type()
         self._complete(None, (error, traceback))
 
