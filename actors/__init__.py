@@ -15,7 +15,7 @@ from ._codec import encode
 from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop
 from ._registry import is_registered, message, wire_name
-from ._reply import LeanActor, ReplyFuture
+from ._reply import LeanActor, ReplyFuture, ReplyTimeout
 
 __all__ = [
     "ActorBackend",
@@ -29,6 +29,7 @@ __all__ = [
     "HostedFactory",
     "LeanActor",
     "ReplyFuture",
+    "ReplyTimeout",
     "ThreadBackend",
     "decode",
     "decode_state",

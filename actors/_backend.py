@@ -17,9 +17,7 @@ import atexit
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
-
-import pykka
+from typing import Any, Protocol, cast
 
 from ._host import ExecutorHost, HostedFactory
 from ._reply import ReplyFuture
@@ -30,7 +28,7 @@ __all__ = ["ActorBackend", "HostFuture", "HostPool", "HostRef", "ThreadBackend"]
 class HostFuture(Protocol):
     """The pending answer of one host call."""
 
-    def get(self, timeout: float | None = None) -> Any:
+    def get(self, *, timeout: float | None = None) -> Any:
         """Wait at most ``timeout`` seconds; raise what the call raised, or ``TimeoutError``."""
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
@@ -64,26 +62,6 @@ class ActorBackend(Protocol):
         """Start one new host."""
 
 
-class _PykkaFuture:
-    __slots__ = ("_future",)
-
-    def __init__(self, future: pykka.Future[Any]) -> None:
-        self._future = future
-
-    def get(self, timeout: float | None = None) -> Any:
-        try:
-            return self._future.get(timeout=timeout)
-        except pykka.Timeout as exc:
-            raise TimeoutError(f"no answer within {timeout} s") from exc
-
-    def add_done_callback(self, callback: Callable[[], None]) -> None:
-        future = self._future
-        if isinstance(future, ReplyFuture):
-            future.add_done_callback(callback)
-        else:  # a future pykka made itself (the actor was dead at ask time): already set
-            callback()
-
-
 class _ThreadHost:
     """A host on its own daemon thread (a pykka ``ThreadingActor``)."""
 
@@ -93,13 +71,17 @@ class _ThreadHost:
         self._ref = ExecutorHost.start()
 
     def call(self, method: str, payload: bytes) -> HostFuture:
-        return _PykkaFuture(self._ref.ask(("call", method, payload), block=False))
+        return self._ask(("call", method, payload))
 
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
-        return _PykkaFuture(self._ref.ask(("load_call", factory, method, payload), block=False))
+        return self._ask(("load_call", factory, method, payload))
 
     def unload(self) -> HostFuture:
-        return _PykkaFuture(self._ref.ask(("unload",), block=False))
+        return self._ask(("unload",))
+
+    def _ask(self, message: tuple[Any, ...]) -> ReplyFuture:
+        # An ExecutorHost's asks return ReplyFutures (LeanActor), which are HostFutures.
+        return cast(ReplyFuture, self._ref.ask(message, block=False))
 
     def stop(self) -> None:
         # block=False: a host stuck in a hung handler must not hang whoever stops it;

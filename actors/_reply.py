@@ -8,8 +8,8 @@ locks. A superstep is a handful of asks, so that cost *is* the runtime's floor.
 plain lock. Measured on 2 cores, eight actors asked at once and gathered take
 ~165 us instead of ~260 us, and a supervisor driving three supersteps through
 ten actors ~270 us instead of ~430 us. Semantics are pykka's: ``ask``, ``tell``,
-``stop``, ``get(timeout=...)`` raising ``pykka.Timeout``, errors re-raised with
-their traceback.
+``stop``, ``get(timeout=...)`` raising ``pykka.Timeout`` (here also a
+``TimeoutError``), errors re-raised with their traceback.
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from typing import Any
 
 import pykka
 
-__all__ = ["LeanActor", "ReplyFuture"]
+__all__ = ["LeanActor", "ReplyFuture", "ReplyTimeout"]
 
 _PENDING: Any = object()
+
+
+class ReplyTimeout(pykka.Timeout, TimeoutError):
+    """No answer within the timeout: both pykka's ``Timeout`` and the builtin ``TimeoutError``."""
 
 
 class ReplyFuture(pykka.Future[Any]):
@@ -50,7 +54,7 @@ class ReplyFuture(pykka.Future[Any]):
         self._callbacks: list[Callable[[], None]] | None = []
 
     def get(self, *, timeout: float | None = None) -> Any:
-        """The answer, or raise what the call raised; ``pykka.Timeout`` after ``timeout`` s."""
+        """The answer, or raise what the call raised; :class:`ReplyTimeout` after ``timeout`` s."""
         if self._get_hook is not None:  # pykka's stop() and combinators wrap a future this way
             return super().get(timeout=timeout)
         if self._value is _PENDING:
@@ -58,7 +62,7 @@ class ReplyFuture(pykka.Future[Any]):
             # later gets skip the lock: a KeyboardInterrupt landing between this
             # acquire and release cannot strand them.
             if not self._done.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
-                raise pykka.Timeout(f"{timeout} seconds")
+                raise ReplyTimeout(f"no answer within {timeout} s")
             self._done.release()
         if self._error is not None:
             value, traceback = self._error

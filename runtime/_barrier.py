@@ -9,9 +9,12 @@ the supervisor does with them never depends on timing.
 
 from __future__ import annotations
 
+import itertools
 import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from actorflow.actors import HostFuture
 
@@ -54,11 +57,23 @@ def collect(
         [(executor, future)] = futures.items()
         return [_one(executor, future, limits.get(executor), started)]
     arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
-    for executor, future in futures.items():
-        future.add_done_callback(lambda e=executor: arrived.put(e))  # type: ignore[misc]  # default binds the id
     deadlines = {
         e: started + limit for e, limit in limits.items() if limit is not None and e in futures
     }
+    # Every answer is queued as it lands; the last one also releases ``all_in``. A
+    # caller with nothing to do per answer sleeps until all are in: one wake-up of
+    # this thread per superstep instead of one per executor, the difference being
+    # ~25 us of thread hand-off each.
+    all_in = threading.Lock()
+    all_in.acquire()
+    count, landed = len(futures), itertools.count(1).__next__
+    for executor, future in futures.items():
+        future.add_done_callback(partial(_landed, arrived, executor, landed, count, all_in))
+    if on_answer is None:
+        earliest = min(deadlines.values(), default=None)
+        all_in.acquire(
+            True, -1.0 if earliest is None else max(earliest - time.monotonic(), 0.0)
+        )  # on a deadline, the loop below sorts out who is late
     outstanding = set(futures)
     outcomes: list[Outcome] = []
     while outstanding:
@@ -87,6 +102,19 @@ def collect(
             on_answer(executor, answer, len(outstanding))
     outcomes.sort(key=lambda o: o[0])
     return outcomes
+
+
+def _landed(
+    arrived: queue.SimpleQueue[str],
+    executor: str,
+    landed: Callable[[], int],
+    count: int,
+    all_in: threading.Lock,
+) -> None:
+    # On the answering host's thread. SimpleQueue.put and count's __next__ are atomic.
+    arrived.put(executor)
+    if landed() == count:
+        all_in.release()
 
 
 def _one(executor: str, future: HostFuture, limit: float | None, started: float) -> Outcome:

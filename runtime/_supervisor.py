@@ -77,7 +77,8 @@ class Driver(CheckpointSteps):
         store = checkpointer.store if checkpointer is not None else None
         self._last = LastGood(
             store.load_blob if store is not None else None,
-            store.load_blobs if isinstance(store, BlobBatchReader) else None,
+            # (A runtime Protocol check costs ~25 us: only made when there is a store.)
+            store.load_blobs if store is not None and isinstance(store, BlobBatchReader) else None,
         )
         self._hung: set[str] = set()
         self._unloaded: set[str] = set()
