@@ -32,7 +32,7 @@ from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
 from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
-from ._policy import CheckpointPolicy
+from ._policy import CheckpointPolicy, RestartPolicy
 from ._supervisor import Driver
 from ._types import type_label
 from ._wire import SINGLE
@@ -62,8 +62,10 @@ class Session:
         store: CheckpointStore | None = None,
         checkpoint: CheckpointPolicy | None = None,
         restored: Restored | None = None,
+        restart: RestartPolicy | None = None,
     ) -> None:
         self._workflow = workflow
+        self._restart = restart if restart is not None else workflow._restart
         self._id = session_id or uuid.uuid4().hex
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
@@ -347,7 +349,7 @@ class Session:
             spec,
             self._workflow._pool,
             session=self._id,
-            restart=self._workflow._restart,
+            restart=self._restart,
             restart_overrides=self._workflow._restart_overrides,
             checkpointer=checkpointer,
         )

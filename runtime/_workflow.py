@@ -137,6 +137,7 @@ class Workflow:
         *,
         store: CheckpointStore | None = None,
         checkpoint: CheckpointPolicy | None = None,
+        restart: RestartPolicy | None = None,
     ) -> Session:
         """Open a long-lived session: actors and executor state persist between runs.
 
@@ -145,9 +146,13 @@ class Workflow:
             store: where to checkpoint (every superstep by default); None: no checkpoints,
                 and no snapshot is ever taken.
             checkpoint: when and how to checkpoint.
+            restart: this session's restart policy, in place of the workflow's
+                (``WorkflowBuilder(restart=...)``); per-executor overrides
+                (``set_restart``) still apply. ``RestartPolicy(max_restarts=0)``
+                makes the session fail fast.
         """
         self._check_open()
-        return Session(self, session_id, store=store, checkpoint=checkpoint)
+        return Session(self, session_id, store=store, checkpoint=checkpoint, restart=restart)
 
     def resume(
         self,
@@ -157,6 +162,7 @@ class Workflow:
         checkpoint_id: str | None = None,
         checkpoint: CheckpointPolicy | None = None,
         responses: Mapping[str, Any] | None = None,
+        restart: RestartPolicy | None = None,
     ) -> Session:
         """Open a session restored from a checkpoint (the session's latest, or ``checkpoint_id``).
 
@@ -166,7 +172,7 @@ class Workflow:
         is never overwritten.
 
         ``responses`` answers pending requests (as :meth:`Session.respond` would);
-        they are handled by the next ``run()``.
+        they are handled by the next ``run()``. ``restart`` is as for :meth:`session`.
 
         Raises:
             CheckpointNotFound: nothing to resume.
@@ -181,6 +187,7 @@ class Workflow:
             store=store,
             checkpoint=checkpoint,
             restored=restored,
+            restart=restart,
         )
         if responses:
             try:

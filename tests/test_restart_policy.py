@@ -59,6 +59,37 @@ def test_overriding_with_none_makes_one_executor_fail_fast() -> None:
     assert outcome.restarts == 0
 
 
+@pytest.mark.timeout(30)
+def test_a_session_policy_replaces_the_workflows_and_keeps_executor_overrides() -> None:
+    """wf.session(restart=...) and wf.resume(restart=...) set the policy for that session only."""
+    with build(None, {"b": None}) as wf:
+        clean = wf.run(0).outputs
+        with wf.session(restart=af.RestartPolicy()) as s:
+            inject_fault(s, "a", 1)
+            restarted = run_to_idle(s, 0)
+        with wf.session(restart=af.RestartPolicy()) as s:
+            inject_fault(s, "b", 2)  # b's own override (fail fast) still wins
+            overridden = run_to_idle(s, 0)
+        with wf.session() as s:  # the workflow's policy again: fail fast
+            inject_fault(s, "a", 1)
+            default = run_to_idle(s, 0)
+        store = af.MemoryStore()
+        with wf.session("first", store=store) as s:
+            s.run(0)
+        latest = store.latest(session="first")
+        assert latest is not None
+        with wf.resume(store, session="first", restart=af.RestartPolicy()) as s:
+            inject_fault(s, "a", latest.superstep + 1)
+            resumed = run_to_idle(s, 0)
+        with wf.session() as s:
+            s.run(0)
+            second_clean = s.run(0).outputs  # what the resumed session's run must equal
+    assert restarted.outputs == clean and restarted.restarts == 1
+    assert isinstance(overridden.error, af.ExecutorFailed) and overridden.error.executor == "b"
+    assert isinstance(default.error, af.ExecutorFailed) and default.restarts == 0
+    assert resumed.restarts == 1 and resumed.outputs == second_clean
+
+
 def test_backoff_grows_geometrically_up_to_the_maximum() -> None:
     """Delays are initial * multiplier**(n-1), capped at maximum; jitter adds at most its fraction."""
     backoff = af.Backoff(initial=0.1, maximum=0.5, multiplier=2.0)
