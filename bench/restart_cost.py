@@ -140,6 +140,7 @@ def bench_restart_cost(quick: bool) -> None:
         "no_restart_policy_ratio": plain_ms / floor_ms,
         "no_restart_policy_samples": plains,
         "faulted_vs_store_ratio": work_ms / store_ms,
+        "faulted_vs_no_restart_policy_ratio": work_ms / plain_ms,
         "restarts_per_run": per_run,
         "faults_injected_per_run": faulted.injected[-repeats:],
         "restarts_by_executor": dict(sorted(faulted.executors.items())),
