@@ -49,6 +49,8 @@ def checked_blobs(checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> dict[st
     Raises:
         CheckpointCorrupt: a blob does not hash to its key.
     """
+    if not blobs:
+        return {}  # the common case: a checkpoint whose state did not change
     referenced = checkpoint.blob_digests()
     kept: dict[str, bytes] = {}
     for digest, data in blobs.items():

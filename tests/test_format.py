@@ -299,6 +299,24 @@ def test_ids_order_across_processes() -> None:
     assert before < theirs < after
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="fork is POSIX-only")
+@pytest.mark.filterwarnings(
+    "ignore:.*multi-threaded.*fork:DeprecationWarning"
+)  # 3.12+: harmless here
+def test_forked_children_draw_different_id_suffixes() -> None:
+    """The random suffix is reseeded in a forked child, so two children forked from
+    one parent never repeat each other's suffixes (nor the parent's)."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        theirs = [pool.apply_async(_suffixes).get(timeout=30) for _ in range(2)]
+    ours = _suffixes()
+    assert len({*theirs[0], *theirs[1], *ours}) == 3 * len(ours)
+
+
+def _suffixes() -> list[str]:
+    return [new_checkpoint_id().rsplit("-", 1)[1] for _ in range(4)]
+
+
 def test_ids_survive_a_clock_step_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the wall clock goes backwards, ids keep increasing."""
     first = new_checkpoint_id()
