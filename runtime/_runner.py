@@ -158,7 +158,6 @@ class ExecutorRunner:
         self._program = program
         self._instance: Executor | None = None
         self._loop: HostLoop | None = None
-        self._dispatch: dict[type, tuple[Callable[..., Any], HandlerInfo]] = {}
         self._reported: set[str] = set()
         self._previous: list[tuple[str, bytes]] = []
 
@@ -186,7 +185,6 @@ class ExecutorRunner:
     def stop(self) -> None:
         """Drop the instance; resources are released with it."""
         self._instance = None
-        self._dispatch.clear()
 
     # --- internals ------------------------------------------------------------
 
@@ -209,29 +207,14 @@ class ExecutorRunner:
             live[name] = made
         instance._af_live = live
         self._instance = instance
-        self._dispatch.clear()
         self._reported.clear()
         self._previous = []
 
     def _handler_for(self, value: object) -> tuple[Callable[..., Any], HandlerInfo] | None:
-        kind = type(value)
-        hit = self._dispatch.get(kind)
-        if hit is not None:
-            return hit
         instance = self._instance
         assert instance is not None
-        infos = [i for i in type(instance)._af_handler_infos() if not i.is_response]
-        for klass in kind.__mro__:
-            for info in infos:
-                if klass in info.spec.classes:
-                    hit = (getattr(instance, info.name), info)
-                    self._dispatch[kind] = hit
-                    return hit
-        if kind is list:
-            for info in infos:
-                if info.spec.list_items:
-                    return (getattr(instance, info.name), info)
-        return None
+        info = _message_handler(type(instance), type(value))
+        return None if info is None else (getattr(instance, info.name), info)
 
     def _response_handler_for(
         self, request: object, answer: object
@@ -323,6 +306,26 @@ class ExecutorRunner:
         self._reported = set(digests)
         self._previous = list(zip(digests, chunks, strict=True))
         return out
+
+
+def _message_handler(cls: type[Executor], kind: type) -> HandlerInfo | None:
+    """The handler of ``cls`` for messages of type ``kind``: the most specific class in
+    ``kind``'s MRO wins; a list without a handler for ``list`` goes to a ``list[T]``
+    (fan-in) handler. Resolved once per (class, type) and kept on the class."""
+    table: dict[type, HandlerInfo | None] | None = cls.__dict__.get("_af_dispatch")
+    if table is None:
+        table = {}
+        cls._af_dispatch = table  # type: ignore[attr-defined]  # a per-class cache
+    if kind in table:
+        return table[kind]
+    infos = [i for i in cls._af_handler_infos() if not i.is_response]
+    found = next(
+        (info for klass in kind.__mro__ for info in infos if klass in info.spec.classes), None
+    )
+    if found is None and kind is list:
+        found = next((info for info in infos if info.spec.list_items), None)
+    table[kind] = found  # same answer from any thread: a racing write is harmless
+    return found
 
 
 async def _await(awaitable: Any) -> Any:
