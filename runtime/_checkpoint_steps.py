@@ -18,6 +18,7 @@ from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
 from ._job import RunJob
 from ._lastgood import LastGood
+from ._logging import Log
 from ._state import RunState
 from ._wire import unpack
 
@@ -37,7 +38,7 @@ class CheckpointSteps:
     checkpointer: Checkpointer | None
     completed: dict[str, tuple[list[Any], list[str]]]
     _last: LastGood
-    _log: Any
+    _log: Log
 
     if TYPE_CHECKING:
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,4 +60,4 @@ class SupervisorActor(LeanActor):
 
 def new_run_id() -> str:
     """A fresh run id."""
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()

@@ -8,9 +8,9 @@ key. ``Workflow.run`` is a one-off session on warm pooled actors.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +66,7 @@ class Session:
     ) -> None:
         self._workflow = workflow
         self._restart = restart if restart is not None else workflow._restart
-        self._id = session_id or uuid.uuid4().hex
+        self._id = session_id or os.urandom(16).hex()  # the shape of uuid4().hex, cheaper
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
         self._busy = threading.Lock()
@@ -407,7 +407,8 @@ class Session:
         except BaseException:
             self._busy.release()
             raise
-        self._cancel = threading.Event()
+        if self._cancel.is_set():  # a cancel meant for an earlier run must not stop this one
+            self._cancel = threading.Event()
         return RunJob(
             run_id=new_run_id(),
             emit=emit,
