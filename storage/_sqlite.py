@@ -30,8 +30,15 @@ from ._base import (
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_S = 30.0
+# Each index is one more page written (and fsynced through the WAL) per save, so only
+# the indexes that a hot path needs exist: records by id (the primary key) and by
+# session (``latest(session=...)`` on resume). Filters by workflow or kind alone scan
+# the table, which is fine: ``list`` decodes every row it returns anyway. ``refs``
+# has no index by blob: collection finds the still-referenced candidates in one
+# scan per delete instead, which costs far less than that index did on every save
+# (it was written at ~one page per referenced blob, scattered: 13 of W3's 20 pages).
 _SCHEMA = """
 CREATE TABLE checkpoints (
     id         TEXT PRIMARY KEY,
@@ -44,18 +51,17 @@ CREATE TABLE checkpoints (
     record     BLOB NOT NULL
 );
 CREATE INDEX checkpoints_by_session ON checkpoints (session, id);
-CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id);
-CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id);
 CREATE TABLE blobs (id INTEGER PRIMARY KEY, digest TEXT NOT NULL UNIQUE, data BLOB NOT NULL);
 CREATE TABLE refs (
     checkpoint INTEGER NOT NULL,
     blob       INTEGER NOT NULL,
     PRIMARY KEY (checkpoint, blob)
 ) WITHOUT ROWID;
-CREATE INDEX refs_by_blob ON refs (blob);
 CREATE TABLE deleted (id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 _COLUMNS = "id, session, workflow, kind, record"
+# Schema 2 -> 3 dropped these indexes and nothing else: schema 3 is schema 2 minus them.
+_DROPPED_IN_3 = ("checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob")
 
 
 class SQLiteStore(StoreBase):
@@ -116,40 +122,41 @@ class SQLiteStore(StoreBase):
         """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         given = checked_blobs(checkpoint, blobs)
-        digests = checkpoint.blob_digests()
+        digests = sorted(checkpoint.blob_digests())
         cp = checkpoint
         with self._write() as db:
-            if db.execute("SELECT 1 FROM checkpoints WHERE id = ?", (cp.id,)).fetchone():
-                raise already_stored(cp.id)
-            present = _stored_subset(db, digests)
-            missing = [d for d in digests if d not in given and d not in present]
+            # The primary key refuses a second record with this id; no SELECT first.
+            try:
+                row = db.execute(
+                    "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
+                    " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        cp.id,
+                        cp.session,
+                        cp.workflow,
+                        cp.kind.value,
+                        cp.superstep,
+                        cp.created_at,
+                        cp.parent_id,
+                        record,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise already_stored(cp.id) from None
+            # One lookup gives both what is stored and the ids the reference rows need.
+            blob_ids = _blob_ids(db, digests)
+            missing = [d for d in digests if d not in blob_ids and d not in given]
             if missing:
-                raise dangling(cp, missing)
-            db.executemany(
-                "INSERT INTO blobs (digest, data) VALUES (?, ?)",
-                [(d, given[d]) for d in sorted(given) if d not in present],
-            )
-            row = db.execute(
-                "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
-                " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    cp.id,
-                    cp.session,
-                    cp.workflow,
-                    cp.kind.value,
-                    cp.superstep,
-                    cp.created_at,
-                    cp.parent_id,
-                    record,
-                ),
-            )
+                raise dangling(cp, missing)  # rolls the record back too
+            for digest in digests:
+                if digest not in blob_ids:
+                    blob_ids[digest] = _new_blob(db, digest, given[digest])
             # References are integer pairs (the record's rowid, the blob's id): a
             # checkpoint names every chunk of every executor, so 64-character digests
             # here would cost more disk than the changed chunks themselves.
-            blob_ids = _blob_ids(db, digests)
             db.executemany(
                 "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
-                [(row.lastrowid, blob_ids[d]) for d in sorted(digests)],
+                [(row.lastrowid, blob_ids[d]) for d in digests],
             )
 
     def load(self, checkpoint_id: str) -> Checkpoint:
@@ -382,7 +389,14 @@ class SQLiteStore(StoreBase):
                 db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
                 return
             row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
-        version = row[0] if row else None
+            version = row[0] if row else None
+            if version == 2:
+                # Upgrading in place is safe while older processes still use the file:
+                # their statements run unchanged without these indexes (only slower).
+                for index in _DROPPED_IN_3:
+                    db.execute(f"DROP INDEX IF EXISTS {index}")
+                db.execute("UPDATE actorflow_schema SET version = ?", (SCHEMA_VERSION,))
+                return
         if isinstance(version, int) and version < SCHEMA_VERSION:
             raise UnsupportedFormat(
                 f"SQLite store {self._path} has actorflow schema {version}, written by an "
@@ -501,12 +515,22 @@ def _delete(db: sqlite3.Connection, ids: builtins.list[str]) -> None:
             db.execute("DELETE FROM refs WHERE checkpoint = ?", (row[0],))
         db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
         db.execute("INSERT OR IGNORE INTO deleted (id) VALUES (?)", (checkpoint_id,))
-    for blob in sorted(blobs):
-        db.execute(
-            "DELETE FROM blobs WHERE id = ? AND NOT EXISTS"
-            " (SELECT 1 FROM refs WHERE refs.blob = blobs.id)",
-            (blob,),
+    candidates = sorted(blobs)
+    for start in range(0, len(candidates), 500):
+        batch = candidates[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        # One scan of refs per batch (refs has no index by blob, see _SCHEMA).
+        query = f"SELECT DISTINCT blob FROM refs WHERE blob IN ({marks})"
+        kept = {r[0] for r in db.execute(query, batch)}
+        db.executemany(
+            "DELETE FROM blobs WHERE id = ?", [(blob,) for blob in batch if blob not in kept]
         )
+
+
+def _new_blob(db: sqlite3.Connection, digest: str, data: bytes) -> int:
+    row = db.execute("INSERT INTO blobs (digest, data) VALUES (?, ?)", (digest, data))
+    assert row.lastrowid is not None
+    return row.lastrowid
 
 
 def _blob_ids(db: sqlite3.Connection, digests: Iterable[str]) -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -169,6 +170,29 @@ def test_sqlite_store_refuses_a_newer_schema(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(UnsupportedFormat, match="schema 99"):
         SQLiteStore(tmp_path / "s.db")
+
+
+def test_sqlite_store_upgrades_schema_2_in_place(tmp_path: Path) -> None:
+    """A schema-2 file (with the three indexes schema 3 dropped) opens, upgraded, data intact."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        first, blobs = make_checkpoint(session="s", chunks={"e": [b"shared", b"first only"]})
+        store.save(first, blobs)
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db, db:
+        db.execute("CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id)")
+        db.execute("CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id)")
+        db.execute("CREATE INDEX refs_by_blob ON refs (blob)")
+        db.execute("UPDATE actorflow_schema SET version = 2")
+    with SQLiteStore(tmp_path / "s.db") as store:
+        assert store.list() == [first]
+        second, more = make_checkpoint(session="s", parent=first, chunks={"e": [b"shared"]})
+        store.save(second, {})
+        store.delete(first.id)
+        assert store.verify() == []
+        assert store.has_blobs(blobs) == set(more)
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(3,)]
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert not names & {"checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob"}
 
 
 def test_sqlite_store_refuses_memory_paths() -> None:
