@@ -331,8 +331,8 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
     killed.expect("BLOCKED")
     killed.kill()
     if block["at"] == "in_save" and store_kind == "file":
-        # The kill landed where claimed: the record was written to its temp file, not linked.
-        assert list((tmp_path / "store" / "checkpoints").glob(".tmp-*"))
+        # The kill landed where claimed: the pack was written to its temp file, not linked.
+        assert list((tmp_path / "store" / "packs").glob(".tmp-*"))
     with _open(store_kind, tmp_path) as store:
         latest = check_after_kill(store, killed)
         assert latest is not None and latest.superstep == latest_superstep
