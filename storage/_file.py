@@ -47,9 +47,8 @@ class FileStore(StoreBase):
         actorflow-store           layout marker (another layout is refused, naming the fix)
         packs/<id>.pack           one per save: the record and the blobs it stored first
         packs/<random>.blobs      blobs that outlived the record they came with
-        generation                a token replaced by every collection (cache invalidation)
         deleted                   ids removed by delete()/prune(), one per line
-        .lock                     flock(2) lock file
+        .lock                     flock(2) lock file; holds a token every collection replaces
 
     A save writes ONE file: its record and every blob it references that is not
     stored yet, in a uniquely named temp file, fsynced, linked into place with
@@ -93,7 +92,7 @@ class FileStore(StoreBase):
         self._lock_path = self._root / ".lock"
         self._deleted = self._root / "deleted"
         gc.open_layout(self._root)
-        self._index = PackIndex(self._packs, self._root / gc.GENERATION)
+        self._index = PackIndex(self._packs)
 
     @staticmethod
     def upgrade(path: str | os.PathLike[str]) -> None:
@@ -177,7 +176,6 @@ class FileStore(StoreBase):
         found = self._read_blobs(wanted)
         if found is None:  # a pack moved under us (a collection ran): look again, locked
             with self._locked(exclusive=False):
-                self._index.sync()
                 self._index.scan()
                 found = self._read_blobs(wanted)
         if found is None:
@@ -239,20 +237,20 @@ class FileStore(StoreBase):
         self._check_open()
         if not isinstance(checkpoint_id, str) or not _SAFE_ID.fullmatch(checkpoint_id):
             raise not_found(str(checkpoint_id))
-        with self._locked(exclusive=True):
+        with self._locked(exclusive=True) as lock:
             if not (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
                 raise not_found(checkpoint_id)
-            self._forget([checkpoint_id])
+            self._forget([checkpoint_id], lock)
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
         check_keep(keep)
         self._check_open()
-        with self._locked(exclusive=True):
+        with self._locked(exclusive=True) as lock:
             ids = [cp.id for cp in self._scan(self._ids()) if cp.session == session]
             doomed = ids[: len(ids) - keep] if keep else ids
             if doomed:
-                self._forget(doomed)
+                self._forget(doomed, lock)
             return len(doomed)
 
     def verify(self) -> builtins.list[str]:
@@ -260,7 +258,6 @@ class FileStore(StoreBase):
         self._check_open()
         problems: builtins.list[str] = []
         with self._locked(exclusive=False):
-            self._index.sync()
             self._index.scan()
             damaged = dict(self._index.damaged)
         problems += [
@@ -293,14 +290,16 @@ class FileStore(StoreBase):
     # --- internals -----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self, *, exclusive: bool) -> Iterator[None]:
+    def _locked(self, *, exclusive: bool) -> Iterator[int]:
+        """Hold the store lock; yields its fd. The pack index is synced on entry."""
         # A fresh open file description per call: flock(2) locks held through
         # different descriptions conflict even within one process, so threads
         # of this process are serialised exactly like other processes.
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
+            self._index.sync(fd)
+            yield fd
         finally:
             os.close(fd)  # closing the description releases the lock
 
@@ -310,7 +309,6 @@ class FileStore(StoreBase):
         Caller holds the lock. Digests of ``digests`` the index does not know make
         it look for packs written by other handles; those of ``also`` do not.
         """
-        self._index.sync()
         known = self._index.known(digests)
         if len(known) < len(digests):  # written by another handle since we looked
             self._index.scan()
@@ -387,10 +385,10 @@ class FileStore(StoreBase):
         except FileNotFoundError:
             return set()
 
-    def _forget(self, ids: builtins.list[str]) -> None:
-        """Delete these records and collect. Caller holds the exclusive lock."""
+    def _forget(self, ids: builtins.list[str], lock: int) -> None:
+        """Delete these records and collect. Caller holds the exclusive lock (``lock``)."""
         try:
-            self._index.bump(self._root)  # before any pack moves: see _packindex
+            self._index.bump(lock)  # before any pack moves: see _packindex
             with open(self._deleted, "a") as f:
                 f.write("".join(f"{i}\n" for i in ids))
                 f.flush()

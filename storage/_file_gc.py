@@ -1,8 +1,8 @@
 """FileStore housekeeping: the layout marker, retiring records, collecting blobs, upgrading.
 
 Everything here that changes packs runs under the store's exclusive ``flock`` (no
-save is between its blob check and its commit), after the generation token was
-replaced (see ``_packindex``).
+save is between its blob check and its commit), after the generation token in the
+lock file was replaced (see ``_packindex``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ if os.name == "posix":
 
 MARKER = "actorflow-store"
 PACKS = "packs"
-GENERATION = "generation"
 LAYOUT = b"actorflow FileStore layout 2\n"
 _LAYOUT_1 = b"actorflow FileStore layout 1\n"
 _LAYOUT_PREFIX = b"actorflow FileStore layout "
 # "checkpoints" and "blobs" are layout 1's folders, left behind by an interrupted upgrade.
-_KNOWN = {MARKER, ".lock", "deleted", PACKS, GENERATION, "checkpoints", "blobs"}
+_KNOWN = {MARKER, ".lock", "deleted", PACKS, "checkpoints", "blobs"}
 
 
 def open_layout(root: Path) -> None:

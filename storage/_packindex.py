@@ -5,10 +5,12 @@ index caches them, so a save does not re-read any file to learn what is stored.
 
 Why the cache cannot go stale unnoticed: packs are immutable, and only a collection
 (``delete`` / ``prune``, holding the exclusive ``flock``) renames or unlinks them.
-Every collection first replaces the ``generation`` file with a new random token.
-The index is filled and consulted for decisions only under the store lock (shared
-or exclusive), and each such use starts with :meth:`PackIndex.sync`, which drops
-the whole cache when the token changed. So what the index says was read while no
+Every collection first writes a new random token into the lock file (``.lock``,
+whose content nothing else uses; a save already has it open to take its ``flock``,
+so reading the token costs one ``pread``). The index is filled and consulted for
+decisions only under the store lock (shared or exclusive), and each such use
+starts with :meth:`PackIndex.sync`, which drops the whole cache when the token
+changed. So what the index says was read while no
 collection could run, and no collection has started since. Lock-free readers only
 use it as a hint: a pack gone or replaced under them sends them back through the
 locked path.
@@ -26,7 +28,9 @@ from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt
 
-from ._pack import BLOBS_SUFFIX, RECORD_SUFFIX, TMP, PackHeader, read_header
+from ._pack import BLOBS_SUFFIX, RECORD_SUFFIX, PackHeader, read_header
+
+TOKEN_SIZE = 16
 
 
 def is_pack_name(name: str) -> bool:
@@ -37,9 +41,8 @@ def is_pack_name(name: str) -> bool:
 class PackIndex:
     """Digest -> (pack, span) for the packs of one folder, plus packs that cannot be read."""
 
-    def __init__(self, folder: Path, generation: Path) -> None:
+    def __init__(self, folder: Path) -> None:
         self._folder = folder
-        self._generation_path = generation
         self._lock = threading.Lock()
         self._generation: bytes | None = None
         self._packs: dict[str, PackHeader] = {}
@@ -47,9 +50,9 @@ class PackIndex:
         self.damaged: dict[str, tuple[int, str]] = {}
         """Pack name -> (inode, why): packs whose header cannot be read."""
 
-    def sync(self) -> None:
+    def sync(self, lock_fd: int) -> None:
         """Drop the cache if a collection started since it was filled. Caller holds the lock."""
-        token = self._read_generation()
+        token = os.pread(lock_fd, TOKEN_SIZE, 0)
         with self._lock:
             if token != self._generation:
                 self._generation = token
@@ -57,12 +60,12 @@ class PackIndex:
                 self._where.clear()
                 self.damaged.clear()
 
-    def bump(self, root: Path) -> None:
+    def bump(self, lock_fd: int) -> None:
         """Announce a collection to every handle. Caller holds the exclusive lock."""
-        tmp = root / f"{TMP}generation-{os.urandom(8).hex()}"
-        tmp.write_bytes(os.urandom(16))
-        os.replace(tmp, self._generation_path)
-        self.sync()
+        # In place, so the lock file keeps its inode (flocks are on it); no reader
+        # can see half a token, since readers hold the lock shared.
+        os.pwrite(lock_fd, os.urandom(TOKEN_SIZE), 0)
+        self.sync(lock_fd)
 
     def scan(self) -> None:
         """Index packs that appeared since the last scan, forget vanished ones. Caller holds the lock."""
@@ -119,9 +122,3 @@ class PackIndex:
         for name, header in sorted(self._packs.items()):
             for digest in header.blobs:
                 self._where.setdefault(digest, name)
-
-    def _read_generation(self) -> bytes:
-        try:
-            return self._generation_path.read_bytes()
-        except FileNotFoundError:
-            return b""
