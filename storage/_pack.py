@@ -88,24 +88,31 @@ def parse_header(name: str, data: bytes, inode: int) -> PackHeader | int:
     return PackHeader(inode, (end, record_length), blobs)
 
 
-def read_header(path: Path) -> tuple[PackHeader, bytes]:
+def read_header(
+    path: Path | str, inode: int | None = None, first: int = _FIRST_READ
+) -> tuple[PackHeader, bytes]:
     """A pack's header and the first bytes read (which often hold the record too).
+
+    ``inode``, when the caller listed it under the store lock, saves an ``fstat``;
+    ``first`` is how much to read at once (more is read if the header is longer).
 
     Raises:
         FileNotFoundError: no such pack (collected or renamed meanwhile).
         CheckpointCorrupt: the header is damaged.
     """
+    name = os.path.basename(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        inode = os.fstat(fd).st_ino
-        data = os.pread(fd, _FIRST_READ, 0)
+        if inode is None:
+            inode = os.fstat(fd).st_ino
+        data = os.pread(fd, first, 0)
         while True:
-            parsed = parse_header(path.name, data, inode)
+            parsed = parse_header(name, data, inode)
             if isinstance(parsed, PackHeader):
                 return parsed, data
             more = os.pread(fd, parsed - len(data), len(data))
             if not more:
-                raise CheckpointCorrupt(f"pack {path.name} is truncated inside its header")
+                raise CheckpointCorrupt(f"pack {name} is truncated inside its header")
             data += more
     finally:
         os.close(fd)

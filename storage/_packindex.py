@@ -80,9 +80,11 @@ class PackIndex:
             if gone:
                 self._rebuild_where()
             new = [n for n in sorted(listed) if n not in self._packs and n not in self.damaged]
+        folder = os.fspath(self._folder)
         for name in new:
             try:
-                header, _ = read_header(self._folder / name)
+                # Only the header is wanted: a small first read (it grows if needed).
+                header, _ = read_header(os.path.join(folder, name), listed[name], 2048)
             except FileNotFoundError:
                 continue  # a crashed writer's leftover was removed meanwhile; nothing lost
             except CheckpointCorrupt as exc:
