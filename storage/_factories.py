@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from ._file import FileStore
 from ._memory import MemoryStore
+from ._pack import mutate_pack
 from ._sqlite import SQLiteStore
 
 Mutation = Callable[[bytes], bytes]
@@ -63,12 +64,14 @@ class FileStoreFactory:
         return FileStore(self.path)
 
     def corrupt_record(self, checkpoint_id: str, mutate: Mutation) -> None:
-        """Overwrite a record file with ``mutate(its bytes)``."""
-        _mutate_file(Path(self.path) / "checkpoints" / f"{checkpoint_id}.ckpt", mutate)
+        """Rewrite the record in its pack with ``mutate(its bytes)``."""
+        mutate_pack(Path(self.path) / "packs" / f"{checkpoint_id}.pack", record=mutate)
 
     def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
-        """Overwrite a blob file with ``mutate(its bytes)``."""
-        _mutate_file(Path(self.path) / "blobs" / digest[:2] / digest, mutate)
+        """Rewrite the blob, in every pack that holds a copy, with ``mutate(its bytes)``."""
+        for pack in sorted((Path(self.path) / "packs").iterdir()):
+            if not pack.name.startswith("."):
+                mutate_pack(pack, blob=(digest, mutate))
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,3 @@ class SQLiteStoreFactory:
                 f"SELECT {column} FROM {table} WHERE {key} = ?", (value,)
             ).fetchone()
             db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (mutate(data), value))
-
-
-def _mutate_file(path: Path, mutate: Mutation) -> None:
-    path.write_bytes(mutate(path.read_bytes()))

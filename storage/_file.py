@@ -1,4 +1,4 @@
-"""FileStore: checkpoints as files in a folder, crash-safe and safe for concurrent writers."""
+"""FileStore: checkpoints as packs in a folder, crash-safe and safe for concurrent writers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from actorflow.errors import (
@@ -18,6 +18,7 @@ from actorflow.errors import (
     UnsupportedFormat,
 )
 
+from . import _file_gc as gc
 from ._base import (
     StoreBase,
     already_stored,
@@ -28,16 +29,12 @@ from ._base import (
     not_found,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, is_blob_digest, verify_blob
+from ._pack import RECORD_SUFFIX, BlobSource, read_record, read_spans, write_pack
+from ._packindex import PackIndex
 
 if sys.platform != "win32":
     import fcntl
 
-_MARKER = "actorflow-store"
-_LAYOUT = b"actorflow FileStore layout 1\n"
-_LAYOUT_PREFIX = b"actorflow FileStore layout "
-_TMP = ".tmp-"
-_SUFFIX = ".ckpt"
-_KNOWN = {_MARKER, ".lock", "deleted", "checkpoints", "blobs"}
 # Ids become file names: no separators, no leading dot, bounded length.
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 
@@ -45,31 +42,34 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 class FileStore(StoreBase):
     """A checkpoint store in a folder on a local POSIX file system.
 
-    Layout::
+    Layout 2 (see docs/storage.md for why)::
 
-        actorflow-store           layout marker (a newer layout is refused)
-        checkpoints/<id>.ckpt     one encoded record per checkpoint
-        blobs/<ab>/<abcdef...>    one file per blob, named by its sha256 digest
+        actorflow-store           layout marker (another layout is refused, naming the fix)
+        packs/<id>.pack           one per save: the record and the blobs it stored first
+        packs/<random>.blobs      blobs that outlived the record they came with
         deleted                   ids removed by delete()/prune(), one per line
-        .lock                     flock(2) lock file
+        .lock                     flock(2) lock file; holds a token every collection replaces
 
-    Every file is written to a uniquely named temp file in its final folder
-    (``tempfile.mkstemp``), flushed, fsynced, moved into place and the folder
-    fsynced, so a crash leaves either the old state or the new one, and concurrent
-    writers never share a temp file. Blobs are written before the record; the
-    record is the commit point (created with ``link(2)``, so two writers of one id
-    cannot overwrite each other). A crash between blobs and record leaves only
-    unreferenced blobs, which the next collection removes.
+    A save writes ONE file: its record and every blob it references that is not
+    stored yet, in a uniquely named temp file, fsynced, linked into place with
+    ``link(2)`` (so two writers of one id cannot overwrite each other) and the folder
+    fsynced: two fsyncs per checkpoint, and the pack is the commit point, so a crash
+    leaves either no trace (a temp file, removed by the next collection) or the whole
+    checkpoint. Blobs stay content-addressed and shared: a later save that
+    references a stored blob finds it through an in-process index of the pack
+    headers (see ``_packindex``) and does not store it again.
 
-    Locking: :meth:`save` holds a shared ``flock`` on ``.lock`` from its blob
-    check to its commit; :meth:`delete` and :meth:`prune` hold it exclusively while
-    they delete and collect blobs. So a collection never removes a blob that a save
-    in another thread or process has just found present and is about to reference.
-    Reads take no lock: records and blobs are immutable once in place.
+    Locking: :meth:`save` holds a shared ``flock`` on ``.lock`` from its blob check
+    to its commit; :meth:`delete` and :meth:`prune` hold it exclusively while they
+    retire records and collect blobs. So a collection never removes a blob that a
+    save in another thread or process has just found present and is about to
+    reference. Records are read without the lock (packs never change once in place).
 
-    Blob collection is a mark-and-sweep over every record. If any remaining record
-    cannot be decoded, nothing is collected (what it references is unknown) until
-    it is deleted; :meth:`verify` names it. Listing, :meth:`latest` with filters,
+    Deleting a record renames its pack to a blob-only pack (the record is gone at
+    once, its blobs stay); collection then rewrites blob-only packs that hold an
+    unreferenced blob, keeping the referenced ones. If any remaining record cannot
+    be decoded, nothing is collected (what it references is unknown) until it is
+    deleted; :meth:`verify` names it. Listing, :meth:`latest` with filters,
     :meth:`sessions` and :meth:`prune` decode records to learn their session, so
     they raise :class:`CheckpointCorrupt` while a damaged record is present; use
     :class:`SQLiteStore` for large or busy stores.
@@ -80,18 +80,32 @@ class FileStore(StoreBase):
 
     Raises:
         CheckpointError: ``path`` is a non-empty folder that is not a FileStore.
-        UnsupportedFormat: the folder was written with a newer layout.
+        UnsupportedFormat: the folder was written with another layout (a layout-1
+            folder: convert it once with :meth:`FileStore.upgrade`).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if sys.platform == "win32":  # pragma: no cover - no flock(2) there
             raise CheckpointError("FileStore needs a POSIX system; use SQLiteStore")
         self._root = Path(path)
-        self._records = self._root / "checkpoints"
-        self._blobs = self._root / "blobs"
+        self._packs = self._root / gc.PACKS
         self._lock_path = self._root / ".lock"
         self._deleted = self._root / "deleted"
-        self._open_layout()
+        gc.open_layout(self._root)
+        self._index = PackIndex(self._packs)
+
+    @staticmethod
+    def upgrade(path: str | os.PathLike[str]) -> None:
+        """Convert a FileStore folder of layout 1 (one file per blob and per record) to layout 2.
+
+        Run it once, while no process uses the folder. It is crash-safe and can be
+        re-run: the old files are removed only after the new layout is in place.
+
+        Raises:
+            UnsupportedFormat: the folder has a layout this actorflow does not know.
+            CheckpointError: the folder is not a FileStore, or cannot be written.
+        """
+        gc.upgrade_layout(Path(path))
 
     @property
     def path(self) -> Path:
@@ -104,32 +118,37 @@ class FileStore(StoreBase):
     # --- the protocol ------------------------------------------------------------
 
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        """Store a record and its new blobs atomically (see CheckpointStore.save)."""
+        """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         given = checked_blobs(checkpoint, blobs)
         digests = checkpoint.blob_digests()
         self._check_open()
         if not _SAFE_ID.fullmatch(checkpoint.id):
             raise CheckpointError(f"checkpoint id {checkpoint.id!r} is not usable as a file name")
-        path = self._records / f"{checkpoint.id}{_SUFFIX}"
-        with self._locked(exclusive=False):
-            if path.exists():
-                raise already_stored(checkpoint.id)
-            missing = [d for d in digests if d not in given and not self._blob_path(d).exists()]
-            if missing:
-                raise dangling(checkpoint, missing)
-            try:
-                for digest in sorted(given):
-                    blob_path = self._blob_path(digest)
-                    if not blob_path.exists():
-                        self._write_blob(blob_path, given[digest])
-                committed = _write_file(self._records, path, record, exclusive=True)
-            except OSError as exc:
-                raise CheckpointError(
-                    f"could not write checkpoint {checkpoint.id} to {self._root}: {exc}"
-                ) from exc
-            if not committed:
-                raise already_stored(checkpoint.id)
+        final = self._packs / f"{checkpoint.id}{RECORD_SUFFIX}"
+        try:
+            with self._locked(exclusive=False):
+                if final.exists():
+                    raise already_stored(checkpoint.id)
+                # Only blobs the record needs but was not given force a look at other
+                # handles' packs; a given blob another handle stored meanwhile may be
+                # stored twice (harmless: same bytes), which keeps saves O(1) in the
+                # number of packs instead of listing the folder every time.
+                stored = self._stored(digests - given.keys(), also=given.keys())
+                missing = [d for d in digests if d not in given and d not in stored]
+                if missing:
+                    raise dangling(checkpoint, missing)
+                new: builtins.list[tuple[str, int, BlobSource]] = [
+                    (d, len(given[d]), given[d]) for d in sorted(given) if d not in stored
+                ]
+                header = write_pack(self._packs, final, record, new)
+                if header is None:
+                    raise already_stored(checkpoint.id)
+                self._index.add(final.name, header)
+        except OSError as exc:
+            raise CheckpointError(
+                f"could not write checkpoint {checkpoint.id} to {self._root}: {exc}"
+            ) from exc
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
@@ -140,28 +159,44 @@ class FileStore(StoreBase):
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
-        self._check_open()
-        if not is_blob_digest(digest):
-            raise CheckpointNotFound(f"no blob {digest!r} in this store")
-        try:
-            data = self._blob_path(digest).read_bytes()
-        except FileNotFoundError:
-            raise CheckpointNotFound(f"no blob {digest!r} in this store") from None
-        return verify_blob(digest, data)
+        return self.load_blobs([digest])[digest]
 
     def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
-        """Several blobs, each verified (see ``BlobBatchReader``).
+        """Several blobs, each verified, reading each pack once (see ``BlobBatchReader``).
 
         Raises:
             CheckpointNotFound: one of them is not stored.
             CheckpointCorrupt: one of them does not match its digest.
         """
-        return {d: self.load_blob(d) for d in sorted(set(digests))}
+        self._check_open()
+        wanted = sorted(set(digests))
+        for d in wanted:
+            if not is_blob_digest(d):
+                raise CheckpointNotFound(f"no blob {d!r} in this store")
+        found = self._read_blobs(wanted)
+        if found is None:  # a pack moved under us (a collection ran): look again, locked
+            with self._locked(exclusive=False):
+                self._index.scan()
+                found = self._read_blobs(wanted)
+        if found is None:
+            raise CheckpointError(f"the packs of {self._root} kept changing while being read")
+        missing = [d for d in wanted if d not in found]
+        if missing:
+            with self._locked(exclusive=False):
+                self._stored(set(missing))
+                more = self._read_blobs(missing)
+            found.update(more or {})
+        for d in wanted:
+            if d not in found:
+                raise self._blob_not_found(d)
+        return {d: verify_blob(d, found[d]) for d in wanted}
 
     def has_blobs(self, digests: Iterable[str]) -> set[str]:
         """The subset of ``digests`` that is stored."""
         self._check_open()
-        return {d for d in digests if is_blob_digest(d) and self._blob_path(d).exists()}
+        wanted = {d for d in digests if is_blob_digest(d)}
+        with self._locked(exclusive=False):
+            return self._stored(wanted)
 
     def list(
         self,
@@ -202,30 +237,34 @@ class FileStore(StoreBase):
         self._check_open()
         if not isinstance(checkpoint_id, str) or not _SAFE_ID.fullmatch(checkpoint_id):
             raise not_found(str(checkpoint_id))
-        with self._locked(exclusive=True):
-            try:
-                (self._records / f"{checkpoint_id}{_SUFFIX}").unlink()
-            except FileNotFoundError:
-                raise not_found(checkpoint_id) from None
-            self._forget([checkpoint_id])
+        with self._locked(exclusive=True) as lock:
+            if not (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
+                raise not_found(checkpoint_id)
+            self._forget([checkpoint_id], lock)
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
         check_keep(keep)
         self._check_open()
-        with self._locked(exclusive=True):
+        with self._locked(exclusive=True) as lock:
             ids = [cp.id for cp in self._scan(self._ids()) if cp.session == session]
             doomed = ids[: len(ids) - keep] if keep else ids
-            for checkpoint_id in doomed:
-                (self._records / f"{checkpoint_id}{_SUFFIX}").unlink(missing_ok=True)
             if doomed:
-                self._forget(doomed)
+                self._forget(doomed, lock)
             return len(doomed)
 
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""
         self._check_open()
         problems: builtins.list[str] = []
+        with self._locked(exclusive=False):
+            self._index.scan()
+            damaged = dict(self._index.damaged)
+        problems += [
+            f"pack {name} is damaged: {why}"
+            for name, (_, why) in sorted(damaged.items())
+            if not name.endswith(RECORD_SUFFIX)  # a damaged record pack is reported below
+        ]
         ids = self._ids()
         stored = set(ids)
         deleted = self._read_deleted()
@@ -250,68 +289,78 @@ class FileStore(StoreBase):
 
     # --- internals -----------------------------------------------------------------
 
-    def _open_layout(self) -> None:
-        marker = self._root / _MARKER
-        try:
-            self._root.mkdir(parents=True, exist_ok=True)
-            if not marker.exists():
-                strangers = [p.name for p in self._root.iterdir() if p.name not in _KNOWN]
-                if [s for s in strangers if not s.startswith(_TMP)]:
-                    raise CheckpointError(
-                        f"{self._root} is not empty and not an actorflow FileStore; "
-                        "choose an empty or new folder"
-                    )
-                self._records.mkdir(exist_ok=True)
-                self._blobs.mkdir(exist_ok=True)
-                _write_file(self._root, marker, _LAYOUT, exclusive=True)
-            layout = marker.read_bytes()
-        except OSError as exc:
-            raise CheckpointError(f"cannot open FileStore at {self._root}: {exc}") from exc
-        if layout != _LAYOUT:
-            if layout.startswith(_LAYOUT_PREFIX):
-                raise UnsupportedFormat(
-                    f"{self._root} uses {layout.decode(errors='replace').strip()!r}; this "
-                    f"actorflow reads {_LAYOUT.decode().strip()!r}. Upgrade actorflow."
-                )
-            raise CheckpointCorrupt(f"{marker} is damaged: not an actorflow FileStore marker")
-
     @contextlib.contextmanager
-    def _locked(self, *, exclusive: bool) -> Iterator[None]:
+    def _locked(self, *, exclusive: bool) -> Iterator[int]:
+        """Hold the store lock; yields its fd. The pack index is synced on entry."""
         # A fresh open file description per call: flock(2) locks held through
         # different descriptions conflict even within one process, so threads
         # of this process are serialised exactly like other processes.
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
+            self._index.sync(fd)
+            yield fd
         finally:
             os.close(fd)  # closing the description releases the lock
 
-    def _blob_path(self, digest: str) -> Path:
-        return self._blobs / digest[:2] / digest
+    def _stored(self, digests: AbstractSet[str], also: AbstractSet[str] = frozenset()) -> set[str]:
+        """Which of ``digests`` (and of ``also``, as far as indexed) some pack holds.
 
-    def _write_blob(self, path: Path, data: bytes) -> None:
-        folder = path.parent
-        if not folder.exists():
-            folder.mkdir(exist_ok=True)
-            _fsync_dir(self._blobs)
-        # Same digest, same bytes: replacing a concurrently written copy is harmless.
-        _write_file(folder, path, data, exclusive=False)
+        Caller holds the lock. Digests of ``digests`` the index does not know make
+        it look for packs written by other handles; those of ``also`` do not.
+        """
+        known = self._index.known(digests)
+        if len(known) < len(digests):  # written by another handle since we looked
+            self._index.scan()
+            known = self._index.known(digests)
+        return known | self._index.known(also)
+
+    def _read_blobs(self, digests: builtins.list[str]) -> dict[str, bytes] | None:
+        """The bytes of the indexed ones among ``digests``; None if a pack moved meanwhile."""
+        by_pack: dict[tuple[str, int], builtins.list[tuple[str, tuple[int, int]]]] = {}
+        for digest in digests:
+            place = self._index.locate(digest)
+            if place is not None:
+                name, inode, span = place
+                by_pack.setdefault((name, inode), []).append((digest, span))
+        found: dict[str, bytes] = {}
+        for (name, inode), wanted in sorted(by_pack.items()):
+            try:
+                data = read_spans(self._packs / name, inode, [span for _, span in wanted])
+            except FileNotFoundError:
+                return None
+            if data is None:
+                return None
+            found.update(zip([d for d, _ in wanted], data, strict=True))
+        return found
+
+    def _blob_not_found(self, digest: str) -> CheckpointError:
+        damaged = sorted(self._index.damaged)
+        if damaged:
+            return CheckpointCorrupt(
+                f"no readable blob {digest!r} in this store; damaged pack(s) {', '.join(damaged)} "
+                "may hold it (store.verify() lists every problem)"
+            )
+        return CheckpointNotFound(f"no blob {digest!r} in this store")
 
     def _ids(self) -> builtins.list[str]:
         try:
-            names = os.listdir(self._records)
+            names = os.listdir(self._packs)
         except FileNotFoundError as exc:
-            raise CheckpointError(f"{self._records} is missing: the store is damaged") from exc
+            raise CheckpointError(f"{self._packs} is missing: the store is damaged") from exc
         return sorted(
-            n[: -len(_SUFFIX)] for n in names if n.endswith(_SUFFIX) and not n.startswith(".")
+            n[: -len(RECORD_SUFFIX)]
+            for n in names
+            if n.endswith(RECORD_SUFFIX) and not n.startswith(".")
         )
 
     def _read(self, checkpoint_id: str) -> Checkpoint:
         try:
-            data = (self._records / f"{checkpoint_id}{_SUFFIX}").read_bytes()
+            data = read_record(self._packs / f"{checkpoint_id}{RECORD_SUFFIX}")
         except FileNotFoundError:
             raise not_found(checkpoint_id) from None
+        except CheckpointCorrupt as exc:
+            raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
         return decode_stored(checkpoint_id, data)
 
     def _scan(self, ids: Iterable[str]) -> Iterator[Checkpoint]:
@@ -323,8 +372,8 @@ class FileStore(StoreBase):
 
     def _blob_state(self, digest: str) -> str:
         try:
-            verify_blob(digest, self._blob_path(digest).read_bytes())
-        except FileNotFoundError:
+            self.load_blob(digest)
+        except CheckpointNotFound:
             return "missing"
         except CheckpointCorrupt:
             return "corrupt"
@@ -336,70 +385,15 @@ class FileStore(StoreBase):
         except FileNotFoundError:
             return set()
 
-    def _forget(self, ids: builtins.list[str]) -> None:
-        """Finish deleting unlinked records. Caller holds the exclusive lock."""
-        # The unlinks must be durable before any blob goes: otherwise a crash could
-        # bring back a record whose blobs were already collected.
-        _fsync_dir(self._records)
-        with open(self._deleted, "a") as f:
-            f.write("".join(f"{i}\n" for i in ids))
-            f.flush()
-            os.fsync(f.fileno())
-        self._collect()
-
-    def _collect(self) -> None:
-        """Remove unreferenced blobs and stale temp files. Caller holds the exclusive lock."""
-        referenced: set[str] = set()
-        for checkpoint_id in self._ids():
-            try:
-                referenced |= self._read(checkpoint_id).blob_digests()
-            except (CheckpointCorrupt, UnsupportedFormat):
-                return  # cannot tell what it references: collect nothing (see class doc)
-        # No save holds the shared lock now, so every temp file is a crashed writer's.
-        for name in os.listdir(self._records):
-            if name.startswith(_TMP):
-                (self._records / name).unlink(missing_ok=True)
-        for folder in self._blobs.iterdir():
-            if not folder.is_dir():
-                continue
-            removed = False
-            for blob in folder.iterdir():
-                if blob.name.startswith(_TMP) or blob.name not in referenced:
-                    blob.unlink(missing_ok=True)
-                    removed = True
-            if removed:
-                _fsync_dir(folder)
-
-
-def _write_file(folder: Path, final: Path, data: bytes, *, exclusive: bool) -> bool:
-    """Durably put ``data`` at ``final`` via a private temp file in ``folder``.
-
-    With ``exclusive`` the file is created only if absent (``link(2)`` fails on an
-    existing name, atomically) and False is returned if it was there already.
-    """
-    fd, tmp_name = tempfile.mkstemp(prefix=_TMP, dir=folder)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if exclusive:
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(folder)
-    return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    def _forget(self, ids: builtins.list[str], lock: int) -> None:
+        """Delete these records and collect. Caller holds the exclusive lock (``lock``)."""
+        try:
+            self._index.bump(lock)  # before any pack moves: see _packindex
+            with open(self._deleted, "a") as f:
+                f.write("".join(f"{i}\n" for i in ids))
+                f.flush()
+                os.fsync(f.fileno())
+            gc.retire_records(self._packs, ids)
+            gc.collect(self._packs, self._index)
+        except OSError as exc:
+            raise CheckpointError(f"could not delete checkpoints from {self._root}: {exc}") from exc

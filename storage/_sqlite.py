@@ -19,43 +19,17 @@ from actorflow.errors import (
     UnsupportedFormat,
 )
 
+from . import _sqlite_sql as sql
 from ._base import (
     StoreBase,
     already_stored,
     check_keep,
     checked_blobs,
     dangling,
-    decode_stored,
     not_found,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
-
-SCHEMA_VERSION = 2
-_BUSY_TIMEOUT_S = 30.0
-_SCHEMA = """
-CREATE TABLE checkpoints (
-    id         TEXT PRIMARY KEY,
-    session    TEXT NOT NULL,
-    workflow   TEXT NOT NULL,
-    kind       TEXT NOT NULL,
-    superstep  INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    parent_id  TEXT,
-    record     BLOB NOT NULL
-);
-CREATE INDEX checkpoints_by_session ON checkpoints (session, id);
-CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id);
-CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id);
-CREATE TABLE blobs (id INTEGER PRIMARY KEY, digest TEXT NOT NULL UNIQUE, data BLOB NOT NULL);
-CREATE TABLE refs (
-    checkpoint INTEGER NOT NULL,
-    blob       INTEGER NOT NULL,
-    PRIMARY KEY (checkpoint, blob)
-) WITHOUT ROWID;
-CREATE INDEX refs_by_blob ON refs (blob);
-CREATE TABLE deleted (id TEXT PRIMARY KEY) WITHOUT ROWID;
-"""
-_COLUMNS = "id, session, workflow, kind, record"
+from ._sqlite_sql import SCHEMA_VERSION
 
 
 class SQLiteStore(StoreBase):
@@ -116,51 +90,52 @@ class SQLiteStore(StoreBase):
         """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         given = checked_blobs(checkpoint, blobs)
-        digests = checkpoint.blob_digests()
+        digests = sorted(checkpoint.blob_digests())
         cp = checkpoint
         with self._write() as db:
-            if db.execute("SELECT 1 FROM checkpoints WHERE id = ?", (cp.id,)).fetchone():
-                raise already_stored(cp.id)
-            present = _stored_subset(db, digests)
-            missing = [d for d in digests if d not in given and d not in present]
+            # The primary key refuses a second record with this id; no SELECT first.
+            try:
+                row = db.execute(
+                    "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
+                    " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        cp.id,
+                        cp.session,
+                        cp.workflow,
+                        cp.kind.value,
+                        cp.superstep,
+                        cp.created_at,
+                        cp.parent_id,
+                        record,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise already_stored(cp.id) from None
+            # One lookup gives both what is stored and the ids the reference rows need.
+            blob_ids = sql.blob_ids(db, digests)
+            missing = [d for d in digests if d not in blob_ids and d not in given]
             if missing:
-                raise dangling(cp, missing)
-            db.executemany(
-                "INSERT INTO blobs (digest, data) VALUES (?, ?)",
-                [(d, given[d]) for d in sorted(given) if d not in present],
-            )
-            row = db.execute(
-                "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
-                " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    cp.id,
-                    cp.session,
-                    cp.workflow,
-                    cp.kind.value,
-                    cp.superstep,
-                    cp.created_at,
-                    cp.parent_id,
-                    record,
-                ),
-            )
+                raise dangling(cp, missing)  # rolls the record back too
+            for digest in digests:
+                if digest not in blob_ids:
+                    blob_ids[digest] = sql.new_blob(db, digest, given[digest])
             # References are integer pairs (the record's rowid, the blob's id): a
             # checkpoint names every chunk of every executor, so 64-character digests
             # here would cost more disk than the changed chunks themselves.
-            blob_ids = _blob_ids(db, digests)
             db.executemany(
                 "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
-                [(row.lastrowid, blob_ids[d]) for d in sorted(digests)],
+                [(row.lastrowid, blob_ids[d]) for d in digests],
             )
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
         with self._read() as db:
             row = db.execute(
-                f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
+                f"SELECT {sql.COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
             ).fetchone()
         if row is None:
             raise not_found(checkpoint_id)
-        return _decode_row(row)
+        return sql.decode_row(row)
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
@@ -168,7 +143,7 @@ class SQLiteStore(StoreBase):
             row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
         if row is None:
             raise CheckpointNotFound(f"no blob {digest!r} in this store")
-        return verify_blob(digest, _as_bytes(row[0], f"blob {digest}"))
+        return verify_blob(digest, sql.as_bytes(row[0], f"blob {digest}"))
 
     def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
         """Several blobs in one read transaction, each verified (see :class:`BlobBatchReader`).
@@ -189,13 +164,13 @@ class SQLiteStore(StoreBase):
         missing = [d for d in wanted if d not in found]
         if missing:
             raise CheckpointNotFound(f"no blob {missing[0]!r} in this store")
-        return {d: verify_blob(d, _as_bytes(found[d], f"blob {d}")) for d in wanted}
+        return {d: verify_blob(d, sql.as_bytes(found[d], f"blob {d}")) for d in wanted}
 
     def has_blobs(self, digests: Iterable[str]) -> set[str]:
         """The subset of ``digests`` that is stored."""
         wanted = {d for d in digests if isinstance(d, str)}
         with self._read() as db:
-            return _stored_subset(db, wanted)
+            return sql.stored_subset(db, wanted)
 
     def list(
         self,
@@ -205,23 +180,23 @@ class SQLiteStore(StoreBase):
         kind: CheckpointKind | None = None,
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
-        where, params = _filters(workflow, session, kind)
+        where, params = sql.filters(workflow, session, kind)
         with self._read() as db:
             rows = db.execute(
-                f"SELECT {_COLUMNS} FROM checkpoints{where} ORDER BY id", params
+                f"SELECT {sql.COLUMNS} FROM checkpoints{where} ORDER BY id", params
             ).fetchall()
-        return [_decode_row(row) for row in rows]
+        return [sql.decode_row(row) for row in rows]
 
     def latest(
         self, *, workflow: str | None = None, session: str | None = None
     ) -> Checkpoint | None:
         """The newest matching record, or None; a damaged one raises, it is not skipped."""
-        where, params = _filters(workflow, session, None)
+        where, params = sql.filters(workflow, session, None)
         with self._read() as db:
             row = db.execute(
-                f"SELECT {_COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1", params
+                f"SELECT {sql.COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1", params
             ).fetchone()
-        return None if row is None else _decode_row(row)
+        return None if row is None else sql.decode_row(row)
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""
@@ -236,7 +211,7 @@ class SQLiteStore(StoreBase):
                 "SELECT 1 FROM checkpoints WHERE id = ?", (checkpoint_id,)
             ).fetchone():
                 raise not_found(checkpoint_id)
-            _delete(db, [checkpoint_id])
+            sql.delete(db, [checkpoint_id])
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
@@ -246,7 +221,7 @@ class SQLiteStore(StoreBase):
                 "SELECT id FROM checkpoints WHERE session = ? ORDER BY id DESC", (session,)
             ).fetchall()
             doomed = [r[0] for r in rows[keep:]]
-            _delete(db, doomed)
+            sql.delete(db, doomed)
         return len(doomed)
 
     def verify(self) -> builtins.list[str]:
@@ -265,11 +240,11 @@ class SQLiteStore(StoreBase):
                 " r.checkpoint LEFT JOIN blobs b ON b.id = r.blob"
             ):
                 refs.setdefault(checkpoint_id, set()).add(digest or f"<missing blob #{blob}>")
-            rows = db.execute(f"SELECT {_COLUMNS}, parent_id FROM checkpoints ORDER BY id")
+            rows = db.execute(f"SELECT {sql.COLUMNS}, parent_id FROM checkpoints ORDER BY id")
             for row in rows:
                 checkpoint_id, parent = row[0], row[5]
                 try:
-                    cp = _decode_row(row[:5])
+                    cp = sql.decode_row(row[:5])
                     if cp.blob_digests() != refs.get(checkpoint_id, set()):
                         problems.append(
                             f"checkpoint {checkpoint_id}: its blob references disagree "
@@ -281,7 +256,7 @@ class SQLiteStore(StoreBase):
                     problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
                 for digest in sorted(refs.get(checkpoint_id, ())):
                     if digest not in states:
-                        states[digest] = _blob_state(db, digest)
+                        states[digest] = sql.blob_state(db, digest)
                     if states[digest] != "ok":
                         problems.append(
                             f"checkpoint {checkpoint_id}: blob {digest} is {states[digest]}"
@@ -329,14 +304,14 @@ class SQLiteStore(StoreBase):
             # connections; each connection is used by its own thread.
             conn = sqlite3.connect(
                 self._path,
-                timeout=_BUSY_TIMEOUT_S,
+                timeout=sql.BUSY_TIMEOUT_S,
                 isolation_level=None,
                 check_same_thread=False,
             )
         except sqlite3.Error as exc:
             raise CheckpointError(f"cannot open SQLite store {self._path}: {exc}") from exc
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
             self._enable_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             # Keep the write-ahead log small: checkpoint it into the database every
@@ -347,14 +322,14 @@ class SQLiteStore(StoreBase):
             conn.execute("PRAGMA journal_size_limit = 262144")
         except sqlite3.Error as exc:
             conn.close()
-            raise _translate(exc, self._path) from exc
+            raise sql.translate(exc, self._path) from exc
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         # Switching a new file to WAL needs an exclusive lock, and SQLite may report
         # SQLITE_BUSY for it without consulting the busy handler when several
         # processes open a new file at once; retry within the busy timeout.
-        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        deadline = time.monotonic() + sql.BUSY_TIMEOUT_S
         delay = 0.001
         while True:
             try:
@@ -376,13 +351,20 @@ class SQLiteStore(StoreBase):
             ).fetchone()
             if not exists:
                 db.execute("CREATE TABLE actorflow_schema (version INTEGER NOT NULL)")
-                for statement in _SCHEMA.split(";"):
+                for statement in sql.SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
                 return
             row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
-        version = row[0] if row else None
+            version = row[0] if row else None
+            if version == 2:
+                # Upgrading in place is safe while older processes still use the file:
+                # their statements run unchanged without these indexes (only slower).
+                for index in sql.DROPPED_IN_3:
+                    db.execute(f"DROP INDEX IF EXISTS {index}")
+                db.execute("UPDATE actorflow_schema SET version = ?", (SCHEMA_VERSION,))
+                return
         if isinstance(version, int) and version < SCHEMA_VERSION:
             raise UnsupportedFormat(
                 f"SQLite store {self._path} has actorflow schema {version}, written by an "
@@ -424,98 +406,4 @@ class SQLiteStore(StoreBase):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise _translate(exc, self._path) from exc
-
-
-def _translate(exc: sqlite3.Error, path: Path) -> CheckpointError:
-    # Plain DatabaseError is SQLite's "malformed" / "not a database"; its subclasses
-    # (locked, I/O error, closed connection, ...) are failures of the medium or of use.
-    if type(exc) in (sqlite3.DatabaseError, sqlite3.DataError):
-        return CheckpointCorrupt(f"SQLite store {path} is damaged: {exc}")
-    return CheckpointError(f"SQLite store {path}: {exc}")
-
-
-def _stored_subset(db: sqlite3.Connection, digests: Iterable[str]) -> set[str]:
-    """Which of ``digests`` are in the blobs table, in a few queries rather than one each."""
-    wanted = sorted(digests)
-    present: set[str] = set()
-    for start in range(0, len(wanted), 500):
-        batch = wanted[start : start + 500]
-        marks = ",".join("?" * len(batch))
-        query = f"SELECT digest FROM blobs WHERE digest IN ({marks})"
-        present.update(row[0] for row in db.execute(query, batch))
-    return present
-
-
-def _blob_state(db: sqlite3.Connection, digest: str) -> str:
-    row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
-    if row is None:
-        return "missing"
-    try:
-        verify_blob(digest, _as_bytes(row[0], f"blob {digest}"))
-    except CheckpointCorrupt:
-        return "corrupt"
-    return "ok"
-
-
-def _as_bytes(value: object, what: str) -> bytes:
-    if not isinstance(value, bytes):
-        raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
-    return value
-
-
-def _decode_row(row: tuple[object, ...]) -> Checkpoint:
-    checkpoint_id, session, workflow, kind, record = row
-    cp = decode_stored(str(checkpoint_id), _as_bytes(record, f"checkpoint {checkpoint_id}"))
-    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
-        raise CheckpointCorrupt(
-            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
-        )
-    return cp
-
-
-def _filters(
-    workflow: str | None, session: str | None, kind: CheckpointKind | None
-) -> tuple[str, tuple[str, ...]]:
-    clauses: builtins.list[str] = []
-    params: builtins.list[str] = []
-    for column, value in (("workflow", workflow), ("session", session)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if kind is not None:
-        clauses.append("kind = ?")
-        params.append(CheckpointKind(kind).value)
-    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
-
-
-def _delete(db: sqlite3.Connection, ids: builtins.list[str]) -> None:
-    """Delete records and then every blob that no remaining reference row names."""
-    blobs: set[int] = set()
-    for checkpoint_id in ids:
-        row = db.execute("SELECT rowid FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
-        if row is not None:
-            blobs.update(
-                r[0] for r in db.execute("SELECT blob FROM refs WHERE checkpoint = ?", (row[0],))
-            )
-            db.execute("DELETE FROM refs WHERE checkpoint = ?", (row[0],))
-        db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
-        db.execute("INSERT OR IGNORE INTO deleted (id) VALUES (?)", (checkpoint_id,))
-    for blob in sorted(blobs):
-        db.execute(
-            "DELETE FROM blobs WHERE id = ? AND NOT EXISTS"
-            " (SELECT 1 FROM refs WHERE refs.blob = blobs.id)",
-            (blob,),
-        )
-
-
-def _blob_ids(db: sqlite3.Connection, digests: Iterable[str]) -> dict[str, int]:
-    """Digest -> blob id for stored blobs, in a few queries rather than one each."""
-    wanted = sorted(digests)
-    ids: dict[str, int] = {}
-    for start in range(0, len(wanted), 500):
-        batch = wanted[start : start + 500]
-        marks = ",".join("?" * len(batch))
-        query = f"SELECT digest, id FROM blobs WHERE digest IN ({marks})"
-        ids.update(db.execute(query, batch))
-    return ids
+            raise sql.translate(exc, self._path) from exc

@@ -131,9 +131,9 @@ def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
         real_link = os.link
 
         def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            # Blob files are in place and the record's temp file is written and
-            # fsynced; the link that commits the record has not happened.
-            if gate.is_set() and str(dst).endswith(".ckpt"):
+            # The checkpoint's pack (record and new blobs) is written to its temp
+            # file and fsynced; the link that commits it has not happened.
+            if gate.is_set() and str(dst).endswith(".pack"):
                 _stop_here()
             real_link(src, dst, *args, **kwargs)
 

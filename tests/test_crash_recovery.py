@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graphs  # tests/ is on sys.path, as in the child
 
 CHILD = Path(__file__).resolve().parent / "crash_child.py"
+ROOT = CHILD.parent.parent  # the checkout under test
 SESSION = "crash"
 STORES = ["sqlite", "file"]
 
@@ -130,11 +131,15 @@ class Child:
         self.log = Path(config["log"])
         self._stderr_path = workdir / f"stderr-{time.monotonic_ns()}"
         with open(self._stderr_path, "wb") as stderr:
+            # The child must import the actorflow under test (this checkout), not
+            # whichever copy the interpreter has installed.
+            path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
             self.proc = subprocess.Popen(
                 [sys.executable, str(CHILD), json.dumps(config)],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": path},
             )
         self._buffer = b""
         self._lines: list[str] = []
@@ -331,8 +336,8 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
     killed.expect("BLOCKED")
     killed.kill()
     if block["at"] == "in_save" and store_kind == "file":
-        # The kill landed where claimed: the record was written to its temp file, not linked.
-        assert list((tmp_path / "store" / "checkpoints").glob(".tmp-*"))
+        # The kill landed where claimed: the pack was written to its temp file, not linked.
+        assert list((tmp_path / "store" / "packs").glob(".tmp-*"))
     with _open(store_kind, tmp_path) as store:
         latest = check_after_kill(store, killed)
         assert latest is not None and latest.superstep == latest_superstep

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-import shutil
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -71,14 +71,6 @@ def test_file_store_refuses_a_foreign_folder(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-def test_file_store_refuses_a_newer_layout(tmp_path: Path) -> None:
-    """A folder written with a newer layout raises UnsupportedFormat."""
-    FileStore(tmp_path / "s").close()
-    (tmp_path / "s" / "actorflow-store").write_bytes(b"actorflow FileStore layout 2\n")
-    with pytest.raises(UnsupportedFormat, match="layout 2"):
-        FileStore(tmp_path / "s")
-
-
 def test_file_store_leaves_no_temp_files(tmp_path: Path) -> None:
     """After saves, deletes and prunes, only final files remain."""
     with FileStore(tmp_path) as store:
@@ -89,53 +81,6 @@ def test_file_store_leaves_no_temp_files(tmp_path: Path) -> None:
             parent = checkpoint
         store.prune("session-a", 2)
     assert [p for p in tmp_path.rglob("*") if p.name.startswith(".tmp-")] == []
-
-
-def test_file_store_collects_a_crashed_writers_leftovers(tmp_path: Path) -> None:
-    """Temp files and unreferenced blobs of a crashed save vanish at the next collection."""
-    with FileStore(tmp_path) as store:
-        kept, blobs = make_checkpoint()
-        store.save(kept, blobs)
-        stray = tmp_path / "blobs" / "ab" / ("ab" * 32)
-        stray.parent.mkdir(exist_ok=True)
-        stray.write_bytes(b"orphan of a crash")
-        (tmp_path / "checkpoints" / ".tmp-crashed").write_bytes(b"half a record")
-        assert store.list() == [kept]
-        doomed, doomed_blobs = make_checkpoint()
-        store.save(doomed, doomed_blobs)
-        store.delete(doomed.id)
-        assert not stray.exists()
-        assert not (tmp_path / "checkpoints" / ".tmp-crashed").exists()
-        assert store.list() == [kept]
-        assert store.verify() == []
-
-
-def test_file_store_collects_nothing_while_a_record_is_unreadable(tmp_path: Path) -> None:
-    """If a record cannot be decoded, delete() keeps every blob (it may reference them)."""
-    with FileStore(tmp_path) as store:
-        damaged, damaged_blobs = make_checkpoint()
-        store.save(damaged, damaged_blobs)
-        (tmp_path / "checkpoints" / f"{damaged.id}.ckpt").write_bytes(b"\x00")
-        other, other_blobs = make_checkpoint()
-        store.save(other, other_blobs)
-        store.delete(other.id)
-        assert store.has_blobs(damaged_blobs) == set(damaged_blobs)
-        assert store.has_blobs(other_blobs) == set(other_blobs)
-        store.delete(damaged.id)
-        assert store.has_blobs([*damaged_blobs, *other_blobs]) == set()
-
-
-def test_file_store_detects_a_record_under_another_name(tmp_path: Path) -> None:
-    """A record file copied to another id's name is reported as corrupt."""
-    with FileStore(tmp_path) as store:
-        checkpoint, blobs = make_checkpoint()
-        store.save(checkpoint, blobs)
-        impostor = make_checkpoint()[0].id
-        records = tmp_path / "checkpoints"
-        shutil.copy(records / f"{checkpoint.id}.ckpt", records / f"{impostor}.ckpt")
-        with pytest.raises(CheckpointCorrupt, match=impostor):
-            store.load(impostor)
-        assert any(impostor in p for p in store.verify())
 
 
 def test_file_store_refuses_ids_unsafe_as_file_names(tmp_path: Path) -> None:
@@ -169,6 +114,29 @@ def test_sqlite_store_refuses_a_newer_schema(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(UnsupportedFormat, match="schema 99"):
         SQLiteStore(tmp_path / "s.db")
+
+
+def test_sqlite_store_upgrades_schema_2_in_place(tmp_path: Path) -> None:
+    """A schema-2 file (with the three indexes schema 3 dropped) opens, upgraded, data intact."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        first, blobs = make_checkpoint(session="s", chunks={"e": [b"shared", b"first only"]})
+        store.save(first, blobs)
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db, db:
+        db.execute("CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id)")
+        db.execute("CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id)")
+        db.execute("CREATE INDEX refs_by_blob ON refs (blob)")
+        db.execute("UPDATE actorflow_schema SET version = 2")
+    with SQLiteStore(tmp_path / "s.db") as store:
+        assert store.list() == [first]
+        second, more = make_checkpoint(session="s", parent=first, chunks={"e": [b"shared"]})
+        store.save(second, {})
+        store.delete(first.id)
+        assert store.verify() == []
+        assert store.has_blobs(blobs) == set(more)
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(3,)]
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert not names & {"checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob"}
 
 
 def test_sqlite_store_refuses_memory_paths() -> None:

@@ -1,0 +1,126 @@
+"""The in-process index of a FileStore's packs: which pack holds which blob, where.
+
+Nothing on disk maps a digest to its pack; the headers of the packs do, and this
+index caches them, so a save does not re-read any file to learn what is stored.
+
+Why the cache cannot go stale unnoticed: packs are immutable, and only a collection
+(``delete`` / ``prune``, holding the exclusive ``flock``) renames or unlinks them.
+Every collection first writes a new random token into the lock file (``.lock``,
+whose content nothing else uses; a save already has it open to take its ``flock``,
+so reading the token costs one ``pread``). The index is filled and consulted for
+decisions only under the store lock (shared or exclusive), and each such use
+starts with :meth:`PackIndex.sync`, which drops the whole cache when the token
+changed. So what the index says was read while no
+collection could run, and no collection has started since. Lock-free readers only
+use it as a hint: a pack gone or replaced under them sends them back through the
+locked path.
+
+The token is a signal between live processes, not durable state: after a crash
+every process starts with an empty cache, so it is written without fsync.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Set as AbstractSet
+from pathlib import Path
+
+from actorflow.errors import CheckpointCorrupt
+
+from ._pack import BLOBS_SUFFIX, RECORD_SUFFIX, PackHeader, read_header
+
+TOKEN_SIZE = 16
+
+
+def is_pack_name(name: str) -> bool:
+    """Whether a file name in the packs folder is a pack (record or blob-only)."""
+    return not name.startswith(".") and name.endswith((RECORD_SUFFIX, BLOBS_SUFFIX))
+
+
+class PackIndex:
+    """Digest -> (pack, span) for the packs of one folder, plus packs that cannot be read."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._lock = threading.Lock()
+        self._generation: bytes | None = None
+        self._packs: dict[str, PackHeader] = {}
+        self._where: dict[str, str] = {}
+        self.damaged: dict[str, tuple[int, str]] = {}
+        """Pack name -> (inode, why): packs whose header cannot be read."""
+
+    def sync(self, lock_fd: int) -> None:
+        """Drop the cache if a collection started since it was filled. Caller holds the lock."""
+        token = os.pread(lock_fd, TOKEN_SIZE, 0)
+        with self._lock:
+            if token != self._generation:
+                self._generation = token
+                self._packs.clear()
+                self._where.clear()
+                self.damaged.clear()
+
+    def bump(self, lock_fd: int) -> None:
+        """Announce a collection to every handle. Caller holds the exclusive lock."""
+        # In place, so the lock file keeps its inode (flocks are on it); no reader
+        # can see half a token, since readers hold the lock shared.
+        os.pwrite(lock_fd, os.urandom(TOKEN_SIZE), 0)
+        self.sync(lock_fd)
+
+    def scan(self) -> None:
+        """Index packs that appeared since the last scan, forget vanished ones. Caller holds the lock."""
+        with os.scandir(self._folder) as entries:
+            listed = {e.name: e.inode() for e in entries if is_pack_name(e.name)}
+        with self._lock:
+            gone = [n for n, h in self._packs.items() if listed.get(n) != h.inode]
+            for name in gone:
+                del self._packs[name]
+            for name in [n for n, (ino, _) in self.damaged.items() if listed.get(n) != ino]:
+                del self.damaged[name]
+            if gone:
+                self._rebuild_where()
+            new = [n for n in sorted(listed) if n not in self._packs and n not in self.damaged]
+        folder = os.fspath(self._folder)
+        for name in new:
+            try:
+                # Only the header is wanted: a small first read (it grows if needed).
+                header, _ = read_header(os.path.join(folder, name), listed[name], 2048)
+            except FileNotFoundError:
+                continue  # a crashed writer's leftover was removed meanwhile; nothing lost
+            except CheckpointCorrupt as exc:
+                with self._lock:
+                    self.damaged[name] = (listed[name], str(exc))
+                continue
+            self.add(name, header)
+
+    def add(self, name: str, header: PackHeader) -> None:
+        """Record a pack this handle wrote or read under the lock."""
+        with self._lock:
+            self._packs[name] = header
+            for digest in header.blobs:
+                self._where.setdefault(digest, name)
+
+    def locate(self, digest: str) -> tuple[str, int, tuple[int, int]] | None:
+        """(pack name, inode, span) of a blob, or None if the index does not know it."""
+        with self._lock:
+            name = self._where.get(digest)
+            if name is None:
+                return None
+            header = self._packs[name]
+            return name, header.inode, header.blobs[digest]
+
+    def known(self, digests: AbstractSet[str]) -> set[str]:
+        """The subset of ``digests`` the index knows a pack for."""
+        with self._lock:
+            return {d for d in digests if d in self._where}
+
+    def packs(self) -> dict[str, PackHeader]:
+        """A copy of name -> header for every readable indexed pack."""
+        with self._lock:
+            return dict(self._packs)
+
+    def _rebuild_where(self) -> None:
+        self._where.clear()
+        for name, header in sorted(self._packs.items()):
+            for digest in header.blobs:
+                self._where.setdefault(digest, name)

@@ -1,0 +1,150 @@
+"""SQLiteStore's schema and the SQL it runs, apart from the connection and transaction logic."""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from actorflow.errors import CheckpointCorrupt, CheckpointError
+
+from ._base import decode_stored
+from ._format import Checkpoint, CheckpointKind, verify_blob
+
+SCHEMA_VERSION = 3
+BUSY_TIMEOUT_S = 30.0
+# Each index is one more page written (and fsynced through the WAL) per save, so only
+# the indexes that a hot path needs exist: records by id (the primary key) and by
+# session (``latest(session=...)`` on resume). Filters by workflow or kind alone scan
+# the table, which is fine: ``list`` decodes every row it returns anyway. ``refs``
+# has no index by blob: collection finds the still-referenced candidates in one
+# scan per delete instead, which costs far less than that index did on every save
+# (it was written at ~one page per referenced blob, scattered: 13 of W3's 20 pages).
+SCHEMA = """
+CREATE TABLE checkpoints (
+    id         TEXT PRIMARY KEY,
+    session    TEXT NOT NULL,
+    workflow   TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    superstep  INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    parent_id  TEXT,
+    record     BLOB NOT NULL
+);
+CREATE INDEX checkpoints_by_session ON checkpoints (session, id);
+CREATE TABLE blobs (id INTEGER PRIMARY KEY, digest TEXT NOT NULL UNIQUE, data BLOB NOT NULL);
+CREATE TABLE refs (
+    checkpoint INTEGER NOT NULL,
+    blob       INTEGER NOT NULL,
+    PRIMARY KEY (checkpoint, blob)
+) WITHOUT ROWID;
+CREATE TABLE deleted (id TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+COLUMNS = "id, session, workflow, kind, record"
+# Schema 2 -> 3 dropped these indexes and nothing else: schema 3 is schema 2 minus them.
+DROPPED_IN_3 = ("checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob")
+
+
+def translate(exc: sqlite3.Error, path: Path) -> CheckpointError:
+    # Plain DatabaseError is SQLite's "malformed" / "not a database"; its subclasses
+    # (locked, I/O error, closed connection, ...) are failures of the medium or of use.
+    if type(exc) in (sqlite3.DatabaseError, sqlite3.DataError):
+        return CheckpointCorrupt(f"SQLite store {path} is damaged: {exc}")
+    return CheckpointError(f"SQLite store {path}: {exc}")
+
+
+def stored_subset(db: sqlite3.Connection, digests: Iterable[str]) -> set[str]:
+    """Which of ``digests`` are in the blobs table, in a few queries rather than one each."""
+    wanted = sorted(digests)
+    present: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        batch = wanted[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        query = f"SELECT digest FROM blobs WHERE digest IN ({marks})"
+        present.update(row[0] for row in db.execute(query, batch))
+    return present
+
+
+def blob_state(db: sqlite3.Connection, digest: str) -> str:
+    row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+    if row is None:
+        return "missing"
+    try:
+        verify_blob(digest, as_bytes(row[0], f"blob {digest}"))
+    except CheckpointCorrupt:
+        return "corrupt"
+    return "ok"
+
+
+def as_bytes(value: object, what: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
+    return value
+
+
+def decode_row(row: tuple[object, ...]) -> Checkpoint:
+    checkpoint_id, session, workflow, kind, record = row
+    cp = decode_stored(str(checkpoint_id), as_bytes(record, f"checkpoint {checkpoint_id}"))
+    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
+        raise CheckpointCorrupt(
+            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
+        )
+    return cp
+
+
+def filters(
+    workflow: str | None, session: str | None, kind: CheckpointKind | None
+) -> tuple[str, tuple[str, ...]]:
+    clauses: builtins.list[str] = []
+    params: builtins.list[str] = []
+    for column, value in (("workflow", workflow), ("session", session)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if kind is not None:
+        clauses.append("kind = ?")
+        params.append(CheckpointKind(kind).value)
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
+
+
+def delete(db: sqlite3.Connection, ids: builtins.list[str]) -> None:
+    """Delete records and then every blob that no remaining reference row names."""
+    blobs: set[int] = set()
+    for checkpoint_id in ids:
+        row = db.execute("SELECT rowid FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
+        if row is not None:
+            blobs.update(
+                r[0] for r in db.execute("SELECT blob FROM refs WHERE checkpoint = ?", (row[0],))
+            )
+            db.execute("DELETE FROM refs WHERE checkpoint = ?", (row[0],))
+        db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        db.execute("INSERT OR IGNORE INTO deleted (id) VALUES (?)", (checkpoint_id,))
+    candidates = sorted(blobs)
+    for start in range(0, len(candidates), 500):
+        batch = candidates[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        # One scan of refs per batch (refs has no index by blob, see SCHEMA).
+        query = f"SELECT DISTINCT blob FROM refs WHERE blob IN ({marks})"
+        kept = {r[0] for r in db.execute(query, batch)}
+        db.executemany(
+            "DELETE FROM blobs WHERE id = ?", [(blob,) for blob in batch if blob not in kept]
+        )
+
+
+def new_blob(db: sqlite3.Connection, digest: str, data: bytes) -> int:
+    row = db.execute("INSERT INTO blobs (digest, data) VALUES (?, ?)", (digest, data))
+    assert row.lastrowid is not None
+    return row.lastrowid
+
+
+def blob_ids(db: sqlite3.Connection, digests: Iterable[str]) -> dict[str, int]:
+    """Digest -> blob id for stored blobs, in a few queries rather than one each."""
+    wanted = sorted(digests)
+    ids: dict[str, int] = {}
+    for start in range(0, len(wanted), 500):
+        batch = wanted[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        query = f"SELECT digest, id FROM blobs WHERE digest IN ({marks})"
+        ids.update(db.execute(query, batch))
+    return ids
