@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("checkpoint_id")
     verify = actions.add_parser("verify", help="check every record, digest and reference")
     verify.add_argument("store")
-    prune = actions.add_parser("prune", help="keep the newest N checkpoints of a session")
+    prune = actions.add_parser("prune", help="keep the newest N checkpoints (cuts) of a session")
     prune.add_argument("store")
     prune.add_argument("--session", required=True)
     prune.add_argument("--keep", type=int, required=True)

@@ -6,7 +6,7 @@ Third-party stores need none of this; they implement the protocol however they l
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -91,6 +91,26 @@ def check_keep(keep: int) -> None:
     """Raise ValueError unless ``keep`` is a non-negative int."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
         raise ValueError(f"prune(keep=...) needs a non-negative int, got {keep!r}")
+
+
+def prune_plan(records: Iterable[tuple[str, str, str | None]], keep: int) -> builtins.list[str]:
+    """The ids ``prune(session, keep)`` deletes, oldest first.
+
+    ``records`` are one session's ``(id, kind, parent_id)``. The newest ``keep``
+    *cuts* (records of every kind but ``partial``) stay, and so do the partial
+    records whose parent is a kept cut: a partial record (one executor's finished
+    part of an unfinished superstep) means something only on top of its cut, and
+    counting it as a checkpoint would let ``keep=1`` delete the very cut a crashed
+    run resumes from.
+    """
+    ordered = sorted(records)
+    cuts = [checkpoint_id for checkpoint_id, kind, _ in ordered if kind != "partial"]
+    kept = set(cuts[len(cuts) - keep :]) if keep else set()
+    return [
+        checkpoint_id
+        for checkpoint_id, kind, parent in ordered
+        if checkpoint_id not in kept and not (kind == "partial" and parent in kept)
+    ]
 
 
 class StoreBase:

@@ -27,6 +27,7 @@ from ._base import (
     dangling,
     decode_stored,
     not_found,
+    prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, is_blob_digest, verify_blob
 from ._pack import RECORD_SUFFIX, BlobSource, read_record, read_spans, write_pack
@@ -243,12 +244,18 @@ class FileStore(StoreBase):
             self._forget([checkpoint_id], lock)
 
     def prune(self, session: str, keep: int) -> int:
-        """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
+        """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
         check_keep(keep)
         self._check_open()
         with self._locked(exclusive=True) as lock:
-            ids = [cp.id for cp in self._scan(self._ids()) if cp.session == session]
-            doomed = ids[: len(ids) - keep] if keep else ids
+            doomed = prune_plan(
+                (
+                    (cp.id, cp.kind.value, cp.parent_id)
+                    for cp in self._scan(self._ids())
+                    if cp.session == session
+                ),
+                keep,
+            )
             if doomed:
                 self._forget(doomed, lock)
             return len(doomed)

@@ -15,7 +15,7 @@ import pytest
 
 from actorflow.errors import CheckpointCorrupt, CheckpointNotFound
 
-from ._format import Checkpoint, blob_digest
+from ._format import Checkpoint, CheckpointKind, blob_digest
 from ._kit_base import (
     RICH_METADATA,
     WAIT_S,
@@ -91,6 +91,29 @@ class StressTests(KitBase):
         assert store.prune("s", 0) == 2
         assert store.sessions() == ["t"]
         assert store.has_blobs(own) == {own[0]}
+
+    def test_prune_counts_cuts_and_partial_records_follow_their_parent(
+        self, store: CheckpointStore
+    ) -> None:
+        """prune(keep=N) keeps N cuts; a partial record stays exactly when its parent does."""
+        first = save_new(store, session="s")
+        early = save_new(store, session="s", parent=first, kind=CheckpointKind.PARTIAL)
+        cut = save_new(store, session="s", parent=first)
+        # A crash mid-superstep: the newest records are partial parts on top of ``cut``.
+        parts = [
+            save_new(store, session="s", parent=cut, kind=CheckpointKind.PARTIAL) for _ in range(2)
+        ]
+        assert store.prune("s", 1) == 2  # ``first`` and its partial ``early``
+        assert store.list(session="s") == [cut, *parts]
+        assert store.latest(session="s") == parts[-1]
+        assert store.prune("s", 1) == 0
+        assert store.prune("s", 0) == 3
+        assert store.list(session="s") == []
+        assert (
+            store.has_blobs(d for cp in [first, early, cut, *parts] for d in cp.blob_digests())
+            == set()
+        )
+        assert store.verify() == []
 
     def test_prune_rejects_negative_keep(self, store: CheckpointStore) -> None:
         """prune() with a negative keep raises ValueError and deletes nothing."""

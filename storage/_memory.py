@@ -17,6 +17,7 @@ from ._base import (
     dangling,
     decode_stored,
     not_found,
+    prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 
@@ -145,12 +146,18 @@ class MemoryStore(StoreBase):
             self._delete(checkpoint_id)
 
     def prune(self, session: str, keep: int) -> int:
-        """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
+        """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
         check_keep(keep)
         with self._lock:
             self._check_open()
-            ids = self._matching(None, session, None)
-            doomed = ids[: len(ids) - keep] if keep else ids
+            index = self._index
+            doomed = prune_plan(
+                (
+                    (i, index[i].kind, index[i].parent_id)
+                    for i in self._matching(None, session, None)
+                ),
+                keep,
+            )
             for checkpoint_id in doomed:
                 self._delete(checkpoint_id)
             return len(doomed)

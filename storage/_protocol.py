@@ -129,9 +129,13 @@ class CheckpointStore(Protocol):
         ...
 
     def prune(self, session: str, keep: int) -> int:
-        """Keep the newest ``keep`` records of ``session``, delete the rest.
+        """Keep the newest ``keep`` cuts of ``session``, delete the rest.
 
-        Blobs are collected only when no remaining record of any session uses them.
+        A cut is a record of any kind but ``partial``. Partial records (one
+        executor's finished part of a superstep whose barrier was not reached) do
+        not count: one is kept exactly when its parent cut is, since it means
+        nothing without it. Blobs are collected only when no remaining record of
+        any session uses them.
 
         Returns:
             How many records were deleted.

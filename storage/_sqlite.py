@@ -27,6 +27,7 @@ from ._base import (
     checked_blobs,
     dangling,
     not_found,
+    prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._sqlite_sql import SCHEMA_VERSION
@@ -214,13 +215,13 @@ class SQLiteStore(StoreBase):
             sql.delete(db, [checkpoint_id])
 
     def prune(self, session: str, keep: int) -> int:
-        """Keep the newest ``keep`` records of ``session``; returns how many were deleted."""
+        """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
         check_keep(keep)
         with self._write() as db:
             rows = db.execute(
-                "SELECT id FROM checkpoints WHERE session = ? ORDER BY id DESC", (session,)
+                "SELECT id, kind, parent_id FROM checkpoints WHERE session = ?", (session,)
             ).fetchall()
-            doomed = [r[0] for r in rows[keep:]]
+            doomed = prune_plan(rows, keep)
             sql.delete(db, doomed)
         return len(doomed)
 
