@@ -121,8 +121,9 @@ class CountingStore(af.SQLiteStore):
 
 
 @pytest.mark.timeout(30)
-def test_partial_records_whose_cut_was_pruned_give_a_clear_error(tmp_path: Path) -> None:
-    """If pruning left only partial records, resuming says so instead of failing obscurely."""
+def test_partial_records_whose_cut_was_deleted_give_a_clear_error(tmp_path: Path) -> None:
+    """If deleting cuts left only partial records, resuming says so instead of failing
+    obscurely (prune never does this: partial records follow their parent cut)."""
     db = tmp_path / "p.db"
     SLOW.add("w2")
     crashed_wf = build()
@@ -132,7 +133,9 @@ def test_partial_records_whose_cut_was_pruned_give_a_clear_error(tmp_path: Path)
     store = af.SQLiteStore(db)
     try:
         assert PARTIALS_SAVED.wait(10)
-        store.prune("s", keep=3)
+        for cp in store.list(session="s"):
+            if cp.kind is not CheckpointKind.PARTIAL:
+                store.delete(cp.id)
         assert {cp.kind for cp in store.list(session="s")} == {CheckpointKind.PARTIAL}
         with build() as fresh, pytest.raises(af.CheckpointNotFound, match="no longer stored"):
             fresh.resume(store, session="s")
