@@ -198,15 +198,19 @@ class Restored:
         state: RunState,
         extra: dict[str, Any],
         completed: dict[str, tuple[list[Any], list[str]]] | None = None,
+        known: Mapping[str, bytes] | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.state = state
         self.extra = extra
         self.completed = completed or {}
         """Executor -> (report, snapshot digests) of the next superstep, finished before a crash."""
+        known = known or {}
         self.snapshots: dict[str, list[tuple[str, bytes | None]]] = {
-            eid: [(d, None) for d in digests] for eid, digests in checkpoint.executors.items()
+            eid: [(d, known.get(d)) for d in digests]
+            for eid, digests in checkpoint.executors.items()
         }
+        """Executor -> its snapshot chunks: bytes already in hand, or None (read from the store)."""
 
 
 def load_for_resume(
@@ -260,7 +264,24 @@ def load_for_resume(
     state, extra = RunState.from_bytes(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
-    return Restored(checkpoint, state, extra, completed)
+    return Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+
+
+def _blueprint_chunks(spec: GraphSpec) -> dict[str, bytes]:
+    """Digest -> bytes of every blueprint chunk of the graph.
+
+    A snapshot chunk whose digest matches one of these needs no read from the store:
+    the builder hashed these very bytes, so they are what the store would return
+    after verifying them. State that grows from its initial value (a long list with
+    items appended) keeps most of its chunks equal to the blueprint's, so a resume
+    reads only what changed since the workflow was built. The bytes are immutable
+    and shared by nothing mutable.
+    """
+    return {
+        digest: chunk
+        for program in spec.programs.values()
+        for digest, chunk in zip(program.blueprint_digests, program.blueprint, strict=True)
+    }
 
 
 def _newest_cut(store: CheckpointStore, orphan: Checkpoint) -> Checkpoint:

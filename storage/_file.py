@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import os
 import re
@@ -30,7 +31,15 @@ from ._base import (
     prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, is_blob_digest, verify_blob
-from ._pack import RECORD_SUFFIX, BlobSource, read_record, read_spans, write_pack
+from ._pack import (
+    RECORD_SUFFIX,
+    BlobSource,
+    encode_hints,
+    read_pack_hints,
+    read_record,
+    read_spans,
+    write_pack,
+)
 from ._packindex import PackIndex
 
 if sys.platform != "win32":
@@ -38,6 +47,9 @@ if sys.platform != "win32":
 
 # Ids become file names: no separators, no leading dot, bounded length.
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
+# Record packs read lately, whose hints say where their blobs are: a resume reads
+# the blobs of the record it just loaded (see _find).
+_RECENT_RECORDS = 4
 
 
 class FileStore(StoreBase):
@@ -94,6 +106,7 @@ class FileStore(StoreBase):
         self._deleted = self._root / "deleted"
         gc.open_layout(self._root)
         self._index = PackIndex(self._packs)
+        self._recent: collections.deque[str] = collections.deque(maxlen=_RECENT_RECORDS)
 
     @staticmethod
     def upgrade(path: str | os.PathLike[str]) -> None:
@@ -142,7 +155,10 @@ class FileStore(StoreBase):
                 new: builtins.list[tuple[str, int, BlobSource]] = [
                     (d, len(given[d]), given[d]) for d in sorted(given) if d not in stored
                 ]
-                header = write_pack(self._packs, final, record, new)
+                # Where the other blobs are, so a handle that never read this folder
+                # finds them without reading every pack header (see _find).
+                hints = encode_hints(self._index.locations(digests & stored))
+                header = write_pack(self._packs, final, record, new, hints)
                 if header is None:
                     raise already_stored(checkpoint.id)
                 self._index.add(final.name, header)
@@ -317,10 +333,29 @@ class FileStore(StoreBase):
         it look for packs written by other handles; those of ``also`` do not.
         """
         known = self._index.known(digests)
-        if len(known) < len(digests):  # written by another handle since we looked
-            self._index.scan()
+        if len(known) < len(digests):  # not indexed here yet: look on disk
+            self._find(digests)
             known = self._index.known(digests)
         return known | self._index.known(also)
+
+    def _find(self, digests: AbstractSet[str]) -> None:
+        """Index the packs holding ``digests``, as far as stored. Caller holds the lock.
+
+        The records read lately name, in their hints, the packs holding their blobs
+        (a resume wants the blobs of the record it just loaded): reading those few
+        headers usually suffices. Only if it does not (hints stale after a
+        collection, a record without hints, blobs of another record) is every
+        header read. Either way only headers read under the lock enter the index.
+        """
+        for name in reversed(list(self._recent)):  # a copy: other threads append
+            try:
+                _, hinted = read_pack_hints(os.path.join(self._packs, name))
+            except (FileNotFoundError, CheckpointCorrupt):
+                continue  # gone or damaged: the scan below decides
+            self._index.read_named([name, *hinted])
+            if len(self._index.known(digests)) == len(digests):
+                return
+        self._index.scan()
 
     def _read_blobs(self, digests: builtins.list[str]) -> dict[str, bytes] | None:
         """The bytes of the indexed ones among ``digests``; None if a pack moved meanwhile."""
@@ -362,13 +397,17 @@ class FileStore(StoreBase):
         )
 
     def _read(self, checkpoint_id: str) -> Checkpoint:
+        name = f"{checkpoint_id}{RECORD_SUFFIX}"
         try:
-            data = read_record(self._packs / f"{checkpoint_id}{RECORD_SUFFIX}")
+            data = read_record(self._packs / name)
         except FileNotFoundError:
             raise not_found(checkpoint_id) from None
         except CheckpointCorrupt as exc:
             raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
-        return decode_stored(checkpoint_id, data)
+        checkpoint = decode_stored(checkpoint_id, data)
+        if not self._recent or self._recent[-1] != name:
+            self._recent.append(name)
+        return checkpoint
 
     def _scan(self, ids: Iterable[str]) -> Iterator[Checkpoint]:
         for checkpoint_id in ids:

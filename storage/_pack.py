@@ -8,16 +8,26 @@ changed; collection only renames or unlinks whole packs. Layout::
     header                          msgpack [record_length, [[digest (32 raw bytes), length], ...]]
     record                          record_length bytes (0: a blob-only pack)
     blobs                           each blob's bytes, in header order
+    hints (optional)                b"AFHINT01", body length, body crc32, body:
+                                    msgpack [name of another pack holding a blob the record uses, ...]
 
 The header has its own checksum because it locates everything else; the record and
 the blobs carry theirs (the record's frame digest, the blob's sha256 address), so a
 pack needs no checksum over its whole body and a read touches only what it needs.
+
+The hints let a store handle that has not read the folder find a record's blobs by
+reading a few pack headers instead of all of them. They are only hints: a reader
+trusts nothing in them but names to look at, and a damaged, stale or missing hint
+trailer costs a scan of every header, never a wrong answer. They sit after the
+blobs, where readers that do not know them never look (a pack's spans end at its
+last blob), so packs with and without hints mix freely in one folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable
@@ -29,7 +39,12 @@ import msgpack
 from actorflow.errors import CheckpointCorrupt
 
 MAGIC = b"AFPACK01"
-_PREFIX = struct.Struct(">8sII")
+HINT_MAGIC = b"AFHINT01"
+_PREFIX = struct.Struct(">8sII")  # magic, length, crc32: for the header and for the hints
+# Hints name packs, so they stay small; a bound keeps a damaged length from making
+# a reader allocate gigabytes. A record whose hints would not fit simply has none.
+MAX_HINTS_BYTES = 1 << 20
+_PACK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 TMP = ".tmp-"
 RECORD_SUFFIX = ".pack"
 BLOBS_SUFFIX = ".blobs"
@@ -46,6 +61,8 @@ class PackHeader:
     """Offset and length of the record; length 0 in a blob-only pack."""
     blobs: dict[str, tuple[int, int]]
     """Hex digest -> offset and length."""
+    end: int = 0
+    """Offset just past the last blob: where the hints start, if the pack has any."""
 
 
 def encode_header(record_length: int, blobs: Iterable[tuple[str, int]]) -> bytes:
@@ -85,7 +102,7 @@ def parse_header(name: str, data: bytes, inode: int) -> PackHeader | int:
             offset += length
     except Exception as exc:  # a crc collision on garbage: still never a crash
         raise CheckpointCorrupt(f"pack {name} has a malformed header: {exc}") from exc
-    return PackHeader(inode, (end, record_length), blobs)
+    return PackHeader(inode, (end, record_length), blobs, offset)
 
 
 def read_header(
@@ -100,22 +117,76 @@ def read_header(
         FileNotFoundError: no such pack (collected or renamed meanwhile).
         CheckpointCorrupt: the header is damaged.
     """
-    name = os.path.basename(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        if inode is None:
-            inode = os.fstat(fd).st_ino
-        data = os.pread(fd, first, 0)
-        while True:
-            parsed = parse_header(name, data, inode)
-            if isinstance(parsed, PackHeader):
-                return parsed, data
-            more = os.pread(fd, parsed - len(data), len(data))
-            if not more:
-                raise CheckpointCorrupt(f"pack {name} is truncated inside its header")
-            data += more
+        return _read_header(fd, os.path.basename(path), inode, first)
     finally:
         os.close(fd)
+
+
+def _read_header(fd: int, name: str, inode: int | None, first: int) -> tuple[PackHeader, bytes]:
+    if inode is None:
+        inode = os.fstat(fd).st_ino
+    data = os.pread(fd, first, 0)
+    while True:
+        parsed = parse_header(name, data, inode)
+        if isinstance(parsed, PackHeader):
+            return parsed, data
+        more = os.pread(fd, parsed - len(data), len(data))
+        if not more:
+            raise CheckpointCorrupt(f"pack {name} is truncated inside its header")
+        data += more
+
+
+def read_pack_hints(path: str) -> tuple[PackHeader, list[str]]:
+    """A record pack's header and the names its hints give (``[]`` if it has none).
+
+    Hints are advisory (see the module docstring): a trailer that is missing,
+    truncated, damaged or malformed gives ``[]``, and only well-formed pack names
+    (no separators, no leading dot) are returned.
+
+    Raises:
+        FileNotFoundError: no such pack.
+        CheckpointCorrupt: the pack's header is damaged.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        header, data = _read_header(fd, os.path.basename(path), None, _FIRST_READ)
+        start = header.end
+        if len(data) < start + _PREFIX.size:
+            data = os.pread(fd, 4096, start)  # one more read, usually the whole trailer
+            start = 0
+        if len(data) < start + _PREFIX.size:
+            return header, []
+        magic, size, crc = _PREFIX.unpack_from(data, start)
+        if magic != HINT_MAGIC or size > MAX_HINTS_BYTES:
+            return header, []
+        body = data[start + _PREFIX.size : start + _PREFIX.size + size]
+        if len(body) < size:
+            body = os.pread(fd, size, header.end + _PREFIX.size)
+    finally:
+        os.close(fd)
+    return header, _parse_hints(body, size, crc)
+
+
+def _parse_hints(body: bytes, size: int, crc: int) -> list[str]:
+    if len(body) != size or zlib.crc32(body) != crc:
+        return []
+    try:
+        names = msgpack.unpackb(body, raw=False, use_list=True)
+    except Exception:  # noqa: BLE001 - a hint that cannot be read is no hint
+        return []
+    if type(names) is not list:
+        return []
+    return [n for n in names if type(n) is str and _PACK_NAME.fullmatch(n)]
+
+
+def encode_hints(names: Iterable[str]) -> bytes:
+    """The hint trailer naming these packs; empty if there are none or too many."""
+    body: bytes = msgpack.packb(sorted(names), use_bin_type=True)
+    if body == b"\x90" or len(body) > MAX_HINTS_BYTES:
+        return b""
+    return _PREFIX.pack(HINT_MAGIC, len(body), zlib.crc32(body)) + body
 
 
 def read_record(path: Path) -> bytes:
@@ -161,20 +232,25 @@ BlobSource = bytes | Callable[[], bytes]
 
 
 def write_pack(
-    folder: Path, final: Path, record: bytes, blobs: list[tuple[str, int, BlobSource]]
+    folder: Path,
+    final: Path,
+    record: bytes,
+    blobs: list[tuple[str, int, BlobSource]],
+    hints: bytes = b"",
 ) -> PackHeader | None:
     """Durably create the pack ``final``; returns its header, or None if ``final`` existed.
 
     Temp file (a unique name, created with ``O_EXCL``), write, fsync, ``link(2)`` into
     place (fails atomically on an existing name, so two writers of one id cannot
     overwrite each other), folder fsync: one file fsync and one folder fsync per pack.
+    ``hints`` (from :func:`encode_hints`) go after the blobs.
     """
     head = encode_header(len(record), [(d, n) for d, n, _ in blobs])
     fd, tmp = _create_temp(os.fspath(folder))
     try:
         try:
             if all(isinstance(source, bytes) for _, _, source in blobs):
-                parts = [head, record, *(source for _, _, source in blobs)]
+                parts = [head, record, *(source for _, _, source in blobs), hints]
                 _write_all(fd, [p for p in parts if isinstance(p, bytes)])
             else:
                 _write_all(fd, [head, record])
@@ -183,6 +259,7 @@ def write_pack(
                     if len(data) != length:
                         raise CheckpointCorrupt(f"blob {digest} changed length while being packed")
                     _write_all(fd, [data])
+                _write_all(fd, [hints])
             os.fsync(fd)
             inode = os.fstat(fd).st_ino
         finally:
@@ -260,6 +337,7 @@ def mutate_pack(
         entries = [(d, blob[1](b) if d == blob[0] else b) for d, b in entries]
     tmp = path.with_name(f"{TMP}damage-{path.name}")
     head = encode_header(len(new_record), [(d, len(b)) for d, b in entries])
-    tmp.write_bytes(head + new_record + b"".join(b for _, b in entries))
+    hints = data[header.end :]  # kept: they name other packs, which did not change
+    tmp.write_bytes(head + new_record + b"".join(b for _, b in entries) + hints)
     os.replace(tmp, path)
     return True

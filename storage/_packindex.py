@@ -93,6 +93,31 @@ class PackIndex:
                 continue
             self.add(name, header)
 
+    def read_named(self, names: list[str]) -> None:
+        """Index these packs (those not indexed yet) by reading their headers. Caller holds the lock.
+
+        What a hint names may be gone (collected) or no pack at all; both are skipped,
+        so a stale hint only means the caller falls back to :meth:`scan`.
+        """
+        folder = os.fspath(self._folder)
+        with self._lock:
+            new = [n for n in names if is_pack_name(n) and n not in self._packs]
+        for name in new:
+            try:
+                header, _ = read_header(os.path.join(folder, name), None, 2048)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+            except CheckpointCorrupt as exc:
+                with self._lock:
+                    self.damaged[name] = (header_inode(folder, name), str(exc))
+                continue
+            self.add(name, header)
+
+    def locations(self, digests: AbstractSet[str]) -> set[str]:
+        """The names of the indexed packs holding these digests (those it knows)."""
+        with self._lock:
+            return {self._where[d] for d in digests if d in self._where}
+
     def add(self, name: str, header: PackHeader) -> None:
         """Record a pack this handle wrote or read under the lock."""
         with self._lock:
@@ -124,3 +149,11 @@ class PackIndex:
         for name, header in sorted(self._packs.items()):
             for digest in header.blobs:
                 self._where.setdefault(digest, name)
+
+
+def header_inode(folder: str, name: str) -> int:
+    """The inode of a pack (0 if it vanished): how :meth:`PackIndex.scan` tells packs apart."""
+    try:
+        return os.stat(os.path.join(folder, name)).st_ino
+    except OSError:
+        return 0
