@@ -17,6 +17,7 @@ the chunk omitted when the runner already reported that digest.
 
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Any
 
@@ -43,8 +44,36 @@ _PACKERS = _Packers()  # a Packer is not thread-safe; building one per frame cos
 
 def pack(frame: Any) -> bytes:
     """Encode a protocol frame (plain msgpack types only)."""
+    if type(frame) is list and frame and all(type(item) is bytes for item in frame):
+        return _pack_chunks(frame)
     data: bytes = _PACKERS.packer.pack(frame)
     return data
+
+
+def _pack_chunks(chunks: list[bytes]) -> bytes:
+    """A list of bytes (a snapshot's chunks: up to megabytes), as msgpack, in one copy.
+
+    The same bytes as the Packer's, which would copy the chunks into a buffer it grows
+    by doubling and then copy that buffer out: on a new thread every page of both is a
+    fresh page fault (~0.4 ms per MB on the test VM). A restore on a fresh supervisor
+    thread paid ~0.9 ms for the 1 MB snapshot of W4; one join pays about half that.
+    """
+    parts: list[bytes] = [_PACKERS.packer.pack_array_header(len(chunks))]
+    for chunk in chunks:
+        size = len(chunk)
+        if size < 0x100:
+            parts.append(_BIN8.pack(0xC4, size))
+        elif size < 0x10000:
+            parts.append(_BIN16.pack(0xC5, size))
+        else:
+            parts.append(_BIN32.pack(0xC6, size))
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+_BIN8 = struct.Struct(">BB")
+_BIN16 = struct.Struct(">BH")
+_BIN32 = struct.Struct(">BI")
 
 
 def pack_map_header(size: int) -> bytes:

@@ -1,5 +1,6 @@
 """A resume reads only what it needs: the packs a record's hints name, the chunks that
-differ from the blueprint; and what it reads is still verified."""
+differ from the blueprint; what it reads is still verified; and the chunks it hands a
+host are framed in one copy."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 import actorflow as af
 from actorflow.errors import CheckpointCorrupt
+from actorflow.runtime._wire import pack, unpack
 from actorflow.storage import Checkpoint, FileStore, _packindex, blob_digest
 from actorflow.storage._pack import HINT_MAGIC, encode_hints, read_pack_hints
 from actorflow.storage.conformance import FileStoreFactory, make_checkpoint
@@ -218,3 +221,15 @@ def test_a_corrupt_changed_chunk_still_fails_the_resume(tmp_path: Path) -> None:
         pytest.raises(CheckpointCorrupt),
     ):
         s.run(2)
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [[0], [1, 255, 256, 65535, 65536, 70000], [5] * 15, [5] * 16, [3] * 65536],
+    ids=["empty-chunk", "every-bin-size", "fixarray", "array16", "array32"],
+)
+def test_a_list_of_chunks_is_framed_exactly_as_msgpack_frames_it(sizes: list[int]) -> None:
+    """The one-copy framing of a restore's chunks is byte-identical to msgpack's."""
+    chunks = [os.urandom(n) for n in sizes]
+    assert pack(chunks) == msgpack.packb(chunks, use_bin_type=True)
+    assert unpack(pack(chunks)) == chunks
