@@ -23,7 +23,7 @@ from ._context import Context
 from ._edges import OutEdge, route
 from ._executor import Executor, HandlerInfo
 from ._types import type_label
-from ._wire import RESPONSE, SINGLE, pack, unpack
+from ._wire import RESPONSE, SINGLE, pack, split_digests, unpack
 
 __all__ = [
     "RESPONSE_SOURCE",
@@ -172,13 +172,18 @@ class ExecutorRunner:
     def call(self, method: str, payload: bytes) -> bytes:
         """Answer one request from the supervisor (see :mod:`._wire`)."""
         if self._instance is None and method != "restore":
-            self._install(self._program.initial_state())
+            program = self._program
+            known = list(zip(program.blueprint_digests, program.blueprint, strict=True))
+            self._install(program.initial_state(), known)
         if method == "step":
             return self._step(payload)
         if method == "snapshot":
             return pack(self._snapshot())
         if method == "restore":
-            self._install(decode_state(unpack(payload)))
+            field, *chunks = unpack(payload)
+            self._install(
+                decode_state(chunks), list(zip(split_digests(field), chunks, strict=True))
+            )
             return b""
         raise ValueError(f"unknown runner method {method!r}")
 
@@ -188,7 +193,10 @@ class ExecutorRunner:
 
     # --- internals ------------------------------------------------------------
 
-    def _install(self, state: dict[str, Any]) -> None:
+    def _install(self, state: dict[str, Any], known: list[tuple[str, bytes]]) -> None:
+        """Build the instance from ``state``, whose chunks ``known`` (digest, bytes) the
+        supervisor already holds: the next snapshot elides them and, where a chunk is
+        unchanged, skips hashing it."""
         program = self._program
         cls = program.cls
         instance = cls.__new__(cls)
@@ -207,8 +215,8 @@ class ExecutorRunner:
             live[name] = made
         instance._af_live = live
         self._instance = instance
-        self._reported.clear()
-        self._previous = []
+        self._reported = {digest for digest, _ in known}
+        self._previous = known
 
     def _handler_for(self, value: object) -> tuple[Callable[..., Any], HandlerInfo] | None:
         instance = self._instance

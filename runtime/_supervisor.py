@@ -36,7 +36,7 @@ from ._lastgood import LastGood
 from ._logging import get_logger
 from ._policy import Durability, RestartPolicy, Restarts
 from ._state import RunState
-from ._wire import SINGLE, pack, unpack
+from ._wire import SINGLE, pack, restore_digests, unpack
 
 __all__ = ["Driver"]
 
@@ -112,7 +112,7 @@ class Driver(CheckpointSteps):
         if initial:
             self._last.prefetch([d for chunks in initial.values() for d, c in chunks if c is None])
         restores = [
-            self._call(eid, "restore", pack(self._last.resolve(initial[eid])))
+            self._call(eid, "restore", self._restore_request(initial[eid]))
             for eid in ids
             if initial and eid in initial
         ]
@@ -457,4 +457,9 @@ class Driver(CheckpointSteps):
         self._hung.discard(target)
 
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
-        self._call(target, "restore", pack(self._last.resolve(chunks))).get(timeout=60)
+        self._call(target, "restore", self._restore_request(chunks)).get(timeout=60)
+
+    def _restore_request(self, chunks: list[tuple[str, bytes | None]]) -> bytes:
+        # The digests travel along: the runner then never re-hashes or re-sends a
+        # chunk this driver (or the store) already holds.
+        return pack([restore_digests([d for d, _ in chunks]), *self._last.resolve(chunks)])

@@ -12,7 +12,12 @@ a fan-in group index >= 0 (payload: list of values, in source order), or
 ``step`` report: ``[sends, outputs, requests, snapshot]``; a send is
 ``[target, group, payload]``, a request ``[request_id, payload, response_type]``,
 and the snapshot (only when asked for) is a list of ``[digest, chunk or None]``,
-the chunk omitted when the runner already reported that digest.
+the chunk omitted when the runner already reported that digest (or was given it
+by a ``restore`` or its blueprint: the supervisor holds those).
+
+``restore`` request: ``[digests, chunk, chunk, ...]``, ``digests`` being the
+chunks' hex digests concatenated, as bytes (so the frame stays a list of bytes,
+packed in one copy).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ __all__ = [
     "RESPONSE",
     "SINGLE",
     "pack",
+    "restore_digests",
+    "split_digests",
     "unpack",
 ]
 
@@ -74,6 +81,20 @@ def _pack_chunks(chunks: list[bytes]) -> bytes:
 _BIN8 = struct.Struct(">BB")
 _BIN16 = struct.Struct(">BH")
 _BIN32 = struct.Struct(">BI")
+
+
+_HEX_DIGEST = 64
+
+
+def restore_digests(digests: list[str]) -> bytes:
+    """The ``digests`` field of a ``restore`` request (see the module docstring)."""
+    return "".join(digests).encode("ascii")
+
+
+def split_digests(field: bytes) -> list[str]:
+    """The inverse of :func:`restore_digests`."""
+    text = field.decode("ascii")
+    return [text[i : i + _HEX_DIGEST] for i in range(0, len(text), _HEX_DIGEST)]
 
 
 def pack_map_header(size: int) -> bytes:
