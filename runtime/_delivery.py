@@ -20,17 +20,23 @@ from ._job import Payload
 __all__ = ["AsyncSink", "QueueSink", "materialize", "outputs_of", "pending_of"]
 
 
+_WITH_VALUE = (ev.OutputEvent, ev.RequestEvent)
+"""The event types that carry an encoded value (a :class:`Payload`)."""
+
+
 def materialize(event: ev.Event) -> ev.Event:
     """Return ``event`` with any encoded value decoded into a fresh object."""
-    value = getattr(event, "value", None)
+    if type(event) not in _WITH_VALUE:
+        return event  # most events: nothing encoded inside
+    value = event.value  # type: ignore[attr-defined]  # both types have one
     if isinstance(value, Payload):
-        return dataclasses.replace(event, value=decode(value))  # type: ignore[call-arg]  # only events with a value field get here
+        return dataclasses.replace(event, value=decode(value))  # type: ignore[call-arg]  # both types have a value field
     return event
 
 
 def outputs_of(raw: list[ev.Event]) -> list[Any]:
     """Decode the outputs of a run, independently of the events' copies."""
-    return [decode(e.value) for e in raw if isinstance(e, ev.OutputEvent)]
+    return [decode(e.value) for e in raw if type(e) is ev.OutputEvent]
 
 
 def pending_of(pending: Mapping[str, list[Any]]) -> tuple[ev.PendingRequest, ...]:

@@ -468,13 +468,14 @@ class Session:
 
     def _finish(self, job: RunJob, raw: list[Any], end: End) -> ev.RunResult:
         end.raise_error()
-        raw = [e for e in raw if not isinstance(e, End)]
+        if raw and type(raw[-1]) is End:
+            raw.pop()  # the supervisor emits the End last
         return ev.RunResult(
             run_id=job.run_id,
             status=end.status,
             outputs=outputs_of(raw),
             events=[materialize(e) for e in raw],
-            supersteps=sum(1 for e in raw if isinstance(e, ev.SuperstepCompletedEvent)),
+            supersteps=sum(1 for e in raw if type(e) is ev.SuperstepCompletedEvent),
             pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )

@@ -51,7 +51,14 @@ _PACKERS = _Packers()  # a Packer is not thread-safe; building one per frame cos
 
 def pack(frame: Any) -> bytes:
     """Encode a protocol frame (plain msgpack types only)."""
-    if type(frame) is list and frame and all(type(item) is bytes for item in frame):
+    # A restore frame is a list of bytes; every other frame starts with something else,
+    # so looking at the first item first keeps the check off the hot path.
+    if (
+        type(frame) is list
+        and frame
+        and type(frame[0]) is bytes
+        and all(type(item) is bytes for item in frame)
+    ):
         return _pack_chunks(frame)
     data: bytes = _PACKERS.packer.pack(frame)
     return data

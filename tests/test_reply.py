@@ -21,6 +21,10 @@ class Worker(LeanActor):
     def __init__(self, gate: threading.Event | None = None) -> None:
         super().__init__()
         self.gate = gate
+        self.label = "worker"
+
+    def double(self, n: int) -> int:
+        return n * 2
 
     def on_receive(self, message: Any) -> Any:
         if message == "wait":
@@ -104,3 +108,12 @@ def test_an_interrupt_inside_get_does_not_strand_later_getters() -> None:
     future.set("answer")
     assert future._done.acquire(timeout=0)  # as if an interrupt hit between acquire and release
     assert future.get(timeout=0.01) == "answer"
+
+
+def test_pykka_messages_still_reach_pykkas_own_dispatch(worker: pykka.ActorRef[Worker]) -> None:
+    """Plain tuples skip pykka's checks; its proxy and stop messages (NamedTuples) do not."""
+    proxy = worker.proxy()
+    assert proxy.double(21).get(timeout=5) == 42
+    assert proxy.label.get(timeout=5) == "worker"
+    assert worker.ask(("a", "tuple"), timeout=5) == ("echo", ("a", "tuple"))
+    assert worker.ask(len, timeout=5) == ("echo", len)  # a builtin is not a plain function
