@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -80,6 +81,18 @@ class ExecutorProgram:
     )
     # The decoded blueprint, kept only when every value in it is immutable: then a
     # shallow copy is as private as a fresh decode, and much cheaper.
+    blueprint_chunks: tuple[tuple[str, bytes], ...] = field(
+        init=False, compare=False, hash=False, repr=False
+    )
+    """(digest, chunk) pairs of the blueprint: what a fresh instance's supervisor holds."""
+    blueprint_digest_set: frozenset[str] = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Derived once here rather than at every install (a one-off run installs every
+        # executor afresh). object.__setattr__ is how a frozen dataclass sets its own.
+        pairs = tuple(zip(self.blueprint_digests, self.blueprint, strict=True))
+        object.__setattr__(self, "blueprint_chunks", pairs)
+        object.__setattr__(self, "blueprint_digest_set", frozenset(self.blueprint_digests))
 
     def __call__(self) -> ExecutorRunner:
         """Make the runner (called by the host, on its thread)."""
@@ -158,8 +171,8 @@ class ExecutorRunner:
         self._program = program
         self._instance: Executor | None = None
         self._loop: HostLoop | None = None
-        self._reported: set[str] = set()
-        self._previous: list[tuple[str, bytes]] = []
+        self._reported: AbstractSet[str] = frozenset()
+        self._previous: Sequence[tuple[str, bytes]] = ()
 
     # --- Hosted protocol ------------------------------------------------------
 
@@ -173,17 +186,17 @@ class ExecutorRunner:
         """Answer one request from the supervisor (see :mod:`._wire`)."""
         if self._instance is None and method != "restore":
             program = self._program
-            known = list(zip(program.blueprint_digests, program.blueprint, strict=True))
-            self._install(program.initial_state(), known)
+            self._install(
+                program.initial_state(), program.blueprint_chunks, program.blueprint_digest_set
+            )
         if method == "step":
             return self._step(payload)
         if method == "snapshot":
             return pack(self._snapshot())
         if method == "restore":
             field, *chunks = unpack(payload)
-            self._install(
-                decode_state(chunks), list(zip(split_digests(field), chunks, strict=True))
-            )
+            known = tuple(zip(split_digests(field), chunks, strict=True))
+            self._install(decode_state(chunks), known, frozenset(d for d, _ in known))
             return b""
         raise ValueError(f"unknown runner method {method!r}")
 
@@ -193,7 +206,12 @@ class ExecutorRunner:
 
     # --- internals ------------------------------------------------------------
 
-    def _install(self, state: dict[str, Any], known: list[tuple[str, bytes]]) -> None:
+    def _install(
+        self,
+        state: dict[str, Any],
+        known: Sequence[tuple[str, bytes]],
+        known_digests: AbstractSet[str],
+    ) -> None:
         """Build the instance from ``state``, whose chunks ``known`` (digest, bytes) the
         supervisor already holds: the next snapshot elides them and, where a chunk is
         unchanged, skips hashing it."""
@@ -215,7 +233,8 @@ class ExecutorRunner:
             live[name] = made
         instance._af_live = live
         self._instance = instance
-        self._reported = {digest for digest, _ in known}
+        # Both are replaced, never mutated, by the next snapshot: sharing is safe.
+        self._reported = known_digests
         self._previous = known
 
     def _handler_for(self, value: object) -> tuple[Callable[..., Any], HandlerInfo] | None:
