@@ -151,6 +151,16 @@ def _holder_workflow(items: Iterable[int] = range(2000)) -> af.Workflow:
     return af.WorkflowBuilder("holder", start=Holder("h", list(items))).build()
 
 
+def _checkpoint_after_one_run(folder: Path) -> Checkpoint:
+    """Run the holder once in session ``s`` on a FileStore in ``folder``; its last record."""
+    with FileStore(folder) as store, _holder_workflow() as wf:
+        with wf.session("s", store=store) as s:
+            assert s.run(1).outputs == [2001]
+        stored = store.latest(session="s")
+    assert stored is not None
+    return stored
+
+
 class Recording:
     """Wraps a store's blob reads, recording the digests asked for."""
 
@@ -174,11 +184,7 @@ class Recording:
 
 def test_a_resume_reads_only_the_chunks_that_differ_from_the_blueprint(tmp_path: Path) -> None:
     """A grown list shares most chunks with the blueprint: only the others are read."""
-    with FileStore(tmp_path) as store, _holder_workflow() as wf:
-        with wf.session("s", store=store) as s:
-            assert s.run(1).outputs == [2001]
-        stored = store.latest(session="s")
-    assert stored is not None
+    stored = _checkpoint_after_one_run(tmp_path)
     with FileStore(tmp_path) as store, _holder_workflow() as wf:
         blueprint = set(wf._spec.programs["h"].blueprint_digests)
         recording = Recording(store)
@@ -191,11 +197,7 @@ def test_a_resume_reads_only_the_chunks_that_differ_from_the_blueprint(tmp_path:
 
 def test_a_resume_with_another_blueprint_reads_every_chunk(tmp_path: Path) -> None:
     """Blueprint bytes stand in only for chunks with the same digest."""
-    with FileStore(tmp_path) as store, _holder_workflow() as wf:
-        with wf.session("s", store=store) as s:
-            s.run(1)
-        stored = store.latest(session="s")
-    assert stored is not None
+    stored = _checkpoint_after_one_run(tmp_path)
     with FileStore(tmp_path) as store, _holder_workflow(range(5, 2005)) as wf:
         recording = Recording(store)
         with wf.resume(store, session="s") as s:
@@ -205,11 +207,7 @@ def test_a_resume_with_another_blueprint_reads_every_chunk(tmp_path: Path) -> No
 
 def test_a_corrupt_changed_chunk_still_fails_the_resume(tmp_path: Path) -> None:
     """The chunks a resume does read are verified: damage raises CheckpointCorrupt."""
-    with FileStore(tmp_path) as store, _holder_workflow() as wf:
-        with wf.session("s", store=store) as s:
-            s.run(1)
-        stored = store.latest(session="s")
-    assert stored is not None
+    stored = _checkpoint_after_one_run(tmp_path)
     with _holder_workflow() as probe:
         blueprint = set(probe._spec.programs["h"].blueprint_digests)
     changed = [d for d in stored.executors["h"] if d not in blueprint]
