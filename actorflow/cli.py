@@ -6,6 +6,7 @@
     actorflow checkpoints show STORE CHECKPOINT_ID
     actorflow checkpoints verify STORE
     actorflow checkpoints prune STORE --session S --keep N
+    actorflow checkpoints upgrade STORE
     actorflow graph MODULE:ATTRIBUTE [--format mermaid]
     actorflow demo
 """
@@ -72,7 +73,20 @@ def _size(payload: Any) -> str:
     return type(payload).__name__
 
 
+def _upgrade(path: str) -> int:
+    # Before opening: a store of an older layout refuses to open, naming this command.
+    if Path(path).is_dir():
+        FileStore.upgrade(path)
+        print(f"{path}: FileStore layout is current")
+    else:
+        SQLiteStore(path).close()  # a SQLite store upgrades its schema when opened
+        print(f"{path}: SQLiteStore schema is current")
+    return 0
+
+
 def _checkpoints(args: argparse.Namespace) -> int:
+    if args.action == "upgrade":
+        return _upgrade(args.store)
     store = open_store(args.store)
     try:
         if args.action == "list":
@@ -168,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     prune.add_argument("store")
     prune.add_argument("--session", required=True)
     prune.add_argument("--keep", type=int, required=True)
+    upgrade = actions.add_parser(
+        "upgrade", help="bring a store written by an older actorflow to the current layout"
+    )
+    upgrade.add_argument("store")
     ckpt.set_defaults(func=_checkpoints)
 
     graph = commands.add_parser("graph", help="draw a workflow graph")

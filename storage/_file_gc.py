@@ -68,8 +68,8 @@ def open_layout(root: Path) -> None:
         raise UnsupportedFormat(
             f"{root} uses FileStore layout 1 (a file per blob and per record), written by an "
             f"older actorflow; this one reads layout 2. Convert it once, while no process "
-            f"uses it, with actorflow.FileStore.upgrade({str(root)!r}), or keep using the "
-            "older actorflow."
+            f"uses it, with actorflow.FileStore.upgrade({str(root)!r}) (or the command "
+            f"`actorflow checkpoints upgrade {root}`), or keep using the older actorflow."
         )
     if layout.startswith(_LAYOUT_PREFIX):
         raise UnsupportedFormat(

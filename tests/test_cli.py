@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_file_store import write_layout_1  # tests/ is on sys.path
 
 import actorflow as af
 from actorflow.cli import main
+from actorflow.storage import FileStore, SQLiteStore, encode_checkpoint
+from actorflow.storage.conformance import make_checkpoint
 
 
 class Count(af.Executor):
@@ -104,3 +107,22 @@ def test_show_describes_a_partial_record_without_decoding_payloads() -> None:
         "outputs": 1,
         "requests": 0,
     }
+
+
+def test_upgrade_converts_an_old_filestore_folder_and_is_a_no_op_on_current_stores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`checkpoints upgrade` is the command the layout-1 refusal names; it is idempotent."""
+    old = tmp_path / "old"
+    checkpoint, blobs = make_checkpoint(session="s")
+    write_layout_1(old, {checkpoint.id: encode_checkpoint(checkpoint)}, blobs)
+    assert main(["checkpoints", "list", str(old)]) == 2
+    assert "checkpoints upgrade" in capsys.readouterr().err
+    assert main(["checkpoints", "upgrade", str(old)]) == 0
+    assert main(["checkpoints", "upgrade", str(old)]) == 0
+    with FileStore(old) as store:
+        assert store.list() == [checkpoint]
+    db = tmp_path / "s.db"
+    SQLiteStore(db).close()
+    assert main(["checkpoints", "upgrade", str(db)]) == 0
+    assert "schema is current" in capsys.readouterr().out
