@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from types import TracebackType
 from typing import Self
 
@@ -40,8 +41,11 @@ def decode_stored(checkpoint_id: str, record: bytes) -> Checkpoint:
     return checkpoint
 
 
-def checked_blobs(checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> dict[str, bytes]:
-    """The blobs of a save that the record references, each verified against its key.
+def checked_blobs(
+    checkpoint: Checkpoint, blobs: Mapping[str, bytes], referenced: AbstractSet[str]
+) -> dict[str, bytes]:
+    """The blobs of a save that the record references (``referenced``: its
+    ``blob_digests()``, which the caller needs too), each verified against its key.
 
     Every given blob is verified, referenced or not, so a caller's hashing bug is
     reported where it happens rather than when some later record needs the blob.
@@ -51,7 +55,6 @@ def checked_blobs(checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> dict[st
     """
     if not blobs:
         return {}  # the common case: a checkpoint whose state did not change
-    referenced = checkpoint.blob_digests()
     kept: dict[str, bytes] = {}
     for digest, data in blobs.items():
         # bytes(...) copies a mutable buffer, so the caller cannot change it under us.

@@ -134,8 +134,8 @@ class FileStore(StoreBase):
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
         """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
-        given = checked_blobs(checkpoint, blobs)
         digests = checkpoint.blob_digests()
+        given = checked_blobs(checkpoint, blobs, digests)
         self._check_open()
         if not _SAFE_ID.fullmatch(checkpoint.id):
             raise CheckpointError(f"checkpoint id {checkpoint.id!r} is not usable as a file name")

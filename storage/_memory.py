@@ -59,8 +59,8 @@ class MemoryStore(StoreBase):
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
         """Store a record and its new blobs atomically (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
-        given = checked_blobs(checkpoint, blobs)
         digests = checkpoint.blob_digests()
+        given = checked_blobs(checkpoint, blobs, digests)
         with self._lock:
             self._check_open()
             if checkpoint.id in self._records:

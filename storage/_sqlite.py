@@ -90,8 +90,9 @@ class SQLiteStore(StoreBase):
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
         """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
-        given = checked_blobs(checkpoint, blobs)
-        digests = sorted(checkpoint.blob_digests())
+        referenced = checkpoint.blob_digests()
+        given = checked_blobs(checkpoint, blobs, referenced)
+        digests = sorted(referenced)
         cp = checkpoint
         with self._write() as db:
             # The primary key refuses a second record with this id; no SELECT first.
