@@ -89,6 +89,10 @@ class Restarts:
         self._overrides = overrides
         self._trackers: dict[str, RestartTracker] = {}
 
+    def reset(self) -> None:
+        """Forget every restart counted so far."""
+        self._trackers.clear()
+
     @property
     def active(self) -> bool:
         """Whether any executor may be restarted (so last good states must be kept)."""

@@ -358,6 +358,23 @@ class Session:
             driver.completed = dict(restored.completed)
         return driver
 
+    def _recyclable(self) -> bool:
+        """Whether this idle one-off session can serve another one-off run (see ``_recycle``)."""
+        return not self._closed and self._started and self._driver.reusable
+
+    def _recycle(self) -> None:
+        """Turn this idle one-off session into a new one on the same warm actors.
+
+        It gets a new id; every executor is rebuilt from its blueprint by its next
+        call, and nothing of the last run (state in flight, restart counts, faults,
+        a cancel) carries over. Caller: the workflow, which owns this session alone.
+        """
+        self._id = os.urandom(16).hex()
+        self._driver.renew(self._id)
+        self._answers_queued = False
+        if self._cancel.is_set():
+            self._cancel = threading.Event()
+
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosed(f"session {self._id!r} is closed; open a new one")

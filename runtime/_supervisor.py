@@ -90,6 +90,30 @@ class Driver(CheckpointSteps):
 
     # --- lifecycle ----------------------------------------------------------------
 
+    def renew(self, session: str) -> None:
+        """Start over on the same hosts, for an unrelated run (a recycled one-off session).
+
+        Nothing of the last run survives: in-flight state, restart counters, last good
+        states and injected faults are dropped, and each executor's next call reloads
+        its program, so every run gets fresh instances built from the blueprints.
+        """
+        assert self.reusable, "only a driver without store, failure or hung host is renewed"
+        self.session = session
+        self.state = RunState()
+        self.faults.clear()
+        self.completed.clear()
+        self._restarts.reset()
+        self._last = LastGood(None)
+        self.broken = None
+        self._log = _log.bind(workflow=self.spec.name, session=session)
+        self._load_programs(sorted(self.hosts), None)
+
+    @property
+    def reusable(self) -> bool:
+        """Whether :meth:`renew` may hand these hosts to an unrelated run: no store
+        (its lineage is the session's), nothing broken, no host abandoned mid-handler."""
+        return self.checkpointer is None and self.broken is None and not self._hung
+
     def start_hosts(self, initial: dict[str, list[tuple[str, bytes | None]]] | None = None) -> None:
         """Borrow hosts for every executor; restore ``initial`` snapshots into them now,
         and let the others load their blueprint with their first call."""
