@@ -56,24 +56,29 @@ def collect(
         # The common case (a chain or a cycle): nothing to order, no need for callbacks.
         [(executor, future)] = futures.items()
         return [_one(executor, future, limits.get(executor), started)]
-    arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
     deadlines = {
         e: started + limit for e, limit in limits.items() if limit is not None and e in futures
     }
-    # Every answer is queued as it lands; the last one also releases ``all_in``. A
-    # caller with nothing to do per answer sleeps until all are in: one wake-up of
-    # this thread per superstep instead of one per executor, the difference being
-    # ~25 us of thread hand-off each.
+    # The last answer to land releases ``all_in``. A caller with nothing to do per
+    # answer and no deadline sleeps until then: one wake-up of this thread per
+    # superstep instead of one per executor (~25 us of thread hand-off each), and
+    # no per-answer bookkeeping at all.
     all_in = threading.Lock()
     all_in.acquire()
-    count, landed = len(futures), itertools.count(1).__next__
+    landed = partial(_count_down, itertools.count(1).__next__, len(futures), all_in)
+    if on_answer is None and not deadlines:
+        for future in futures.values():
+            future.add_done_callback(landed)
+        all_in.acquire()
+        return [_taken(executor, futures[executor]) for executor in sorted(futures)]
+    # Otherwise answers are also queued as they land, to be taken in completion order.
+    arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
     for executor, future in futures.items():
-        future.add_done_callback(partial(_landed, arrived, executor, landed, count, all_in))
+        future.add_done_callback(partial(_landed, arrived, executor, landed))
     if on_answer is None:
-        earliest = min(deadlines.values(), default=None)
-        all_in.acquire(
-            True, -1.0 if earliest is None else max(earliest - time.monotonic(), 0.0)
-        )  # on a deadline, the loop below sorts out who is late
+        earliest = min(deadlines.values())
+        # On a deadline, the loop below sorts out who is late.
+        all_in.acquire(True, max(earliest - time.monotonic(), 0.0))
     outstanding = set(futures)
     outcomes: list[Outcome] = []
     while outstanding:
@@ -92,29 +97,31 @@ def collect(
         if executor not in outstanding:
             continue  # answered after its deadline: abandoned
         outstanding.discard(executor)
-        try:
-            answer = futures[executor].get(timeout=0)
-        except Exception as exc:  # noqa: BLE001 - any failure of the call is the executor's
-            outcomes.append((executor, None, exc))
-            continue
-        outcomes.append((executor, answer, None))
-        if on_answer is not None:
-            on_answer(executor, answer, len(outstanding))
+        outcome = _taken(executor, futures[executor])
+        outcomes.append(outcome)
+        if on_answer is not None and outcome[1] is not None:
+            on_answer(executor, outcome[1], len(outstanding))
     outcomes.sort(key=lambda o: o[0])
     return outcomes
 
 
-def _landed(
-    arrived: queue.SimpleQueue[str],
-    executor: str,
-    landed: Callable[[], int],
-    count: int,
-    all_in: threading.Lock,
-) -> None:
-    # On the answering host's thread. SimpleQueue.put and count's __next__ are atomic.
-    arrived.put(executor)
+def _count_down(landed: Callable[[], int], count: int, all_in: threading.Lock) -> None:
+    # On the answering host's thread; count's __next__ is atomic.
     if landed() == count:
         all_in.release()
+
+
+def _landed(arrived: queue.SimpleQueue[str], executor: str, count_down: Callable[[], None]) -> None:
+    arrived.put(executor)  # atomic
+    count_down()
+
+
+def _taken(executor: str, future: HostFuture) -> Outcome:
+    """The outcome of a future that has its answer."""
+    try:
+        return (executor, future.get(timeout=0), None)
+    except Exception as exc:  # noqa: BLE001 - any failure of the call is the executor's
+        return (executor, None, exc)
 
 
 def _one(executor: str, future: HostFuture, limit: float | None, started: float) -> Outcome:

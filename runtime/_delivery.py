@@ -7,7 +7,6 @@ caller's side decodes each one, so every value a caller sees is its own copy.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import queue
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,18 +19,26 @@ from ._job import Payload
 __all__ = ["AsyncSink", "QueueSink", "materialize", "outputs_of", "pending_of"]
 
 
-_WITH_VALUE = (ev.OutputEvent, ev.RequestEvent)
-"""The event types that carry an encoded value (a :class:`Payload`)."""
-
-
 def materialize(event: ev.Event) -> ev.Event:
     """Return ``event`` with any encoded value decoded into a fresh object."""
-    if type(event) not in _WITH_VALUE:
-        return event  # most events: nothing encoded inside
-    value = event.value  # type: ignore[attr-defined]  # both types have one
-    if isinstance(value, Payload):
-        return dataclasses.replace(event, value=decode(value))  # type: ignore[call-arg]  # both types have a value field
-    return event
+    kind = type(event)
+    if kind is ev.OutputEvent:
+        e: Any = event
+        if type(e.value) is Payload:
+            return ev.OutputEvent(e.run_id, e.superstep, e.time, e.executor, decode(e.value))
+    elif kind is ev.RequestEvent:
+        e = event
+        if type(e.value) is Payload:
+            return ev.RequestEvent(
+                e.run_id,
+                e.superstep,
+                e.time,
+                e.request_id,
+                e.executor,
+                decode(e.value),
+                e.response_type,
+            )
+    return event  # most events: nothing encoded inside
 
 
 def outputs_of(raw: list[ev.Event]) -> list[Any]:

@@ -22,7 +22,7 @@ from actorflow.errors import EncodeError, UnroutableMessage
 
 from ._context import Context
 from ._edges import OutEdge, route
-from ._executor import Executor, HandlerInfo
+from ._executor import Executor, HandlerInfo, Resource
 from ._types import type_label
 from ._wire import RESPONSE, SINGLE, pack, split_digests, unpack
 
@@ -86,6 +86,10 @@ class ExecutorProgram:
     )
     """(digest, chunk) pairs of the blueprint: what a fresh instance's supervisor holds."""
     blueprint_digest_set: frozenset[str] = field(init=False, compare=False, hash=False, repr=False)
+    resources: tuple[tuple[str, Resource[Any]], ...] = field(
+        init=False, compare=False, hash=False, repr=False
+    )
+    """The class's resources, (attribute name, resource) in definition order."""
 
     def __post_init__(self) -> None:
         # Derived once here rather than at every install (a one-off run installs every
@@ -93,6 +97,7 @@ class ExecutorProgram:
         pairs = tuple(zip(self.blueprint_digests, self.blueprint, strict=True))
         object.__setattr__(self, "blueprint_chunks", pairs)
         object.__setattr__(self, "blueprint_digest_set", frozenset(self.blueprint_digests))
+        object.__setattr__(self, "resources", tuple(self.cls._af_resources().items()))
 
     def __call__(self) -> ExecutorRunner:
         """Make the runner (called by the host, on its thread)."""
@@ -225,7 +230,7 @@ class ExecutorRunner:
             program.code.attach(instance)
         instance.restore(state)
         live: dict[str, Any] = {}
-        for name, res in cls._af_resources().items():
+        for name, res in program.resources:
             made = res.factory()
             if inspect.isawaitable(made):
                 assert self._loop is not None
