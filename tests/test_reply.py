@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from typing import Any
 import pykka
 import pytest
 
+import actorflow as af
 from actorflow.actors import LeanActor, ReplyFuture
 
 
@@ -117,3 +119,32 @@ def test_pykka_messages_still_reach_pykkas_own_dispatch(worker: pykka.ActorRef[W
     assert proxy.label.get(timeout=5) == "worker"
     assert worker.ask(("a", "tuple"), timeout=5) == ("echo", ("a", "tuple"))
     assert worker.ask(len, timeout=5) == ("echo", len)  # a builtin is not a plain function
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="scheduling policies are Linux's")
+def test_actor_threads_do_not_preempt_their_wakers() -> None:
+    """Actor threads run SCHED_BATCH (no wakeup preemption: fewer context switches per
+    hand-off), which a thread a handler starts inherits and may change back."""
+
+    class Probe(af.Executor):
+        @af.handler
+        def on_num(self, n: int, ctx: af.Context) -> None:
+            seen: list[int] = []
+
+            def child_work() -> None:
+                seen.append(_policy())
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                seen.append(_policy())
+
+            child = threading.Thread(target=child_work)
+            child.start()
+            child.join(timeout=10)
+            ctx.output([_policy(), *seen])
+
+    with af.WorkflowBuilder("probe", start=Probe("p")).build() as wf:
+        assert wf.run(1).outputs == [[os.SCHED_BATCH, os.SCHED_BATCH, os.SCHED_OTHER]]
+    assert _policy() == os.SCHED_OTHER, "the caller's own thread is left alone"
+
+
+def _policy() -> int:
+    return os.sched_getscheduler(0)
