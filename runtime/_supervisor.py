@@ -96,6 +96,10 @@ class Driver(CheckpointSteps):
         Nothing of the last run survives: in-flight state, restart counters, last good
         states and injected faults are dropped, and each executor's next call reloads
         its program, so every run gets fresh instances built from the blueprints.
+
+        The one call not made on the supervisor thread: its owner calls it between
+        runs, while no job is queued, and the next job, queued after it through the
+        actor's inbox, sees every write.
         """
         assert self.reusable, "only a driver without store, failure or hung host is renewed"
         self.session = session
