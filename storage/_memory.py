@@ -60,26 +60,30 @@ class MemoryStore(StoreBase):
         """Store a record and its new blobs atomically (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         digests = checkpoint.blob_digests()
-        given = checked_blobs(checkpoint, blobs, digests)
+        given = checked_blobs(checkpoint, blobs, digests) if blobs else {}
+        # str(): the kind's plain value, so the entry holds only str (see _Entry).
+        # Digests in no order: verify() sorts them when it needs to.
+        entry = _Entry(
+            checkpoint.session,
+            checkpoint.workflow,
+            str(checkpoint.kind),
+            checkpoint.parent_id,
+            tuple(digests),
+        )
         with self._lock:
             self._check_open()
             if checkpoint.id in self._records:
                 raise already_stored(checkpoint.id)
-            missing = [d for d in digests if d not in given and d not in self._blobs]
+            stored, refs = self._blobs, self._refs
+            missing = [d for d in digests if d not in given and d not in stored]
             if missing:
                 raise dangling(checkpoint, missing)
             for digest in digests:
-                if digest not in self._blobs:
-                    self._blobs[digest] = given[digest]
-                self._refs[digest] = self._refs.get(digest, 0) + 1
+                if digest not in stored:
+                    stored[digest] = given[digest]
+                refs[digest] = refs.get(digest, 0) + 1
             self._records[checkpoint.id] = record
-            self._index[checkpoint.id] = _Entry(
-                checkpoint.session,
-                checkpoint.workflow,
-                checkpoint.kind.value,
-                checkpoint.parent_id,
-                tuple(sorted(digests)),
-            )
+            self._index[checkpoint.id] = entry
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""

@@ -144,6 +144,18 @@ def test_handmade_frame_of_current_version_decodes() -> None:
     assert decode_checkpoint(frame(FORMAT_VERSION, body_of(cp))) == cp
 
 
+@pytest.mark.parametrize("runtime_size", [0, 150, 300, 70_000])
+def test_encoding_is_the_documented_frame_byte_for_byte(runtime_size: int) -> None:
+    """encode_checkpoint writes exactly what msgpack writes for the frame and body,
+    whichever bin header (8, 16 or 32 bit) the body's size needs."""
+    cp = make(runtime=b"r" * runtime_size, metadata={})
+    data = encode_checkpoint(cp)
+    assert data == frame(FORMAT_VERSION, body_of(cp))
+    # Encoding on another thread (its own packer) gives the same bytes.
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(encode_checkpoint, cp).result() == data
+
+
 def test_encode_refuses_other_format_version() -> None:
     """Only FORMAT_VERSION can be written."""
     with pytest.raises(UnsupportedFormat):
