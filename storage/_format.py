@@ -324,6 +324,19 @@ _PREFIX_HASH = hashlib.sha256(f"{_MAGIC}:{FORMAT_VERSION}:".encode())
 class _Packers(threading.local):
     def __init__(self) -> None:
         self.packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+        # The last record's executors (a copy), their order, and their raw digests:
+        # a lineage's records mostly name the same chunks as the one before.
+        self.executors: dict[str, tuple[str, ...]] = {}
+        self.order: list[str] = []
+        self.raw_executors: dict[str, bytes] = {}
+
+    def raw_digests(self, executors: Mapping[str, tuple[str, ...]]) -> dict[str, bytes]:
+        """``executors`` with each digest tuple as its 32-byte digests, concatenated."""
+        if executors == self.executors and list(executors) == self.order:
+            return self.raw_executors
+        raw = {k: bytes.fromhex("".join(v)) for k, v in executors.items()}
+        self.executors, self.order, self.raw_executors = dict(executors), list(executors), raw
+        return raw
 
 
 _PACKERS = _Packers()  # a Packer is not thread-safe, and msgpack.packb builds one per call
@@ -347,7 +360,8 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
             f"cannot write checkpoint format {cp.format_version}: "
             f"this actorflow writes format {FORMAT_VERSION} only"
         )
-    body: bytes = _PACKERS.packer.pack(
+    packers = _PACKERS
+    body: bytes = packers.packer.pack(
         {
             "id": cp.id,
             "parent_id": cp.parent_id,
@@ -355,11 +369,11 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
             "workflow": cp.workflow,
             "graph_signature": cp.graph_signature,
             "superstep": cp.superstep,
-            "kind": cp.kind.value,
+            "kind": str(cp.kind),
             "created_at": cp.created_at,
             # Digests travel as raw 32-byte strings, concatenated per executor: a record
             # names every chunk of every executor, and hex would double its size.
-            "executors": {k: bytes.fromhex("".join(v)) for k, v in cp.executors.items()},
+            "executors": packers.raw_digests(cp.executors),
             "runtime": cp.runtime,
             "metadata": cp.metadata,
         }

@@ -1,4 +1,4 @@
-"""The checkpoint writer's per-lineage caches: records follow every change of the state."""
+"""The checkpoint path's caches: records and last good states follow every change."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import msgpack
 
 import actorflow as af
 from actorflow.runtime._checkpointing import Checkpointer
+from actorflow.runtime._lastgood import LastGood
 from actorflow.runtime._policy import CheckpointPolicy
 from actorflow.runtime._state import PackedEntries, RunState
 from actorflow.runtime._wire import pack
@@ -113,3 +114,17 @@ def test_runtime_record_is_one_msgpack_map_with_the_extra_entries() -> None:
             use_bin_type=True,
         )
         assert state.to_bytes(extra) == expected
+
+
+def test_last_good_holds_exactly_the_chunks_some_snapshot_uses() -> None:
+    """Remembering a snapshot keeps the bytes it uses and forgets those nothing uses."""
+    last = LastGood(None)
+    last.remember("a", [("d1", b"1"), ("d2", b"2")])
+    last.remember("b", [("d2", None)])
+    last.remember("a", [("d1", None), ("d2", None)])  # unchanged: nothing to forget
+    assert last.chunks == {"d1": b"1", "d2": b"2"}
+    last.remember("a", [("d3", b"3")])
+    assert last.chunks == {"d2": b"2", "d3": b"3"}  # d2 is still b's
+    last.remember("b", [("d3", None)])
+    assert last.chunks == {"d3": b"3"}
+    assert last.snapshot_of("a") == [("d3", b"3")] and last.exact(["a", "b"])

@@ -156,6 +156,22 @@ def test_encoding_is_the_documented_frame_byte_for_byte(runtime_size: int) -> No
         assert pool.submit(encode_checkpoint, cp).result() == data
 
 
+def test_each_record_encodes_its_own_executors_in_their_order() -> None:
+    """Records encoded one after another each carry their own executors, in their order."""
+    one, two = blob_digest(b"1"), blob_digest(b"2")
+    variants: list[dict[str, tuple[str, ...]]] = [
+        {"a": (one,), "b": (two,)},
+        {"a": (one,), "b": (two,)},
+        {"b": (two,), "a": (one,)},
+        {"a": (two,), "b": (two,)},
+        {"a": (one, two)},
+        {},
+    ]
+    for executors in variants * 2:
+        decoded = decode_checkpoint(encode_checkpoint(make(executors=executors)))
+        assert list(decoded.executors.items()) == list(executors.items())
+
+
 def test_encode_refuses_other_format_version() -> None:
     """Only FORMAT_VERSION can be written."""
     with pytest.raises(UnsupportedFormat):
