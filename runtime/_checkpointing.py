@@ -91,14 +91,20 @@ class Checkpointer:
             self._executors, self._referenced = executors, referenced
         # A digest neither known stored nor in hand was stored by a partial record (or
         # is missing, which the store refuses loudly: it never saves a dangling record).
-        fresh = referenced - self._stored
+        fresh = referenced - self._stored if referenced is not self._stored else None
         blobs = {d: chunks[d] for d in fresh if d in chunks} if fresh else {}
-        checkpoint = self._record(
-            _KINDS.get(kind) or CheckpointKind(kind),
-            superstep,
-            executors,
-            state.to_bytes(self._packed_graph),
-            metadata,
+        checkpoint = Checkpoint._from_runtime(
+            id=new_checkpoint_id(),
+            parent_id=self.last_id,
+            session=self.session,
+            workflow=self.spec.name,
+            graph_signature=self.spec.signature,
+            superstep=superstep,
+            kind=_KINDS.get(kind) or CheckpointKind(kind),
+            created_at=time.time(),
+            executors=dict(executors),
+            runtime=state.to_bytes(self._packed_graph),
+            metadata=metadata,
         )
         if self.policy.durability is Durability.SYNC or kind == "entry":
             self.store.save(checkpoint, blobs)

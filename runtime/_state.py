@@ -76,7 +76,7 @@ class RunState:
                 "inbox": self.inbox,
                 "fan_in": {str(g): srcs for g, srcs in fan_in.items()} if fan_in else {},
                 "pending": self.pending,
-                "answered": sorted(self.answered),
+                "answered": sorted(self.answered) if self.answered else [],
             }
         )
         # Splice the extra entries into the packed map: with fewer than 16 entries the

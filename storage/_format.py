@@ -324,19 +324,23 @@ _PREFIX_HASH = hashlib.sha256(f"{_MAGIC}:{FORMAT_VERSION}:".encode())
 class _Packers(threading.local):
     def __init__(self) -> None:
         self.packer = msgpack.Packer(use_bin_type=True, autoreset=True)
-        # The last record's executors (a copy), their order, and their raw digests:
-        # a lineage's records mostly name the same chunks as the one before.
-        self.executors: dict[str, tuple[str, ...]] = {}
-        self.order: list[str] = []
-        self.raw_executors: dict[str, bytes] = {}
 
-    def raw_digests(self, executors: Mapping[str, tuple[str, ...]]) -> dict[str, bytes]:
-        """``executors`` with each digest tuple as its 32-byte digests, concatenated."""
-        if executors == self.executors and list(executors) == self.order:
-            return self.raw_executors
-        raw = {k: bytes.fromhex("".join(v)) for k, v in executors.items()}
-        self.executors, self.order, self.raw_executors = dict(executors), list(executors), raw
-        return raw
+
+# The last record's executors (a copy), their order, and their raw digests: a
+# lineage's records mostly name the same chunks as the one before. Replaced whole,
+# never changed, so threads racing on it at worst miss.
+_last_raw: tuple[dict[str, tuple[str, ...]], list[str], dict[str, bytes]] = ({}, [], {})
+
+
+def _raw_digests(executors: Mapping[str, tuple[str, ...]]) -> dict[str, bytes]:
+    """``executors`` with each digest tuple as its 32-byte digests, concatenated."""
+    global _last_raw  # noqa: PLW0603  # a one-entry cache, replaced atomically
+    cached = _last_raw
+    if executors == cached[0] and list(executors) == cached[1]:
+        return cached[2]
+    raw = {k: bytes.fromhex("".join(v)) for k, v in executors.items()}
+    _last_raw = (dict(executors), list(executors), raw)
+    return raw
 
 
 _PACKERS = _Packers()  # a Packer is not thread-safe, and msgpack.packb builds one per call
@@ -360,8 +364,7 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
             f"cannot write checkpoint format {cp.format_version}: "
             f"this actorflow writes format {FORMAT_VERSION} only"
         )
-    packers = _PACKERS
-    body: bytes = packers.packer.pack(
+    body: bytes = _PACKERS.packer.pack(
         {
             "id": cp.id,
             "parent_id": cp.parent_id,
@@ -373,7 +376,7 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
             "created_at": cp.created_at,
             # Digests travel as raw 32-byte strings, concatenated per executor: a record
             # names every chunk of every executor, and hex would double its size.
-            "executors": packers.raw_digests(cp.executors),
+            "executors": _raw_digests(cp.executors),
             "runtime": cp.runtime,
             "metadata": cp.metadata,
         }
@@ -385,7 +388,9 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
         header = _BIN16.pack(0xC5, size)
     else:
         header = _BIN32.pack(0xC6, size)
-    return b"".join((_FRAME_HEAD, _frame_digest(FORMAT_VERSION, body), header, body))
+    digest = _PREFIX_HASH.copy()  # _frame_digest(FORMAT_VERSION, body), inlined
+    digest.update(body)
+    return b"".join((_FRAME_HEAD, digest.digest(), header, body))
 
 
 class _Rejected(ValueError):

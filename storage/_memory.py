@@ -72,13 +72,17 @@ class MemoryStore(StoreBase):
             self._last_digests = (dict(checkpoint.executors), digests, listed)
         given = checked_blobs(checkpoint, blobs, digests) if blobs else {}
         # str(): the kind's plain value, so the entry holds only str (see _Entry).
-        entry = _Entry(
-            record,
-            checkpoint.session,
-            checkpoint.workflow,
-            str(checkpoint.kind),
-            checkpoint.parent_id,
-            listed,
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (half the cost).
+        entry = tuple.__new__(
+            _Entry,
+            (
+                record,
+                checkpoint.session,
+                checkpoint.workflow,
+                str(checkpoint.kind),
+                checkpoint.parent_id,
+                listed,
+            ),
         )
         with self._lock:
             self._check_open()
