@@ -45,6 +45,8 @@ class Checkpointer:
         self.spec = spec
         self.session = session
         self.policy = policy
+        self._every = 0 if policy.on_idle_only else policy.every  # 0: on idle only
+        self._sync = policy.durability is Durability.SYNC
         self.last_id: str | None = parent.id if parent is not None else None
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
@@ -60,7 +62,8 @@ class Checkpointer:
 
     def due(self, superstep: int) -> bool:
         """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
-        return not self.policy.on_idle_only and superstep % self.policy.every == 0
+        every = self._every
+        return every != 0 and superstep % every == 0
 
     def write(
         self,
@@ -106,7 +109,7 @@ class Checkpointer:
             runtime=state.to_bytes(self._packed_graph),
             metadata=metadata,
         )
-        if self.policy.durability is Durability.SYNC or kind == "entry":
+        if self._sync or kind == "entry":
             self.store.save(checkpoint, blobs)
             self._confirmed_id = checkpoint.id
         else:

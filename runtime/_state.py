@@ -82,6 +82,8 @@ class RunState:
         # Splice the extra entries into the packed map: with fewer than 16 entries the
         # header is one byte (a msgpack fixmap), so only it changes.
         assert packed[0] == 0x80 | _OWN_FIELDS
+        if len(packed) < 4096:  # a slice and two concatenations beat a join with a view
+            return extra.header + packed[1:] + extra.entries
         return b"".join((extra.header, memoryview(packed)[1:], extra.entries))
 
     @classmethod

@@ -101,7 +101,8 @@ def test_runtime_record_is_one_msgpack_map_with_the_extra_entries() -> None:
         pending={"r1": ["a", b"\x02", "int"]},
         answered={"r0", "q9"},
     )
-    for state in (RunState(), busy):
+    large = RunState(superstep=8, inbox={"b": [["a", -1, b"\x07" * 10_000]]})
+    for state in (RunState(), busy, large):
         expected = msgpack.packb(
             {
                 "superstep": state.superstep,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import multiprocessing
+import pickle
 import re
 import sys
 import threading
@@ -170,6 +171,32 @@ def test_each_record_encodes_its_own_executors_in_their_order() -> None:
     for executors in variants * 2:
         decoded = decode_checkpoint(encode_checkpoint(make(executors=executors)))
         assert list(decoded.executors.items()) == list(executors.items())
+
+
+def test_runtime_built_records_are_ordinary_checkpoints() -> None:
+    """A record built by the runtime's fast constructor is a Checkpoint like any other:
+    equal, frozen, replaceable, picklable and encoded the same."""
+    cp = make()
+    fast = Checkpoint._from_runtime(
+        id=cp.id,
+        parent_id=cp.parent_id,
+        session=cp.session,
+        workflow=cp.workflow,
+        graph_signature=cp.graph_signature,
+        superstep=cp.superstep,
+        kind=cp.kind,
+        created_at=cp.created_at,
+        executors=dict(cp.executors),
+        runtime=cp.runtime,
+        metadata=cp.metadata,
+    )
+    assert type(fast) is Checkpoint and fast == cp
+    assert fast.metadata is not cp.metadata
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.superstep = 4  # type: ignore[misc]  # checking that it is frozen
+    assert dataclasses.replace(fast, superstep=4).superstep == 4
+    assert pickle.loads(pickle.dumps(fast)) == cp
+    assert encode_checkpoint(fast) == encode_checkpoint(cp)
 
 
 def test_encode_refuses_other_format_version() -> None:
