@@ -71,7 +71,7 @@ class MemoryStore(StoreBase):
             listed = tuple(digests)  # in no order: verify() sorts them when it needs to
             self._last_digests = (dict(checkpoint.executors), digests, listed)
         given = checked_blobs(checkpoint, blobs, digests) if blobs else {}
-        # str(): the kind's plain value, so the entry holds only str (see _Entry).
+        # str(): the kind's plain value, so the entry holds only str and bytes (see _Entry).
         # tuple.__new__ skips the NamedTuple's Python-level __new__ (half the cost).
         entry = tuple.__new__(
             _Entry,
