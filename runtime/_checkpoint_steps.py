@@ -49,16 +49,18 @@ class CheckpointSteps:
     def _checkpoint(self, job: RunJob, kind: str) -> None:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        for target in sorted(self._last.dirty):
-            snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
-            self._last.remember(target, [(d, c) for d, c in snapshot])
+        last, state = self._last, self.state
+        if last.dirty:
+            for target in sorted(last.dirty):
+                snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
+                last.remember(target, [(d, c) for d, c in snapshot])
         try:
             checkpoint_id = checkpointer.write(
                 kind=kind,
-                superstep=self.state.superstep,
-                state=self.state,
-                snapshots=self._last.digests,
-                chunks=self._last.chunks,
+                superstep=state.superstep,
+                state=state,
+                snapshots=last.digests,
+                chunks=last.chunks,
                 metadata=job.metadata,
             )
             if kind == "final":
@@ -79,7 +81,7 @@ class CheckpointSteps:
                 superstep=self.state.superstep,
             ) from exc
         job.emit(
-            ev.CheckpointedEvent(job.run_id, self.state.superstep, time.time(), checkpoint_id, kind)
+            ev.CheckpointedEvent(job.run_id, state.superstep, time.time(), checkpoint_id, kind)
         )
 
     def _persist_partial(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:

@@ -21,10 +21,12 @@ from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_c
 
 from ._graph import GraphSpec, explain_mismatch
 from ._policy import CheckpointPolicy, Durability
-from ._state import RunState, decode_runtime
+from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
 
 __all__ = ["Checkpointer", "Restored", "load_for_resume"]
+
+_KINDS = {kind.value: kind for kind in CheckpointKind}
 
 
 class Checkpointer:
@@ -43,19 +45,25 @@ class Checkpointer:
         self.spec = spec
         self.session = session
         self.policy = policy
+        self._every = 0 if policy.on_idle_only else policy.every  # 0: on idle only
+        self._sync = policy.durability is Durability.SYNC
         self.last_id: str | None = parent.id if parent is not None else None
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
         self._confirmed_id = self.last_id
-        self._packed_graph = {"graph": pack(spec.description)}
-        self._stored: set[str] = set(parent.blob_digests()) if parent is not None else set()
+        self._packed_graph = PackedEntries({"graph": pack(spec.description)})
+        self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
+        self._snapshots: dict[str, list[str]] = {}
+        self._executors: dict[str, tuple[str, ...]] = {}
+        self._referenced: frozenset[str] = frozenset()
         self._queue: queue.Queue[tuple[Checkpoint, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
 
     def due(self, superstep: int) -> bool:
         """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
-        return not self.policy.on_idle_only and superstep % self.policy.every == 0
+        every = self._every
+        return every != 0 and superstep % every == 0
 
     def write(
         self,
@@ -73,16 +81,35 @@ class Checkpointer:
             CheckpointError (or what the store raised): the write failed; with async
                 durability, a failure of an *earlier* write surfaces here.
         """
-        self.raise_failure()
-        executors = {eid: tuple(digests) for eid, digests in snapshots.items()}
-        referenced = {d for digests in executors.values() for d in digests}
+        if self._failure is not None:
+            self.raise_failure()
+        if snapshots == self._snapshots:
+            executors, referenced = self._executors, self._referenced
+        else:
+            executors = {eid: tuple(digests) for eid, digests in snapshots.items()}
+            referenced = frozenset(d for digests in executors.values() for d in digests)
+            # Own copies: most barriers see the same digests again, and comparing them
+            # costs less than building the record's executors and the set anew.
+            self._snapshots = {eid: list(digests) for eid, digests in snapshots.items()}
+            self._executors, self._referenced = executors, referenced
         # A digest neither known stored nor in hand was stored by a partial record (or
         # is missing, which the store refuses loudly: it never saves a dangling record).
-        blobs = {d: chunks[d] for d in referenced - self._stored if d in chunks}
-        checkpoint = self._record(
-            CheckpointKind(kind), superstep, executors, state.to_bytes(self._packed_graph), metadata
+        fresh = referenced - self._stored if referenced is not self._stored else None
+        blobs = {d: chunks[d] for d in fresh if d in chunks} if fresh else {}
+        checkpoint = Checkpoint._from_runtime(
+            id=new_checkpoint_id(),
+            parent_id=self.last_id,
+            session=self.session,
+            workflow=self.spec.name,
+            graph_signature=self.spec.signature,
+            superstep=superstep,
+            kind=_KINDS.get(kind) or CheckpointKind(kind),
+            created_at=time.time(),
+            executors=dict(executors),
+            runtime=state.to_bytes(self._packed_graph),
+            metadata=metadata,
         )
-        if self.policy.durability is Durability.SYNC or kind == "entry":
+        if self._sync or kind == "entry":
             self.store.save(checkpoint, blobs)
             self._confirmed_id = checkpoint.id
         else:
@@ -151,7 +178,7 @@ class Checkpointer:
             self._queue.join()  # the writer skips everything queued after the failure
         failure, self._failure = self._failure, None
         self.last_id = self._confirmed_id
-        self._stored = set()  # resend every referenced blob; the store skips those it has
+        self._stored = frozenset()  # resend every referenced blob; the store skips those it has
         raise CheckpointError(f"a background checkpoint write failed: {failure}") from failure
 
     def close(self) -> None:

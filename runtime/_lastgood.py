@@ -44,9 +44,11 @@ class LastGood:
             digests.append(digest)
             if chunk is not None:
                 self.chunks[digest] = chunk
-        old = self.digests.get(executor, [])
+        old = self.digests.get(executor)
         self.digests[executor] = digests
         self.dirty.discard(executor)
+        if not old or old == digests:
+            return  # every digest it had is still in use: nothing to forget
         live = {d for ds in self.digests.values() for d in ds}
         for digest in old:
             if digest not in live:

@@ -16,13 +16,30 @@ from actorflow.errors import CheckpointCorrupt
 
 from ._wire import pack, pack_map_header
 
-__all__ = ["Delivery", "PendingEntry", "RunState", "decode_runtime"]
+__all__ = ["Delivery", "PackedEntries", "PendingEntry", "RunState", "decode_runtime"]
 
 Delivery = list[Any]
 """``[source, group, payload]`` as in :mod:`._wire`."""
 
 PendingEntry = list[Any]
 """``[executor, request payload, response type label]``."""
+
+
+_OWN_FIELDS = 5
+"""Entries of the runtime map that :meth:`RunState.to_bytes` packs itself."""
+
+
+class PackedEntries:
+    """Map entries for :meth:`RunState.to_bytes`, packed once for a lineage."""
+
+    __slots__ = ("entries", "header")
+
+    def __init__(self, fields: Mapping[str, bytes]) -> None:
+        """``fields`` maps each key to its value, already msgpack-encoded."""
+        size = _OWN_FIELDS + len(fields)
+        assert size < 16  # a fixmap: the header is one byte
+        self.header = pack_map_header(size)
+        self.entries = b"".join(pack(key) + raw for key, raw in fields.items())
 
 
 @dataclass(slots=True)
@@ -45,29 +62,29 @@ class RunState:
     snapshots: dict[str, list[str]] = field(default_factory=dict)
     """Executor id -> digests of its last checkpointed (or last good) snapshot."""
 
-    def to_bytes(self, packed_extra: Mapping[str, bytes]) -> bytes:
+    def to_bytes(self, extra: PackedEntries) -> bytes:
         """Encode for a checkpoint's ``runtime`` field.
 
-        ``packed_extra`` maps more keys to values already msgpack-encoded (the graph
+        ``extra`` holds more map entries, already msgpack-encoded (the graph
         description, which is the same in every checkpoint: packing it once matters
         for a graph of a thousand executors).
         """
-        fields = {
-            "superstep": self.superstep,
-            "inbox": self.inbox,
-            "fan_in": {str(g): srcs for g, srcs in self.fan_in.items()},
-            "pending": self.pending,
-            "answered": sorted(self.answered),
-        }
-        packed = pack(fields)
+        fan_in = self.fan_in
+        packed = pack(
+            {
+                "superstep": self.superstep,
+                "inbox": self.inbox,
+                "fan_in": {str(g): srcs for g, srcs in fan_in.items()} if fan_in else {},
+                "pending": self.pending,
+                "answered": sorted(self.answered) if self.answered else [],
+            }
+        )
         # Splice the extra entries into the packed map: with fewer than 16 entries the
         # header is one byte (a msgpack fixmap), so only it changes.
-        size = len(fields) + len(packed_extra)
-        assert size < 16 and packed[0] == 0x80 | len(fields)
-        parts = [pack_map_header(size), packed[1:]]
-        for key, raw in packed_extra.items():
-            parts += [pack(key), raw]
-        return b"".join(parts)
+        assert packed[0] == 0x80 | _OWN_FIELDS
+        if len(packed) < 4096:  # a slice and two concatenations beat a join with a view
+            return extra.header + packed[1:] + extra.entries
+        return b"".join((extra.header, memoryview(packed)[1:], extra.entries))
 
     @classmethod
     def from_bytes(

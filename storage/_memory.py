@@ -23,14 +23,17 @@ from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 
 
 class _Entry(NamedTuple):
-    """What the store indexes about a record, taken at save time.
+    """A stored record's bytes and what the store indexes about it, taken at save time.
 
-    A tuple of strings on purpose: CPython's cycle collector stops tracking such
-    tuples, so an index of many thousands of records costs the collector nothing
-    (an object per record made every collection walk all of them: ~40 us per
-    checkpoint in a long run).
+    A tuple of strings and bytes on purpose: CPython's cycle collector stops
+    tracking such tuples, so an index of many thousands of records costs the
+    collector nothing (an object per record made every collection walk all of
+    them: ~40 us per checkpoint in a long run). One dict holds both: a second
+    dict keyed by id cost a save ~1 us more in a long run (one more insert at a
+    random place of a large table).
     """
 
+    record: bytes
     session: str
     workflow: str
     kind: str
@@ -50,45 +53,59 @@ class MemoryStore(StoreBase):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._records: dict[str, bytes] = {}
         self._index: dict[str, _Entry] = {}
         self._blobs: dict[str, bytes] = {}
         self._refs: dict[str, int] = {}
         self._deleted: set[str] = set()
+        self._last_digests: tuple[Mapping[str, tuple[str, ...]], frozenset[str], tuple[str, ...]]
+        self._last_digests = ({}, frozenset(), ())
 
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
         """Store a record and its new blobs atomically (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
-        digests = checkpoint.blob_digests()
-        given = checked_blobs(checkpoint, blobs, digests)
+        # Consecutive records of a lineage mostly name the same blobs: reuse the last
+        # one's digests (and its index tuple, which then costs no memory).
+        executors, digests, listed = self._last_digests
+        if checkpoint.executors != executors:
+            digests = checkpoint.blob_digests()
+            listed = tuple(digests)  # in no order: verify() sorts them when it needs to
+            self._last_digests = (dict(checkpoint.executors), digests, listed)
+        given = checked_blobs(checkpoint, blobs, digests) if blobs else {}
+        # str(): the kind's plain value, so the entry holds only str and bytes (see _Entry).
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (half the cost).
+        entry = tuple.__new__(
+            _Entry,
+            (
+                record,
+                checkpoint.session,
+                checkpoint.workflow,
+                str(checkpoint.kind),
+                checkpoint.parent_id,
+                listed,
+            ),
+        )
         with self._lock:
             self._check_open()
-            if checkpoint.id in self._records:
+            if checkpoint.id in self._index:
                 raise already_stored(checkpoint.id)
-            missing = [d for d in digests if d not in given and d not in self._blobs]
+            stored, refs = self._blobs, self._refs
+            missing = [d for d in digests if d not in given and d not in stored]
             if missing:
                 raise dangling(checkpoint, missing)
             for digest in digests:
-                if digest not in self._blobs:
-                    self._blobs[digest] = given[digest]
-                self._refs[digest] = self._refs.get(digest, 0) + 1
-            self._records[checkpoint.id] = record
-            self._index[checkpoint.id] = _Entry(
-                checkpoint.session,
-                checkpoint.workflow,
-                checkpoint.kind.value,
-                checkpoint.parent_id,
-                tuple(sorted(digests)),
-            )
+                if digest not in stored:
+                    stored[digest] = given[digest]
+                refs[digest] = refs.get(digest, 0) + 1
+            self._index[checkpoint.id] = entry
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
         with self._lock:
             self._check_open()
-            record = self._records.get(checkpoint_id)
-        if record is None:
+            entry = self._index.get(checkpoint_id)
+        if entry is None:
             raise not_found(checkpoint_id)
-        return decode_stored(checkpoint_id, record)
+        return decode_stored(checkpoint_id, entry.record)
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
@@ -116,7 +133,7 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._check_open()
             ids = self._matching(workflow, session, kind)
-            records = [(i, self._records[i]) for i in ids]
+            records = [(i, self._index[i].record) for i in ids]
         return [decode_stored(i, r) for i, r in records]
 
     def latest(
@@ -128,7 +145,7 @@ class MemoryStore(StoreBase):
             ids = self._matching(workflow, session, None)
             if not ids:
                 return None
-            record = self._records[ids[-1]]
+            record = self._index[ids[-1]].record
         return decode_stored(ids[-1], record)
 
     def sessions(self) -> builtins.list[str]:
@@ -141,7 +158,7 @@ class MemoryStore(StoreBase):
         """Delete a record and collect the blobs nothing else references."""
         with self._lock:
             self._check_open()
-            if checkpoint_id not in self._records:
+            if checkpoint_id not in self._index:
                 raise not_found(checkpoint_id)
             self._delete(checkpoint_id)
 
@@ -166,20 +183,19 @@ class MemoryStore(StoreBase):
         """Every problem found in the store, one line each; [] when healthy."""
         with self._lock:
             self._check_open()
-            records = dict(self._records)
             index = dict(self._index)
             blobs = dict(self._blobs)
             deleted = set(self._deleted)
         problems: builtins.list[str] = []
         states: dict[str, str] = {}
-        for checkpoint_id in sorted(records):
+        for checkpoint_id in sorted(index):
+            entry = index[checkpoint_id]
             try:
-                decode_stored(checkpoint_id, records[checkpoint_id])
+                decode_stored(checkpoint_id, entry.record)
             except (CheckpointCorrupt, UnsupportedFormat) as exc:
                 problems.append(str(exc))
-            entry = index[checkpoint_id]
             parent = entry.parent_id
-            if parent is not None and parent not in records and parent not in deleted:
+            if parent is not None and parent not in index and parent not in deleted:
                 problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
             for digest in sorted(entry.digests):
                 if digest not in states:
@@ -204,7 +220,6 @@ class MemoryStore(StoreBase):
 
     def _delete(self, checkpoint_id: str) -> None:
         entry = self._index.pop(checkpoint_id)
-        del self._records[checkpoint_id]
         self._deleted.add(checkpoint_id)
         for digest in entry.digests:
             left = self._refs[digest] - 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import multiprocessing
+import pickle
 import re
 import sys
 import threading
@@ -142,6 +143,60 @@ def test_handmade_frame_of_current_version_decodes() -> None:
     """The frame layout in docs/storage.md is the real one."""
     cp = make()
     assert decode_checkpoint(frame(FORMAT_VERSION, body_of(cp))) == cp
+
+
+@pytest.mark.parametrize("runtime_size", [0, 150, 300, 70_000])
+def test_encoding_is_the_documented_frame_byte_for_byte(runtime_size: int) -> None:
+    """encode_checkpoint writes exactly what msgpack writes for the frame and body,
+    whichever bin header (8, 16 or 32 bit) the body's size needs."""
+    cp = make(runtime=b"r" * runtime_size, metadata={})
+    data = encode_checkpoint(cp)
+    assert data == frame(FORMAT_VERSION, body_of(cp))
+    # Encoding on another thread (its own packer) gives the same bytes.
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(encode_checkpoint, cp).result() == data
+
+
+def test_each_record_encodes_its_own_executors_in_their_order() -> None:
+    """Records encoded one after another each carry their own executors, in their order."""
+    one, two = blob_digest(b"1"), blob_digest(b"2")
+    variants: list[dict[str, tuple[str, ...]]] = [
+        {"a": (one,), "b": (two,)},
+        {"a": (one,), "b": (two,)},
+        {"b": (two,), "a": (one,)},
+        {"a": (two,), "b": (two,)},
+        {"a": (one, two)},
+        {},
+    ]
+    for executors in variants * 2:
+        decoded = decode_checkpoint(encode_checkpoint(make(executors=executors)))
+        assert list(decoded.executors.items()) == list(executors.items())
+
+
+def test_runtime_built_records_are_ordinary_checkpoints() -> None:
+    """A record built by the runtime's fast constructor is a Checkpoint like any other:
+    equal, frozen, replaceable, picklable and encoded the same."""
+    cp = make()
+    fast = Checkpoint._from_runtime(
+        id=cp.id,
+        parent_id=cp.parent_id,
+        session=cp.session,
+        workflow=cp.workflow,
+        graph_signature=cp.graph_signature,
+        superstep=cp.superstep,
+        kind=cp.kind,
+        created_at=cp.created_at,
+        executors=dict(cp.executors),
+        runtime=cp.runtime,
+        metadata=cp.metadata,
+    )
+    assert type(fast) is Checkpoint and fast == cp
+    assert fast.metadata is not cp.metadata
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.superstep = 4  # type: ignore[misc]  # checking that it is frozen
+    assert dataclasses.replace(fast, superstep=4).superstep == 4
+    assert pickle.loads(pickle.dumps(fast)) == cp
+    assert encode_checkpoint(fast) == encode_checkpoint(cp)
 
 
 def test_encode_refuses_other_format_version() -> None:

@@ -217,3 +217,21 @@ def test_history_of_a_session_is_the_lineage_of_its_latest(name: str, tmp_path: 
         assert [cp.id for cp in store.history("s")] == [second.id, first.id]
         with pytest.raises(actorflow.errors.CheckpointNotFound):
             store.history("no-such-session")
+
+
+def test_memory_store_counts_references_of_records_naming_the_same_blobs() -> None:
+    """Records saved one after another, some naming the same blobs as the one before,
+    each count their own references: deleting them collects exactly the unused blobs."""
+    store = MemoryStore()
+    one, two = [b"one"], [b"two"]
+    saved = []
+    for chunks in ({"a": one}, {"a": one}, {"a": two}, {"a": one, "b": two}, {"a": one}):
+        checkpoint, blobs = make_checkpoint(chunks=chunks)
+        store.save(checkpoint, blobs)
+        saved.append(checkpoint)
+        assert {d: store.load_blob(d) for d in checkpoint.blob_digests()} == blobs
+    d1, d2 = (actorflow.storage.blob_digest(c[0]) for c in (one, two))
+    for checkpoint, left in zip(saved, [{d1, d2}, {d1, d2}, {d1, d2}, {d1}, set()], strict=True):
+        store.delete(checkpoint.id)
+        assert store.has_blobs([d1, d2]) == left
+        assert store.verify() == []
