@@ -96,18 +96,12 @@ class Checkpointer:
         # is missing, which the store refuses loudly: it never saves a dangling record).
         fresh = referenced - self._stored if referenced is not self._stored else None
         blobs = {d: chunks[d] for d in fresh if d in chunks} if fresh else {}
-        checkpoint = Checkpoint._from_runtime(
-            id=new_checkpoint_id(),
-            parent_id=self.last_id,
-            session=self.session,
-            workflow=self.spec.name,
-            graph_signature=self.spec.signature,
-            superstep=superstep,
-            kind=_KINDS.get(kind) or CheckpointKind(kind),
-            created_at=time.time(),
-            executors=dict(executors),
-            runtime=state.to_bytes(self._packed_graph),
-            metadata=metadata,
+        checkpoint = self._record(
+            _KINDS.get(kind) or CheckpointKind(kind),
+            superstep,
+            executors,
+            state.to_bytes(self._packed_graph),
+            metadata,
         )
         if self._sync or kind == "entry":
             self.store.save(checkpoint, blobs)

@@ -326,7 +326,7 @@ class Driver(CheckpointSteps):
                     )
                 )
             if snapshot is not None:
-                self._last.remember(target, [(d, c) for d, c in snapshot])
+                self._last.remember(target, snapshot)
             else:
                 self._last.dirty.add(target)
             emit(ev.ExecutorCompletedEvent(job.run_id, superstep, now, target))

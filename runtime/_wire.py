@@ -22,11 +22,11 @@ packed in one copy).
 
 from __future__ import annotations
 
-import struct
-import threading
 from typing import Any
 
 import msgpack
+
+from actorflow._msgpack import bin_header, packer
 
 __all__ = [
     "RESPONSE",
@@ -41,14 +41,6 @@ SINGLE = -1
 RESPONSE = -2
 
 
-class _Packers(threading.local):
-    def __init__(self) -> None:
-        self.packer = msgpack.Packer(use_bin_type=True, autoreset=True)
-
-
-_PACKERS = _Packers()  # a Packer is not thread-safe; building one per frame costs ~1 us
-
-
 def pack(frame: Any) -> bytes:
     """Encode a protocol frame (plain msgpack types only)."""
     # A restore frame is a list of bytes; every other frame starts with something else,
@@ -60,7 +52,7 @@ def pack(frame: Any) -> bytes:
         and all(type(item) is bytes for item in frame)
     ):
         return _pack_chunks(frame)
-    data: bytes = _PACKERS.packer.pack(frame)
+    data: bytes = packer().pack(frame)
     return data
 
 
@@ -72,22 +64,10 @@ def _pack_chunks(chunks: list[bytes]) -> bytes:
     fresh page fault (~0.4 ms per MB on the test VM). A restore on a fresh supervisor
     thread paid ~0.9 ms for the 1 MB snapshot of W4; one join pays about half that.
     """
-    parts: list[bytes] = [_PACKERS.packer.pack_array_header(len(chunks))]
+    parts: list[bytes] = [packer().pack_array_header(len(chunks))]
     for chunk in chunks:
-        size = len(chunk)
-        if size < 0x100:
-            parts.append(_BIN8.pack(0xC4, size))
-        elif size < 0x10000:
-            parts.append(_BIN16.pack(0xC5, size))
-        else:
-            parts.append(_BIN32.pack(0xC6, size))
-        parts.append(chunk)
+        parts += (bin_header(len(chunk)), chunk)
     return b"".join(parts)
-
-
-_BIN8 = struct.Struct(">BB")
-_BIN16 = struct.Struct(">BH")
-_BIN32 = struct.Struct(">BI")
 
 
 _HEX_DIGEST = 64
@@ -106,7 +86,7 @@ def split_digests(field: bytes) -> list[str]:
 
 def pack_map_header(size: int) -> bytes:
     """The msgpack header of a map of ``size`` entries (the entries follow, packed)."""
-    header: bytes = _PACKERS.packer.pack_map_header(size)
+    header: bytes = packer().pack_map_header(size)
     return header
 
 

@@ -11,7 +11,7 @@ import actorflow as af
 
 
 class Counter(af.Executor):
-    """Counts the values it handled, in mutable state, and outputs the count."""
+    """Counts the values it handled, in mutable state, and sends the count (fails on < 0)."""
 
     def __init__(self, id: str) -> None:
         super().__init__(id)
@@ -20,6 +20,8 @@ class Counter(af.Executor):
     @af.handler
     def on_num(self, n: int, ctx: af.Context[int]) -> None:
         self.seen.append(n)
+        if n < 0:
+            raise ValueError("negative")
         ctx.send(len(self.seen))
 
 
@@ -76,21 +78,8 @@ def test_restart_budget_and_last_good_state_are_per_run() -> None:
     assert [sum(isinstance(e, af.RunRestartedEvent) for e in r.events) for r in results] == [1] * 3
 
 
-class FailsOnNegative(af.Executor):
-    def __init__(self, id: str) -> None:
-        super().__init__(id)
-        self.seen: list[int] = []
-
-    @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
-        self.seen.append(n)
-        if n < 0:
-            raise ValueError("negative")
-        ctx.output(len(self.seen))
-
-
 def test_a_failed_run_leaves_nothing_for_the_next() -> None:
-    with af.WorkflowBuilder("fails", start=FailsOnNegative("f")).build() as wf:
+    with counter_workflow() as wf:
         assert wf.run(1).outputs == [1]
         with pytest.raises(af.ExecutorFailed):
             wf.run(-1)
