@@ -53,7 +53,7 @@ class CheckpointSteps:
         if last.dirty:
             for target in sorted(last.dirty):
                 snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
-                last.remember(target, [(d, c) for d, c in snapshot])
+                last.remember(target, snapshot)
         try:
             checkpoint_id = checkpointer.write(
                 kind=kind,
