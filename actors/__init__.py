@@ -15,7 +15,7 @@ from ._codec import encode
 from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop
 from ._registry import is_registered, message, wire_name
-from ._reply import LeanActor, ReplyFuture, ReplyTimeout
+from ._reply import LeanActor, ReplyFuture, ReplyTimeout, prefer_handoffs
 
 __all__ = [
     "ActorBackend",
@@ -37,5 +37,6 @@ __all__ = [
     "encode_state",
     "is_registered",
     "message",
+    "prefer_handoffs",
     "wire_name",
 ]
