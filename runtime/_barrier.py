@@ -43,7 +43,7 @@ def collect(
 
     Args:
         futures: executor id -> pending answer.
-        limits: executor id -> seconds allowed (None: no limit).
+        limits: executor id -> seconds allowed (None or absent: no limit).
         started: ``time.monotonic()`` when the batches were handed out.
         on_answer: called as ``on_answer(executor, answer, still_running)`` for each
             successful answer as it arrives, on the calling thread.

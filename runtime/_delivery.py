@@ -16,7 +16,7 @@ from actorflow.actors import decode
 from . import _events as ev
 from ._job import Payload
 
-__all__ = ["AsyncSink", "QueueSink", "materialize", "outputs_of", "pending_of"]
+__all__ = ["AsyncSink", "QueueSink", "collected", "materialize", "pending_of"]
 
 
 def materialize(event: ev.Event) -> ev.Event:
@@ -41,9 +41,23 @@ def materialize(event: ev.Event) -> ev.Event:
     return event  # most events: nothing encoded inside
 
 
-def outputs_of(raw: list[ev.Event]) -> list[Any]:
-    """Decode the outputs of a run, independently of the events' copies."""
-    return [decode(e.value) for e in raw if type(e) is ev.OutputEvent]
+def collected(raw: list[ev.Event]) -> tuple[list[ev.Event], list[Any], int]:
+    """A finished run's events and outputs for the caller, and its superstep count.
+
+    One pass. Each output is decoded twice, so the events and the outputs list are
+    independent copies: the caller may mutate either.
+    """
+    events: list[ev.Event] = []
+    outputs: list[Any] = []
+    supersteps = 0
+    for event in raw:
+        kind = type(event)
+        if kind is ev.SuperstepCompletedEvent:
+            supersteps += 1
+        elif kind is ev.OutputEvent:
+            outputs.append(decode(event.value))  # type: ignore[attr-defined]  # an OutputEvent
+        events.append(materialize(event))
+    return events, outputs, supersteps
 
 
 def pending_of(pending: Mapping[str, list[Any]]) -> tuple[ev.PendingRequest, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actorflow.errors import GraphMismatch
@@ -44,10 +44,14 @@ class GraphSpec:
     """Default bound on one run."""
     signature: str = ""
     """Hex digest of :attr:`description` (computed once, at build time)."""
+    timeouts: Mapping[str, float] = field(init=False, compare=False, repr=False)
+    """Executor id -> its superstep time limit, for the executors that have one."""
 
     def __post_init__(self) -> None:
         if not self.signature:
             object.__setattr__(self, "signature", signature_of(self.description))
+        limits = {eid: p.timeout for eid, p in self.programs.items() if p.timeout is not None}
+        object.__setattr__(self, "timeouts", limits)
 
 
 def describe(

@@ -30,7 +30,7 @@ from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
-from ._delivery import AsyncSink, QueueSink, materialize, outputs_of, pending_of
+from ._delivery import AsyncSink, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._supervisor import Driver
@@ -487,12 +487,13 @@ class Session:
         end.raise_error()
         if raw and type(raw[-1]) is End:
             raw.pop()  # the supervisor emits the End last
+        events, outputs, supersteps = collected(raw)
         return ev.RunResult(
             run_id=job.run_id,
             status=end.status,
-            outputs=outputs_of(raw),
-            events=[materialize(e) for e in raw],
-            supersteps=sum(1 for e in raw if type(e) is ev.SuperstepCompletedEvent),
+            outputs=outputs,
+            events=events,
+            supersteps=supersteps,
             pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )

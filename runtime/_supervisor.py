@@ -395,17 +395,17 @@ class Driver(CheckpointSteps):
         on_answer: Callable[[str, bytes, int], None] | None,
     ) -> list[_StepFailure]:
         futures: dict[str, HostFuture] = {}
+        faults = self.faults
         started = time.monotonic()
         for target in targets:
-            fault = self.faults.pop((target, superstep), None)
+            fault = faults.pop((target, superstep), None) if faults else None
             mode = fault.kind if fault is not None else ""
             if mode == "death":
                 self.hosts[target].stop()
             request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
             futures[target] = self._call(target, "step", request)
-        limits = {t: self.spec.programs[t].timeout for t in targets}
         failures: list[_StepFailure] = []
-        for target, answer, error in collect(futures, limits, started, on_answer):
+        for target, answer, error in collect(futures, self.spec.timeouts, started, on_answer):
             if error is not None:
                 if isinstance(error, TimedOut):
                     self._hung.add(target)
