@@ -130,7 +130,7 @@ def prefer_handoffs() -> None:
     preempts its waker, which still holds the GIL, only to block on the GIL at
     once: two extra context switches per hand-off. ``SCHED_BATCH`` keeps the fair
     share of CPU and drops just that wakeup preemption: W2 went from ~45 context
-    switches per run to ~17, and took 35-55% less time. Threads and processes a
+    switches per run to ~17, and took 30-55% less time. Threads and processes a
     handler starts inherit the policy, as they would any other; one that must
     preempt on wakeup can call ``os.sched_setscheduler(0, os.SCHED_OTHER,
     os.sched_param(0))``.
