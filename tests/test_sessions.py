@@ -402,20 +402,6 @@ def test_reset_starts_a_new_lineage_from_blueprint_state() -> None:
 # --- failed supersteps (MAF #7859) -----------------------------------------------------------
 
 
-class Keep(af.Executor):
-    """Remembers every number, outputs what it has seen, and forwards the number."""
-
-    def __init__(self, id: str) -> None:
-        super().__init__(id)
-        self.seen: list[int] = []
-
-    @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
-        self.seen.append(n)
-        ctx.output([self.id, list(self.seen)])
-        ctx.send(n)
-
-
 class Last(af.Executor):
     """Remembers every number and outputs what it has seen."""
 
@@ -427,6 +413,15 @@ class Last(af.Executor):
     def on_num(self, n: int, ctx: af.Context) -> None:
         self.seen.append(n)
         ctx.output([self.id, list(self.seen)])
+
+
+class Keep(Last):
+    """Like :class:`Last`, and forwards the number."""
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context) -> None:
+        super().on_num(n, ctx)
+        ctx.send(n)
 
 
 def _two_branches(restart: af.RestartPolicy | None = None) -> af.Workflow:
