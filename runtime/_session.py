@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -476,8 +477,14 @@ class Session:
         return status
 
     def _abandon(self, future: pykka.Future[Any]) -> None:
-        """The caller stopped waiting: cancel at the next barrier and wait a bounded time."""
+        """The caller stopped waiting: cancel at the next barrier and wait a bounded time.
+
+        Not at interpreter exit: a stream left open is closed then, and its run may be
+        stuck in a handler that never returns; waiting would hold up the exit.
+        """
         self._cancel.set()
+        if sys.is_finalizing():
+            return
         try:
             future.get(timeout=30)
         except Exception:  # noqa: BLE001 - the caller already left; nothing to report to
