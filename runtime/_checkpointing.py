@@ -18,6 +18,7 @@ import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_checkpoint_id
+from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metadata
 
 from ._graph import GraphSpec, explain_mismatch
 from ._policy import CheckpointPolicy, Durability
@@ -26,7 +27,7 @@ from ._wire import pack
 
 __all__ = ["Checkpointer", "Restored", "load_for_resume"]
 
-_KINDS = {kind.value: kind for kind in CheckpointKind}
+_KINDS = frozenset(kind.value for kind in CheckpointKind)
 
 
 class Checkpointer:
@@ -53,10 +54,13 @@ class Checkpointer:
         self._confirmed_id = self.last_id
         self._packed_graph = PackedEntries({"graph": pack(spec.description)})
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
+        self._save = cut_saver(store)
         self._snapshots: dict[str, list[str]] = {}
-        self._executors: dict[str, tuple[str, ...]] = {}
+        self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()
-        self._queue: queue.Queue[tuple[Checkpoint, dict[str, bytes]] | None] | None = None
+        self._metadata_given: Mapping[str, Any] | None = None
+        self._metadata = b""
+        self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
 
@@ -86,31 +90,32 @@ class Checkpointer:
         if snapshots == self._snapshots:
             executors, referenced = self._executors, self._referenced
         else:
-            executors = {eid: tuple(digests) for eid, digests in snapshots.items()}
-            referenced = frozenset(d for digests in executors.values() for d in digests)
+            executors = tuple((eid, tuple(digests)) for eid, digests in snapshots.items())
+            referenced = frozenset(d for _, digests in executors for d in digests)
             # Own copies: most barriers see the same digests again, and comparing them
-            # costs less than building the record's executors and the set anew.
+            # costs less than building the record's executors and the set anew. The
+            # same executors tuple also tells a store that takes cuts nothing changed.
             self._snapshots = {eid: list(digests) for eid, digests in snapshots.items()}
             self._executors, self._referenced = executors, referenced
         # A digest neither known stored nor in hand was stored by a partial record (or
         # is missing, which the store refuses loudly: it never saves a dangling record).
         fresh = referenced - self._stored if referenced is not self._stored else None
         blobs = {d: chunks[d] for d in fresh if d in chunks} if fresh else {}
-        checkpoint = self._record(
-            _KINDS.get(kind) or CheckpointKind(kind),
+        cut = self._cut(
+            kind if kind in _KINDS else CheckpointKind(kind).value,  # unknown kinds raise
             superstep,
             executors,
             state.to_bytes(self._packed_graph),
             metadata,
         )
         if self._sync or kind == "entry":
-            self.store.save(checkpoint, blobs)
-            self._confirmed_id = checkpoint.id
+            self._save(cut, blobs)
+            self._confirmed_id = cut.id
         else:
-            self._enqueue(checkpoint, blobs)
+            self._enqueue(cut, blobs)
         self._stored = referenced
-        self.last_id = checkpoint.id
-        return checkpoint.id
+        self.last_id = cut.id
+        return cut.id
 
     def write_partial(
         self,
@@ -125,37 +130,46 @@ class Checkpointer:
         executor again. Chunks given as None must already be stored.
         """
         blobs = {d: c for d, c in chunks if c is not None and d not in self._stored}
-        checkpoint = self._record(
-            CheckpointKind.PARTIAL,
+        cut = self._cut(
+            CheckpointKind.PARTIAL.value,
             superstep,
-            {executor: tuple(d for d, _ in chunks)},
+            ((executor, tuple(d for d, _ in chunks)),),
             pack({"partial": executor, "report": report}),
             {},
         )
-        self.store.save(checkpoint, blobs)
-        return checkpoint.id
+        self._save(cut, blobs)
+        return cut.id
 
-    def _record(
+    def _cut(
         self,
-        kind: CheckpointKind,
+        kind: str,
         superstep: int,
-        executors: Mapping[str, tuple[str, ...]],
+        executors: ExecutorDigests,
         runtime: bytes,
         metadata: Mapping[str, Any],
-    ) -> Checkpoint:
+    ) -> Cut:
         """A new record of this lineage (its parent: the last cut written)."""
-        return Checkpoint._from_runtime(
-            id=new_checkpoint_id(),
-            parent_id=self.last_id,
-            session=self.session,
-            workflow=self.spec.name,
-            graph_signature=self.spec.signature,
-            superstep=superstep,
-            kind=kind,
-            created_at=time.time(),
-            executors=dict(executors),
-            runtime=runtime,
-            metadata=metadata,
+        if metadata is not self._metadata_given:
+            # Checked and copied once per run: a run's metadata is the same at every
+            # barrier, and EncodeError should name it before anything is written.
+            self._metadata = packed_metadata(metadata)
+            self._metadata_given = metadata
+        spec = self.spec
+        return tuple.__new__(  # skips the NamedTuple's Python-level __new__
+            Cut,
+            (
+                new_checkpoint_id(),
+                self.last_id,
+                self.session,
+                spec.name,
+                spec.signature,
+                superstep,
+                kind,
+                time.time(),
+                executors,
+                runtime,
+                self._metadata,
+            ),
         )
 
     def flush(self) -> None:
@@ -182,14 +196,14 @@ class Checkpointer:
             self._writer.join(timeout=60)
             self._queue = self._writer = None
 
-    def _enqueue(self, checkpoint: Checkpoint, blobs: dict[str, bytes]) -> None:
+    def _enqueue(self, cut: Cut, blobs: dict[str, bytes]) -> None:
         if self._queue is None:
             self._queue = queue.Queue(maxsize=8)
             self._writer = threading.Thread(
                 target=self._drain, name=f"actorflow-ckpt-{self.session}", daemon=True
             )
             self._writer.start()
-        self._queue.put((checkpoint, blobs))
+        self._queue.put((cut, blobs))
 
     def _drain(self) -> None:
         assert self._queue is not None
@@ -200,7 +214,7 @@ class Checkpointer:
                 if item is None:
                     return
                 if self._failure is None:
-                    self.store.save(*item)
+                    self._save(*item)
                     self._confirmed_id = item[0].id
             except Exception as exc:  # noqa: BLE001 - surfaced by raise_failure at the next barrier
                 self._failure = exc

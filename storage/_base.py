@@ -42,7 +42,7 @@ def decode_stored(checkpoint_id: str, record: bytes) -> Checkpoint:
 
 
 def checked_blobs(
-    checkpoint: Checkpoint, blobs: Mapping[str, bytes], referenced: AbstractSet[str]
+    checkpoint_id: str, blobs: Mapping[str, bytes], referenced: AbstractSet[str]
 ) -> dict[str, bytes]:
     """The blobs of a save that the record references (``referenced``: its
     ``blob_digests()``, which the caller needs too), each verified against its key.
@@ -61,7 +61,7 @@ def checked_blobs(
         owned = data if isinstance(data, bytes) else bytes(data)
         if blob_digest(owned) != digest:
             raise CheckpointCorrupt(
-                f"refusing to save checkpoint {checkpoint.id}: blob given as {digest} "
+                f"refusing to save checkpoint {checkpoint_id}: blob given as {digest} "
                 f"hashes to {blob_digest(owned)}"
             )
         if digest in referenced:
@@ -69,10 +69,10 @@ def checked_blobs(
     return kept
 
 
-def dangling(checkpoint: Checkpoint, missing: builtins.list[str]) -> CheckpointCorrupt:
+def dangling(checkpoint_id: str, missing: builtins.list[str]) -> CheckpointCorrupt:
     """The error for a save whose record references blobs nobody can provide."""
     return CheckpointCorrupt(
-        f"refusing to save checkpoint {checkpoint.id}: it references blob(s) that are "
+        f"refusing to save checkpoint {checkpoint_id}: it references blob(s) that are "
         f"neither given nor stored: {', '.join(sorted(missing))}"
     )
 

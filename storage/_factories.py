@@ -44,8 +44,9 @@ class MemoryStoreFactory:
         """Replace the stored bytes of a record with ``mutate(bytes)``."""
         # The kit's damage hook reaches into the store on purpose: nothing else can.
         with self.store._lock:
+            record = self.store._record(checkpoint_id)
             entry = self.store._index[checkpoint_id]
-            self.store._index[checkpoint_id] = entry._replace(record=mutate(entry.record))
+            self.store._index[checkpoint_id] = (mutate(record), *entry[1:])
 
     def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
         """Replace the stored bytes of a blob with ``mutate(bytes)``."""

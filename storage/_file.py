@@ -135,7 +135,7 @@ class FileStore(StoreBase):
         """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         digests = checkpoint.blob_digests()
-        given = checked_blobs(checkpoint, blobs, digests)
+        given = checked_blobs(checkpoint.id, blobs, digests)
         self._check_open()
         if not _SAFE_ID.fullmatch(checkpoint.id):
             raise CheckpointError(f"checkpoint id {checkpoint.id!r} is not usable as a file name")
@@ -151,7 +151,7 @@ class FileStore(StoreBase):
                 stored = self._stored(digests - given.keys(), also=given.keys())
                 missing = [d for d in digests if d not in given and d not in stored]
                 if missing:
-                    raise dangling(checkpoint, missing)
+                    raise dangling(checkpoint.id, missing)
                 new: builtins.list[tuple[str, int, BlobSource]] = [
                     (d, len(given[d]), given[d]) for d in sorted(given) if d not in stored
                 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, Final
 
 from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedFormat
 
@@ -19,26 +19,31 @@ from ._base import (
     not_found,
     prune_plan,
 )
+from ._cut import Cut, ExecutorDigests
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 
+_Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...]]
+"""A stored record and what the store indexes about it, taken at save time.
 
-class _Entry(NamedTuple):
-    """A stored record's bytes and what the store indexes about it, taken at save time.
+At :data:`_RECORD` the encoded record, or a runtime :class:`Cut`'s fields until
+somebody reads it (then it is encoded once and the entry replaced: most cuts are
+never read, a run reads back only the one it resumes from); then the session,
+workflow, kind value, parent id and the digests of the blobs it references.
 
-    A tuple of strings and bytes on purpose: CPython's cycle collector stops
-    tracking such tuples, so an index of many thousands of records costs the
-    collector nothing (an object per record made every collection walk all of
-    them: ~40 us per checkpoint in a long run). One dict holds both: a second
-    dict keyed by id cost a save ~1 us more in a long run (one more insert at a
-    random place of a large table).
-    """
-
-    record: bytes
-    session: str
-    workflow: str
-    kind: str
-    parent_id: str | None
-    digests: tuple[str, ...]
+A plain tuple of strings, bytes and plain tuples of them, on purpose: after one
+collection CPython's cycle collector stops tracking such a tuple (and the tuples
+in it), so an index of many thousands of records costs collections nothing. A
+named tuple, or a dict or frozenset anywhere inside, keeps every record tracked,
+which cost 1-4 us per checkpoint in a long run. One dict holds records and index
+both: a second dict keyed by id cost a save ~1 us more in a long run (one more
+insert at a random place of a large table).
+"""
+_RECORD: Final = 0
+_SESSION: Final = 1
+_WORKFLOW: Final = 2
+_KIND: Final = 3
+_PARENT: Final = 4
+_DIGESTS: Final = 5
 
 
 class MemoryStore(StoreBase):
@@ -59,6 +64,8 @@ class MemoryStore(StoreBase):
         self._deleted: set[str] = set()
         self._last_digests: tuple[Mapping[str, tuple[str, ...]], frozenset[str], tuple[str, ...]]
         self._last_digests = ({}, frozenset(), ())
+        self._last_cut_digests: tuple[ExecutorDigests, frozenset[str], tuple[str, ...]]
+        self._last_cut_digests = ((), frozenset(), ())
 
     def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
         """Store a record and its new blobs atomically (see CheckpointStore.save)."""
@@ -70,42 +77,66 @@ class MemoryStore(StoreBase):
             digests = checkpoint.blob_digests()
             listed = tuple(digests)  # in no order: verify() sorts them when it needs to
             self._last_digests = (dict(checkpoint.executors), digests, listed)
-        given = checked_blobs(checkpoint, blobs, digests) if blobs else {}
-        # str(): the kind's plain value, so the entry holds only str and bytes (see _Entry).
-        # tuple.__new__ skips the NamedTuple's Python-level __new__ (half the cost).
-        entry = tuple.__new__(
-            _Entry,
-            (
-                record,
-                checkpoint.session,
-                checkpoint.workflow,
-                str(checkpoint.kind),
-                checkpoint.parent_id,
-                listed,
-            ),
+        given = checked_blobs(checkpoint.id, blobs, digests) if blobs else {}
+        # str(): the kind's plain value, so the entry holds only str and bytes.
+        entry: _Entry = (
+            record,
+            checkpoint.session,
+            checkpoint.workflow,
+            str(checkpoint.kind),
+            checkpoint.parent_id,
+            listed,
         )
+        self._insert(checkpoint.id, entry, digests, given)
+
+    def _save_cut(self, cut: Cut, blobs: Mapping[str, bytes]) -> None:
+        """Store a runtime cut as it is; it is encoded when first read (see :mod:`._cut`).
+
+        The runtime hands over the same ``executors`` tuple while no snapshot changed,
+        so an identity check finds the digests of the last cut.
+        """
+        executors, digests, listed = self._last_cut_digests
+        if cut.executors is not executors:
+            digests = frozenset(d for _, chunk_digests in cut.executors for d in chunk_digests)
+            listed = tuple(digests)
+            self._last_cut_digests = (cut.executors, digests, listed)
+        given = checked_blobs(cut.id, blobs, digests) if blobs else {}
+        # tuple(cut): a plain tuple, which the collector stops tracking (see _Entry).
+        entry: _Entry = (
+            tuple(cut),
+            cut.session,
+            cut.workflow,
+            cut.kind,
+            cut.parent_id,
+            listed,
+        )
+        self._insert(cut.id, entry, digests, given)
+
+    def _insert(
+        self, checkpoint_id: str, entry: _Entry, digests: frozenset[str], given: dict[str, bytes]
+    ) -> None:
         with self._lock:
             self._check_open()
-            if checkpoint.id in self._index:
-                raise already_stored(checkpoint.id)
+            if checkpoint_id in self._index:
+                raise already_stored(checkpoint_id)
             stored, refs = self._blobs, self._refs
             missing = [d for d in digests if d not in given and d not in stored]
             if missing:
-                raise dangling(checkpoint, missing)
+                raise dangling(checkpoint_id, missing)
             for digest in digests:
                 if digest not in stored:
                     stored[digest] = given[digest]
                 refs[digest] = refs.get(digest, 0) + 1
-            self._index[checkpoint.id] = entry
+            self._index[checkpoint_id] = entry
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
         with self._lock:
             self._check_open()
-            entry = self._index.get(checkpoint_id)
-        if entry is None:
+            record = self._record(checkpoint_id) if checkpoint_id in self._index else None
+        if record is None:
             raise not_found(checkpoint_id)
-        return decode_stored(checkpoint_id, entry.record)
+        return decode_stored(checkpoint_id, record)
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
@@ -133,7 +164,7 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._check_open()
             ids = self._matching(workflow, session, kind)
-            records = [(i, self._index[i].record) for i in ids]
+            records = [(i, self._record(i)) for i in ids]
         return [decode_stored(i, r) for i, r in records]
 
     def latest(
@@ -145,14 +176,14 @@ class MemoryStore(StoreBase):
             ids = self._matching(workflow, session, None)
             if not ids:
                 return None
-            record = self._index[ids[-1]].record
+            record = self._record(ids[-1])
         return decode_stored(ids[-1], record)
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""
         with self._lock:
             self._check_open()
-            return sorted({e.session for e in self._index.values()})
+            return sorted({e[_SESSION] for e in self._index.values()})
 
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record and collect the blobs nothing else references."""
@@ -170,7 +201,7 @@ class MemoryStore(StoreBase):
             index = self._index
             doomed = prune_plan(
                 (
-                    (i, index[i].kind, index[i].parent_id)
+                    (i, index[i][_KIND], index[i][_PARENT])
                     for i in self._matching(None, session, None)
                 ),
                 keep,
@@ -183,6 +214,7 @@ class MemoryStore(StoreBase):
         """Every problem found in the store, one line each; [] when healthy."""
         with self._lock:
             self._check_open()
+            records = {i: self._record(i) for i in self._index}
             index = dict(self._index)
             blobs = dict(self._blobs)
             deleted = set(self._deleted)
@@ -191,13 +223,13 @@ class MemoryStore(StoreBase):
         for checkpoint_id in sorted(index):
             entry = index[checkpoint_id]
             try:
-                decode_stored(checkpoint_id, entry.record)
+                decode_stored(checkpoint_id, records[checkpoint_id])
             except (CheckpointCorrupt, UnsupportedFormat) as exc:
                 problems.append(str(exc))
-            parent = entry.parent_id
+            parent = entry[_PARENT]
             if parent is not None and parent not in index and parent not in deleted:
                 problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
-            for digest in sorted(entry.digests):
+            for digest in sorted(entry[_DIGESTS]):
                 if digest not in states:
                     states[digest] = _blob_state(digest, blobs)
                 state = states[digest]
@@ -213,15 +245,25 @@ class MemoryStore(StoreBase):
         return sorted(
             i
             for i, e in self._index.items()
-            if (workflow is None or e.workflow == workflow)
-            and (session is None or e.session == session)
-            and (kind is None or e.kind == kind)
+            if (workflow is None or e[_WORKFLOW] == workflow)
+            and (session is None or e[_SESSION] == session)
+            and (kind is None or e[_KIND] == kind)
         )
+
+    def _record(self, checkpoint_id: str) -> bytes:
+        """The stored bytes of a record; a cut is encoded now, once (see _Entry)."""
+        entry = self._index[checkpoint_id]
+        record = entry[_RECORD]
+        if isinstance(record, bytes):
+            return record
+        encoded = encode_checkpoint(Cut._make(record).checkpoint())
+        self._index[checkpoint_id] = (encoded, *entry[1:])
+        return encoded
 
     def _delete(self, checkpoint_id: str) -> None:
         entry = self._index.pop(checkpoint_id)
         self._deleted.add(checkpoint_id)
-        for digest in entry.digests:
+        for digest in entry[_DIGESTS]:
             left = self._refs[digest] - 1
             if left:
                 self._refs[digest] = left

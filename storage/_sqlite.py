@@ -91,7 +91,7 @@ class SQLiteStore(StoreBase):
         """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         referenced = checkpoint.blob_digests()
-        given = checked_blobs(checkpoint, blobs, referenced)
+        given = checked_blobs(checkpoint.id, blobs, referenced)
         digests = sorted(referenced)
         cp = checkpoint
         with self._write() as db:
@@ -117,7 +117,7 @@ class SQLiteStore(StoreBase):
             blob_ids = sql.blob_ids(db, digests)
             missing = [d for d in digests if d not in blob_ids and d not in given]
             if missing:
-                raise dangling(cp, missing)  # rolls the record back too
+                raise dangling(cp.id, missing)  # rolls the record back too
             for digest in digests:
                 if digest not in blob_ids:
                     blob_ids[digest] = sql.new_blob(db, digest, given[digest])

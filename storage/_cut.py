@@ -1,0 +1,105 @@
+"""The runtime's own checkpoint records, in the flat form it writes every superstep.
+
+A supervisor writes a record at every barrier. Building a :class:`Checkpoint`
+(twelve fields, two containers) and encoding it costs more than the superstep it
+records in a small workflow. A :class:`Cut` is the same record as one immutable
+tuple of plain values: strings, numbers, bytes and tuples of them. Nothing in it can
+change after it is made, so a store may keep it as it is and build the checkpoint
+(or its bytes) only when somebody reads it: :class:`MemoryStore` does; every other
+store gets ``cut.checkpoint()`` through :func:`cut_saver`.
+
+Internal: the runtime makes cuts, the built-in stores take them. The public record
+is still :class:`Checkpoint`, and what a store hands back is always one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import msgpack
+
+from ._format import Checkpoint, CheckpointKind, _plain_copy
+from ._protocol import CheckpointStore
+
+__all__ = ["Cut", "CutSaver", "ExecutorDigests", "cut_saver", "packed_metadata"]
+
+ExecutorDigests = tuple[tuple[str, tuple[str, ...]], ...]
+"""``(executor id, its snapshot's chunk digests)`` pairs, in the record's order."""
+
+
+class Cut(NamedTuple):
+    """One checkpoint record as the runtime writes it (fields as in :class:`Checkpoint`).
+
+    The runtime guarantees what ``Checkpoint._from_runtime`` trusts: digests are
+    sha256 hex, ``runtime`` is bytes, ``kind`` a kind's value.
+    """
+
+    id: str
+    parent_id: str | None
+    session: str
+    workflow: str
+    graph_signature: str
+    superstep: int
+    kind: str
+    """A :class:`CheckpointKind` value (a plain str keeps the cut untracked, see MemoryStore)."""
+    created_at: float
+    executors: ExecutorDigests
+    runtime: bytes
+    metadata: bytes
+    """The run's metadata as a packed msgpack map (see :func:`packed_metadata`)."""
+
+    def checkpoint(self) -> Checkpoint:
+        """The record as a :class:`Checkpoint` whose containers are its own."""
+        return Checkpoint._from_runtime(
+            id=self.id,
+            parent_id=self.parent_id,
+            session=self.session,
+            workflow=self.workflow,
+            graph_signature=self.graph_signature,
+            superstep=self.superstep,
+            kind=CheckpointKind(self.kind),
+            created_at=self.created_at,
+            executors=dict(self.executors),
+            runtime=self.runtime,
+            metadata=msgpack.unpackb(self.metadata) if self.metadata != EMPTY_METADATA else {},
+        )
+
+
+CutSaver = Callable[[Cut, Mapping[str, bytes]], None]
+"""Saves a cut and its new blobs, with the semantics of ``CheckpointStore.save``."""
+
+
+def cut_saver(store: CheckpointStore) -> CutSaver:
+    """How to save cuts into ``store``: as they are if it takes them, else as checkpoints.
+
+    Only a class that defines ``save`` and ``_save_cut`` together takes cuts, so a
+    subclass or a proxy that changes ``save`` (to count, fail or forward saves)
+    still sees every record through its own ``save``.
+    """
+    owner = next((c for c in type(store).__mro__ if "save" in c.__dict__), None)
+    if owner is not None and "_save_cut" in owner.__dict__:
+        takes: CutSaver = store._save_cut  # type: ignore[attr-defined]  # checked above
+        return takes
+
+    def save(cut: Cut, blobs: Mapping[str, bytes]) -> None:
+        store.save(cut.checkpoint(), blobs)
+
+    return save
+
+
+EMPTY_METADATA = b"\x80"
+"""An empty msgpack map: the metadata of most runs."""
+
+
+def packed_metadata(metadata: Mapping[str, Any]) -> bytes:
+    """User metadata as a cut holds it: checked as plain msgpack, then packed.
+
+    Raises:
+        EncodeError: ``metadata`` holds something that is not plain msgpack (the
+            error names the key path).
+    """
+    if not metadata:
+        return EMPTY_METADATA
+    packed: bytes = msgpack.packb(_plain_copy(metadata, "metadata"), use_bin_type=True)
+    return packed
