@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,12 +44,28 @@ __all__ = [
     "fan_in",
     "fan_skew",
     "graph_name",
+    "hang_at",
     "ring",
     "switch",
 ]
 
 HOOK: Callable[[str, int], None] | None = None
 """Called at the start of every handler when set (tests hold or observe handlers with it)."""
+
+
+def hang_at(superstep: int, entered: threading.Event) -> Callable[[str, int], None]:
+    """A :data:`HOOK` that sets ``entered``, then blocks forever, in handlers of ``superstep``.
+
+    Defined here rather than by the caller so that a hung handler's frames hold this
+    module's globals, never a subprocess's ``__main__`` (which stays collectable at exit).
+    """
+
+    def hook(executor_id: str, at: int) -> None:
+        if at == superstep:
+            entered.set()
+            threading.Event().wait()
+
+    return hook
 
 
 def _touch(executor_id: str, ctx: af.Context[Any]) -> None:

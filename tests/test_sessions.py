@@ -549,6 +549,39 @@ print("leaving")
     assert done.stdout.strip() == "leaving"
 
 
+@pytest.mark.timeout(60)
+def test_interpreter_exit_does_not_wait_for_a_stream_blocked_in_a_handler() -> None:
+    """A stream left blocked in a handler is collected at exit without its 30 s abandon wait.
+
+    Deterministic form of the test above, whose outcome depended on timing: there,
+    a handler already blocked in the ``__main__`` lambda keeps the main module's
+    globals (and so the iterators) alive until the runtime's modules are torn down,
+    and the iterators' ``finally`` fails without waiting; a child that left before
+    that handler was reached had its iterators collected while those modules still
+    worked, and each waited 30 s for an answer no daemon thread could give. Here
+    the hook lives in ``graphs`` and the child leaves once the handler is blocked.
+    """
+    code = f"""
+import faulthandler, sys, threading
+faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with its stack, well before 30 s
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+import graphs
+entered = threading.Event()
+graphs.HOOK = graphs.hang_at(2, entered)
+blocked = graphs.build("ring", 3, 50)
+stuck = blocked.workflow.session("stuck")
+stuck_events = stuck.stream(blocked.input)
+next(stuck_events)
+assert entered.wait(30)
+print("leaving")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "leaving"
+
+
 @pytest.mark.timeout(30)
 def test_cancel_during_a_restart_backoff_ends_the_run_cancelled() -> None:
     """cancel() during a restart backoff ends the run CANCELLED (no exception); a later run() finishes it as if uninterrupted."""
