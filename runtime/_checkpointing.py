@@ -48,6 +48,12 @@ class Checkpointer:
         self.policy = policy
         self._every = 0 if policy.on_idle_only else policy.every  # 0: on idle only
         self._sync = policy.durability is Durability.SYNC
+        self.overlaps = self._sync and getattr(type(store), "_volatile", False) is True
+        """Whether a ``step`` cut is written while the next superstep starts, rather than
+        before: for a store that lives in this process (a ``MemoryStore``), whose records
+        no crash leaves behind, so waiting for them protects nothing. The supervisor
+        still reads no answer of that superstep before the write is done, and a failed
+        write fails the run at that barrier, with the superstep rolled back."""
         self.last_id: str | None = parent.id if parent is not None else None
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.

@@ -119,7 +119,13 @@ class Durability(enum.Enum):
     """When a checkpoint write must finish."""
 
     SYNC = "sync"
-    """The next superstep starts only after the write is durable."""
+    """The next superstep starts only after the write is durable.
+
+    With a ``MemoryStore``, which nothing outlives the process to read, a ``step`` cut
+    is written while the next superstep's hosts start. The supervisor reads none of
+    their answers before the write is done, and a failed write fails the run at its
+    barrier with that superstep rolled back.
+    """
     ASYNC = "async"
     """Written in the background; a failed write fails the run at the next barrier."""
 

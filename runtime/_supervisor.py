@@ -86,6 +86,9 @@ class Driver(CheckpointSteps):
         """Executor -> (report, snapshot digests) of a partly finished superstep (resume)."""
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
+        self._unwritten = False
+        """The cut of the last barrier is still to be written: it is, as the next
+        superstep starts (a store that lives in this process, see Checkpointer.overlaps)."""
         self._log = _log.bind(workflow=spec.name, session=session)
 
     # --- lifecycle ----------------------------------------------------------------
@@ -215,7 +218,10 @@ class Driver(CheckpointSteps):
             if first_checkpoint is not None and self.checkpointer is not None:
                 self._checkpoint_first(job, first_checkpoint)
             while self.state.inbox:
-                if job.cancel.is_set():
+                cancelled = job.cancel.is_set()
+                if self._unwritten and (cancelled or steps >= job.max_supersteps):
+                    self._write_unwritten(job)  # no next superstep: the cut is written now
+                if cancelled:
                     emit(ev.RunCancelledEvent(job.run_id, self.state.superstep, time.time()))
                     return ev.RunStatus.CANCELLED
                 if steps >= job.max_supersteps:
@@ -270,13 +276,28 @@ class Driver(CheckpointSteps):
         inbox, state.inbox = state.inbox, {}
         targets = sorted(inbox)
         emit = job.emit
-        now = time.time()
-        emit(ev.SuperstepStartedEvent(job.run_id, superstep, now, tuple(targets)))
-        for target in targets:
-            if target not in self.completed:
-                emit(
-                    ev.ExecutorInvokedEvent(job.run_id, superstep, now, target, len(inbox[target]))
-                )
+
+        def announce() -> None:
+            now = time.time()
+            emit(ev.SuperstepStartedEvent(job.run_id, superstep, now, tuple(targets)))
+            for target in targets:
+                if target not in self.completed:
+                    emit(
+                        ev.ExecutorInvokedEvent(
+                            job.run_id, superstep, now, target, len(inbox[target])
+                        )
+                    )
+
+        on_sent: Callable[[], None] | None = None
+        if self._unwritten:
+            # The last barrier's cut is written while the hosts start on this superstep;
+            # its answers are read only after, and its events follow the cut's event.
+            def on_sent() -> None:
+                self._write_unwritten(job, barrier_inbox=inbox)
+                announce()
+
+        else:
+            announce()
         checkpoint_now = self.checkpointer is not None and self.checkpointer.due(superstep)
         want_snapshot = self._restarts.active or checkpoint_now
         # With sync durability each executor's finished part is persisted as it
@@ -291,7 +312,13 @@ class Driver(CheckpointSteps):
             done = self._completed_reports(superstep, targets) if self.completed else {}
             to_run = [t for t in targets if t not in done] if done else targets
             reports = self._execute(
-                job, superstep, to_run, inbox, want_snapshot=want_snapshot, persist=persist
+                job,
+                superstep,
+                to_run,
+                inbox,
+                want_snapshot=want_snapshot,
+                persist=persist,
+                on_sent=on_sent,
             )
             reports.update(done)
         except BaseException:
@@ -300,6 +327,8 @@ class Driver(CheckpointSteps):
             # a later run continues from a consistent cut.
             state.inbox = inbox
             self._roll_back(targets, superstep)
+            if self._unwritten:  # failed before any host started: the cut still counts
+                self._write_unwritten(job)
             raise
         new_inbox = state.inbox
         now = time.time()
@@ -334,7 +363,29 @@ class Driver(CheckpointSteps):
         state.superstep = superstep
         emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
         if checkpoint_now:
+            assert self.checkpointer is not None
+            # Only with every snapshot in hand: asking a host for one would queue behind
+            # the next superstep and return its state after that superstep.
+            if new_inbox and self.checkpointer.overlaps and not self._last.dirty:
+                self._unwritten = True
+            else:
+                self._checkpoint(job, "step")
+
+    def _write_unwritten(
+        self, job: RunJob, barrier_inbox: dict[str, list[Any]] | None = None
+    ) -> None:
+        """Write the last barrier's cut; ``barrier_inbox``: its in-flight messages, when
+        the next superstep already took them out of the state."""
+        self._unwritten = False
+        if barrier_inbox is None:
             self._checkpoint(job, "step")
+            return
+        state = self.state
+        running, state.inbox = state.inbox, barrier_inbox
+        try:
+            self._checkpoint(job, "step")
+        finally:
+            state.inbox = running
 
     def _complete_fan_ins(self, new_inbox: dict[str, list[Any]]) -> None:
         fan_in = self.state.fan_in
@@ -359,8 +410,13 @@ class Driver(CheckpointSteps):
         *,
         want_snapshot: bool,
         persist: bool,
+        on_sent: Callable[[], None] | None,
     ) -> dict[str, list[Any]]:
-        """Run the superstep's targets in parallel; restart failures alone."""
+        """Run the superstep's targets in parallel; restart failures alone.
+
+        ``on_sent`` is called once, when every host has its part and before any answer
+        is read.
+        """
         reports: dict[str, list[Any]] = {}
         pending = targets
 
@@ -376,7 +432,9 @@ class Driver(CheckpointSteps):
                 want_snapshot=want_snapshot,
                 reports=reports,
                 on_answer=on_answer if persist else None,
+                on_sent=on_sent,
             )
+            on_sent = None
             if not failures:
                 return reports
             for failure in failures:
@@ -393,6 +451,7 @@ class Driver(CheckpointSteps):
         want_snapshot: bool,
         reports: dict[str, list[Any]],
         on_answer: Callable[[str, bytes, int], None] | None,
+        on_sent: Callable[[], None] | None,
     ) -> list[_StepFailure]:
         futures: dict[str, HostFuture] = {}
         faults = self.faults
@@ -404,6 +463,8 @@ class Driver(CheckpointSteps):
                 self.hosts[target].stop()
             request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
             futures[target] = self._call(target, "step", request)
+        if on_sent is not None:
+            on_sent()
         failures: list[_StepFailure] = []
         for target, answer, error in collect(futures, self.spec.timeouts, started, on_answer):
             if error is not None:

@@ -1,11 +1,11 @@
-"""MemoryStore: checkpoints held in this process, as bytes."""
+"""MemoryStore: checkpoints held in this process, as bytes or as immutable runtime cuts."""
 
 from __future__ import annotations
 
 import builtins
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedFormat
 
@@ -47,20 +47,27 @@ _DIGESTS: Final = 5
 
 
 class MemoryStore(StoreBase):
-    """A checkpoint store in process memory, for tests and short-lived runs.
+    """A checkpoint store in process memory, for tests, short-lived runs and restarts.
 
-    It keeps only bytes: records are encoded on :meth:`save` and decoded on every
-    read, so nothing it returns aliases its internals or anything the caller passed
-    in (the Microsoft Agent Framework #7683 failure cannot happen). Thread-safe:
-    one lock guards every operation. Data lives as long as the object; another
-    process cannot see it.
+    Every read decodes bytes: records are encoded on :meth:`save` (the runtime's own
+    cuts when first read), so nothing it returns aliases its internals or anything
+    the caller passed in (the Microsoft Agent Framework #7683 failure cannot
+    happen). Thread-safe: one lock guards every operation. Data lives as long as the
+    object; another process cannot see it.
     """
+
+    _volatile: ClassVar[bool] = True
+    """Its records end with the process: the runtime may write a cut while the next
+    superstep starts (see ``Checkpointer.overlaps``)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._index: dict[str, _Entry] = {}
         self._blobs: dict[str, bytes] = {}
+        self._listings: dict[tuple[str, ...], int] = {}
+        """Digest listing (an entry's digests) -> how many records hold it."""
         self._refs: dict[str, int] = {}
+        """Digest -> how many distinct listings held by records name it."""
         self._deleted: set[str] = set()
         self._last_digests: tuple[Mapping[str, tuple[str, ...]], frozenset[str], tuple[str, ...]]
         self._last_digests = ({}, frozenset(), ())
@@ -115,19 +122,27 @@ class MemoryStore(StoreBase):
     def _insert(
         self, checkpoint_id: str, entry: _Entry, digests: frozenset[str], given: dict[str, bytes]
     ) -> None:
+        # References are counted per listing: consecutive records of a lineage mostly
+        # share one (the same tuple, see save), so a record costs one increment, and the
+        # blobs of a listing some record holds are known to be stored.
+        listed = entry[_DIGESTS]
         with self._lock:
             self._check_open()
-            if checkpoint_id in self._index:
+            index, listings = self._index, self._listings
+            if checkpoint_id in index:
                 raise already_stored(checkpoint_id)
-            stored, refs = self._blobs, self._refs
-            missing = [d for d in digests if d not in given and d not in stored]
-            if missing:
-                raise dangling(checkpoint_id, missing)
-            for digest in digests:
-                if digest not in stored:
-                    stored[digest] = given[digest]
-                refs[digest] = refs.get(digest, 0) + 1
-            self._index[checkpoint_id] = entry
+            holders = listings.get(listed, 0)
+            if not holders:
+                stored, refs = self._blobs, self._refs
+                missing = [d for d in digests if d not in given and d not in stored]
+                if missing:
+                    raise dangling(checkpoint_id, missing)
+                for digest in listed:
+                    if digest not in stored:
+                        stored[digest] = given[digest]
+                    refs[digest] = refs.get(digest, 0) + 1
+            listings[listed] = holders + 1
+            index[checkpoint_id] = entry
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
@@ -263,7 +278,13 @@ class MemoryStore(StoreBase):
     def _delete(self, checkpoint_id: str) -> None:
         entry = self._index.pop(checkpoint_id)
         self._deleted.add(checkpoint_id)
-        for digest in entry[_DIGESTS]:
+        listed = entry[_DIGESTS]
+        holders = self._listings[listed] - 1
+        if holders:
+            self._listings[listed] = holders
+            return
+        del self._listings[listed]
+        for digest in listed:
             left = self._refs[digest] - 1
             if left:
                 self._refs[digest] = left
