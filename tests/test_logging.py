@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +60,67 @@ def test_nothing_is_logged_below_the_applications_level(
 def test_the_library_attaches_only_a_null_handler() -> None:
     handlers = logging.getLogger("actorflow").handlers
     assert handlers and all(isinstance(h, logging.NullHandler) for h in handlers)
+
+
+class Recorded(logging.Handler):
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def faulted_run() -> None:
+    with build() as wf, wf.session("s") as s:
+        inject_fault(s, "b", 2)
+        assert run_to_idle(s, 0).restarts == 1
+
+
+CHILD = """
+import logging, sys
+sys.path.insert(0, {tests!r})
+import test_logging
+made = []
+factory = logging.getLogRecordFactory()
+def counting(*args, **kwargs):
+    record = factory(*args, **kwargs)
+    made.append(record.name)
+    return record
+logging.setLogRecordFactory(counting)
+test_logging.faulted_run()
+print(sorted(set(name for name in made if name.startswith("actorflow"))))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_with_logging_unconfigured_no_record_is_made() -> None:
+    """WARNING is enabled by default, but only the NullHandler would get the restart's
+    record: none is made (it cost ~60 us per restart). A child process, since pytest
+    configures logging in its own."""
+    code = CHILD.format(tests=str(Path(__file__).resolve().parent))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert done.stderr == ""
+
+
+@pytest.mark.timeout(30)
+def test_a_handler_added_later_on_any_ancestor_gets_the_restart_warning() -> None:
+    """Configured after the library was imported, on the root logger: the warning arrives;
+    a handler above WARNING gets nothing."""
+    root = logging.getLogger()
+    warnings, errors = Recorded(logging.WARNING), Recorded(logging.ERROR)
+    root.addHandler(warnings)
+    root.addHandler(errors)
+    try:
+        faulted_run()
+    finally:
+        root.removeHandler(warnings)
+        root.removeHandler(errors)
+    assert [r.getMessage() for r in warnings.records if r.name.startswith("actorflow")] == [
+        "restarting executor"
+    ]
+    assert errors.records == []
