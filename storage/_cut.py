@@ -1,9 +1,10 @@
 """The runtime's own checkpoint records, in the flat form it writes every superstep.
 
 A supervisor writes a record at every barrier. Building a :class:`Checkpoint`
-(twelve fields, two containers) and encoding it costs more than the superstep it
-records in a small workflow. A :class:`Cut` is the same record as one immutable
-tuple of plain values: strings, numbers, bytes and tuples of them. Nothing in it can
+(twelve fields, two containers) and encoding it took ~5 us of CPU per barrier, a
+third of a superstep of two executors in a cycle (W1). A :class:`Cut` is the same
+record as one immutable tuple of plain values: strings, numbers, bytes and tuples
+of them. Nothing in it can
 change after it is made, so a store may keep it as it is and build the checkpoint
 (or its bytes) only when somebody reads it: :class:`MemoryStore` does; every other
 store gets ``cut.checkpoint()`` through :func:`cut_saver`.
