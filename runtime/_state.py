@@ -27,6 +27,12 @@ PendingEntry = list[Any]
 
 _OWN_FIELDS = 5
 """Entries of the runtime map that :meth:`RunState.to_bytes` packs itself."""
+_SUPERSTEP_KEY = pack("superstep")
+_INBOX_KEY = pack("inbox")
+_EMPTY_ENTRIES = (
+    pack("fan_in") + pack({}) + pack("pending") + pack({}) + pack("answered") + pack([])
+)
+"""The last three of those entries when all three are empty."""
 
 
 class PackedEntries:
@@ -70,6 +76,20 @@ class RunState:
         for a graph of a thousand executors).
         """
         fan_in = self.fan_in
+        if not (fan_in or self.pending or self.answered):
+            # The common cut (no fan-in waiting, no request open): the same bytes as
+            # below, with the three empty entries packed once (~0.5 us less per cut).
+            return b"".join(
+                (
+                    extra.header,
+                    _SUPERSTEP_KEY,
+                    pack(self.superstep),
+                    _INBOX_KEY,
+                    pack(self.inbox),
+                    _EMPTY_ENTRIES,
+                    extra.entries,
+                )
+            )
         packed = pack(
             {
                 "superstep": self.superstep,

@@ -102,7 +102,11 @@ def test_runtime_record_is_one_msgpack_map_with_the_extra_entries() -> None:
         answered={"r0", "q9"},
     )
     large = RunState(superstep=8, inbox={"b": [["a", -1, b"\x07" * 10_000]]})
-    for state in (RunState(), busy, large):
+    # Each of the entries packed once when empty, non-empty alone:
+    waiting = RunState(superstep=9, fan_in={1: {"b": [b"\x03"]}})
+    asking = RunState(superstep=10, pending={"r2": ["b", b"\x04", "str"]})
+    answered = RunState(superstep=11, answered={"r2"})
+    for state in (RunState(), busy, large, waiting, asking, answered):
         expected = msgpack.packb(
             {
                 "superstep": state.superstep,
