@@ -50,6 +50,19 @@ class HeldStore(af.MemoryStore):
         super()._save_cut(cut, blobs)
 
 
+def assert_latest_is_step_cut(store: af.MemoryStore, superstep: int) -> None:
+    latest = store.latest(session="s")
+    assert latest is not None
+    assert (latest.superstep, latest.kind) == (superstep, CheckpointKind.STEP)
+
+
+def assert_as_uninterrupted(outputs: list[Any], store: af.MemoryStore) -> None:
+    """Outputs and final states of session "s" are those of an uninterrupted ring(3, 3)."""
+    expected, states = uninterrupted("ring", 3, 3)
+    assert outputs == expected
+    assert states_of(store, "s") == states
+
+
 @pytest.fixture
 def hook() -> Iterator[None]:
     yield
@@ -74,13 +87,11 @@ def test_the_cut_is_stored_while_the_next_superstep_runs() -> None:
             assert started_3.wait(WAIT), "superstep 3 did not start before cut 2 was stored"
 
     store.on_cut = hold
-    case = graphs.build("ring", 3, 2)
+    case = graphs.build("ring", 3, 3)
     with case.workflow as wf, wf.session("s", store=store) as session:
         outcome = run_to_idle(session, case.input)
     assert outcome.error is None
-    expected, states = uninterrupted("ring", 3, 2)
-    assert outcome.outputs == expected
-    assert states_of(store, "s") == states
+    assert_as_uninterrupted(outcome.outputs, store)
 
 
 @pytest.mark.timeout(30)
@@ -131,14 +142,10 @@ def test_cancel_at_a_barrier_still_stores_its_cut() -> None:
         holder["s"] = session
         first = session.run(case.input)
         assert first.status is af.RunStatus.CANCELLED
-        latest = store.latest(session="s")
-        assert latest is not None
-        assert (latest.superstep, latest.kind) == (4, CheckpointKind.STEP)
+        assert_latest_is_step_cut(store, 4)
         graphs.HOOK = None
         rest = session.run()
-    expected, states = uninterrupted("ring", 3, 3)
-    assert first.outputs + rest.outputs == expected
-    assert states_of(store, "s") == states
+    assert_as_uninterrupted(first.outputs + rest.outputs, store)
 
 
 @pytest.mark.timeout(30)
@@ -150,14 +157,10 @@ def test_the_superstep_limit_still_stores_the_last_cut() -> None:
         with wf.session("s", store=store) as session:
             first = run_to_idle(session, case.input, max_supersteps=5)
             assert isinstance(first.error, af.SuperstepLimitExceeded)
-        latest = store.latest(session="s")
-        assert latest is not None
-        assert (latest.superstep, latest.kind) == (5, CheckpointKind.STEP)
+        assert_latest_is_step_cut(store, 5)
         with wf.resume(store, session="s") as resumed:
             rest = resumed.run()
-    expected, states = uninterrupted("ring", 3, 3)
-    assert first.outputs + rest.outputs == expected
-    assert states_of(store, "s") == states
+    assert_as_uninterrupted(first.outputs + rest.outputs, store)
 
 
 @pytest.mark.timeout(30)
@@ -183,9 +186,7 @@ def test_a_failed_write_fails_the_run_at_its_barrier_and_rolls_back_the_next_sup
         )
         assert any(isinstance(e, af.CheckpointFailedEvent) for e in failed.events)
         rest = session.run()
-    expected, states = uninterrupted("ring", 3, 3)
-    assert failed.outputs + rest.outputs == expected
-    assert states_of(store, "s") == states
+    assert_as_uninterrupted(failed.outputs + rest.outputs, store)
 
 
 def cut_states(store: Any, session: str) -> dict[int, dict[str, Any]]:
