@@ -30,11 +30,11 @@ somebody reads it (then it is encoded once and the entry replaced: most cuts are
 never read, a run reads back only the one it resumes from); then the session,
 workflow, kind value, parent id and the digests of the blobs it references.
 
-A plain tuple of strings, bytes and plain tuples of them, on purpose: after one
-collection CPython's cycle collector stops tracking such a tuple (and the tuples
-in it), so an index of many thousands of records costs collections nothing. A
-named tuple, or a dict or frozenset anywhere inside, keeps every record tracked,
-which cost 1-4 us per checkpoint in a long run. One dict holds records and index
+A plain tuple of strings, bytes and plain tuples of them, on purpose: CPython's
+cycle collector stops tracking such a tuple once its collections have visited it
+(one per level of nesting), so an index of many thousands of records costs
+collections nothing. A named tuple, or a dict or frozenset anywhere inside, keeps
+every record tracked, which cost 1-4 us per checkpoint in a long run. One dict holds records and index
 both: a second dict keyed by id cost a save ~1 us more in a long run (one more
 insert at a random place of a large table).
 """
