@@ -190,3 +190,25 @@ def test_records_of_a_long_run_in_a_memory_store_cost_the_cycle_collector_nothin
         entries = list(store._index.values())
     assert len(entries) == 34  # entry, 31 steps, final, and the copy
     assert [e for e in entries if gc.is_tracked(e)] == []
+
+
+@pytest.mark.timeout(60)
+def test_cuts_written_in_the_background_make_the_same_lineage() -> None:
+    """With async durability the writer thread saves the cuts: the lineage and states equal
+    those of a sync run, every parent is stored, and the store verifies clean."""
+    lineages = {}
+    for durability in (af.Durability.SYNC, af.Durability.ASYNC):
+        store = MemoryStore()
+        builder = af.WorkflowBuilder("loop", start=Counter("a"))
+        builder.add_edge("a", Counter("b")).add_edge("b", "a")
+        policy = af.CheckpointPolicy(durability=durability)
+        with builder.build() as wf, wf.session("s", store=store, checkpoint=policy) as session:
+            assert session.run(0).outputs == [16]
+        records = store.list(session="s")
+        ids = {cp.id for cp in records}
+        assert all(cp.parent_id in ids for cp in records[1:])
+        assert store.verify() == []
+        lineages[durability] = [
+            (cp.superstep, str(cp.kind), dict(cp.executors), cp.runtime) for cp in records
+        ]
+    assert lineages[af.Durability.ASYNC] == lineages[af.Durability.SYNC]
