@@ -15,11 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pykka
-
 from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import (
-    ExecutorFailed,
     RunCancelled,
     RunFailed,
     SuperstepLimitExceeded,
@@ -35,22 +32,16 @@ from ._job import Fault, Payload, RunJob
 from ._lastgood import LastGood
 from ._logging import get_logger
 from ._policy import Durability, RestartPolicy, Restarts
+from ._recovery import RecoverySteps, StepFailure
 from ._state import RunState
-from ._wire import SINGLE, pack, restore_digests, unpack
+from ._wire import SINGLE, pack, unpack
 
 __all__ = ["Driver"]
 
 _log = get_logger("actorflow.supervisor")
 
 
-class _StepFailure(Exception):
-    def __init__(self, executor: str, error: BaseException) -> None:
-        super().__init__(executor)
-        self.executor = executor
-        self.error = error
-
-
-class Driver(CheckpointSteps):
+class Driver(CheckpointSteps, RecoverySteps):
     """Supervisor logic for one session (or one one-off run). Supervisor thread only."""
 
     def __init__(
@@ -452,7 +443,7 @@ class Driver(CheckpointSteps):
         reports: dict[str, list[Any]],
         on_answer: Callable[[str, bytes, int], None] | None,
         on_sent: Callable[[], None] | None,
-    ) -> list[_StepFailure]:
+    ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
         faults = self.faults
         started = time.monotonic()
@@ -465,90 +456,13 @@ class Driver(CheckpointSteps):
             futures[target] = self._call(target, "step", request)
         if on_sent is not None:
             on_sent()
-        failures: list[_StepFailure] = []
+        failures: list[StepFailure] = []
         for target, answer, error in collect(futures, self.spec.timeouts, started, on_answer):
             if error is not None:
                 if isinstance(error, TimedOut):
                     self._hung.add(target)
-                failures.append(_StepFailure(target, error))
+                failures.append(StepFailure(target, error))
             else:
                 assert answer is not None
                 reports[target] = unpack(answer)
         return failures
-
-    def _recover(self, job: RunJob, superstep: int, failure: _StepFailure) -> None:
-        target, error = failure.executor, failure.error
-        now = time.time()
-        job.emit(
-            ev.ExecutorFailedEvent(
-                job.run_id, superstep, now, target, qualname(type(error)), str(error)
-            )
-        )
-        decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
-        if isinstance(decision, str):
-            raise ExecutorFailed(
-                f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
-                f"{qualname(type(error))}: {error}; {decision}",
-                executor=target,
-                error_type=qualname(type(error)),
-                run_id=job.run_id,
-                superstep=superstep,
-            ) from error
-        policy, attempt = decision
-        self._log.warning(
-            "restarting executor",
-            run=job.run_id,
-            superstep=superstep,
-            executor=target,
-            attempt=attempt,
-            error=f"{qualname(type(error))}: {error}",
-        )
-        delay = policy.backoff.delay(attempt)
-        if delay > 0 and job.cancel.wait(delay):
-            raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
-        if isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
-            self._replace_host(target)
-        self._load_state(target, self._last.snapshot_of(target))
-        job.emit(
-            ev.RunRestartedEvent(
-                job.run_id,
-                superstep,
-                time.time(),
-                target,
-                attempt,
-                qualname(type(error)),
-                str(error),
-            )
-        )
-
-    def _roll_back(self, targets: list[str], superstep: int) -> None:
-        """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
-        if not (self._keep_state and self._last.exact(targets)):
-            self.broken = (
-                f"superstep {superstep} failed and the state before it was never snapshotted "
-                "(no store checkpointing every superstep, no restart policy)"
-            )
-            return
-        try:
-            for target in targets:
-                if target in self._hung or not self.hosts[target].alive:
-                    self._replace_host(target)
-                self._load_state(target, self._last.snapshot_of(target))
-        except Exception as exc:  # noqa: BLE001 - a failed rollback leaves the session broken
-            self.broken = f"rolling back superstep {superstep} failed: {exc}"
-
-    def _replace_host(self, target: str) -> None:
-        # A hung handler cannot be killed in Python: the old host is abandoned
-        # (stopped without waiting) and its late answer goes to a future nobody reads.
-        self.hosts[target].stop()
-        self.hosts[target] = self.pool.acquire(1)[0]
-        self._unloaded.add(target)
-        self._hung.discard(target)
-
-    def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
-        self._call(target, "restore", self._restore_request(chunks)).get(timeout=60)
-
-    def _restore_request(self, chunks: list[tuple[str, bytes | None]]) -> bytes:
-        # The digests travel along: the runner then never re-hashes or re-sends a
-        # chunk this driver (or the store) already holds.
-        return pack([restore_digests([d for d, _ in chunks]), *self._last.resolve(chunks)])
