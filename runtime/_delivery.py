@@ -16,7 +16,7 @@ from actorflow.actors import decode
 from . import _events as ev
 from ._job import Payload
 
-__all__ = ["AsyncSink", "QueueSink", "collected", "materialize", "pending_of"]
+__all__ = ["AsyncSink", "End", "QueueSink", "collected", "materialize", "pending_of"]
 
 
 def materialize(event: ev.Event) -> ev.Event:
@@ -95,3 +95,18 @@ class AsyncSink:
             self.loop.call_soon_threadsafe(self._put, event)
         except RuntimeError:
             pass  # the consumer's loop is closed: nobody is left to receive the event
+
+
+class End:
+    """Last item of a run's event stream: how it ended."""
+
+    __slots__ = ("error", "status")
+
+    def __init__(self, status: ev.RunStatus, error: BaseException | None) -> None:
+        self.status = status
+        self.error = error
+
+    def raise_error(self) -> None:
+        """Raise the run's failure in the caller's thread, if it failed."""
+        if self.error is not None:
+            raise self.error

@@ -31,7 +31,7 @@ from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
-from ._delivery import AsyncSink, QueueSink, collected, materialize, pending_of
+from ._delivery import AsyncSink, End, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._supervisor import Driver
@@ -41,7 +41,7 @@ from ._wire import SINGLE
 if TYPE_CHECKING:
     from ._workflow import Workflow
 
-__all__ = ["NO_INPUT", "End", "Session"]
+__all__ = ["NO_INPUT", "Session"]
 
 NO_INPUT: Any = object()
 """Run without new input: continue what is in flight (after a cancel or a limit)."""
@@ -504,18 +504,3 @@ class Session:
             pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )
-
-
-class End:
-    """Last item of a run's event stream: how it ended."""
-
-    __slots__ = ("error", "status")
-
-    def __init__(self, status: ev.RunStatus, error: BaseException | None) -> None:
-        self.status = status
-        self.error = error
-
-    def raise_error(self) -> None:
-        """Raise the run's failure in the caller's thread, if it failed."""
-        if self.error is not None:
-            raise self.error
