@@ -267,28 +267,16 @@ class Driver(CheckpointSteps, RecoverySteps):
         inbox, state.inbox = state.inbox, {}
         targets = sorted(inbox)
         emit = job.emit
-
-        def announce() -> None:
-            now = time.time()
-            emit(ev.SuperstepStartedEvent(job.run_id, superstep, now, tuple(targets)))
-            for target in targets:
-                if target not in self.completed:
-                    emit(
-                        ev.ExecutorInvokedEvent(
-                            job.run_id, superstep, now, target, len(inbox[target])
-                        )
-                    )
-
         on_sent: Callable[[], None] | None = None
         if self._unwritten:
             # The last barrier's cut is written while the hosts start on this superstep;
             # its answers are read only after, and its events follow the cut's event.
             def on_sent() -> None:
                 self._write_unwritten(job, barrier_inbox=inbox)
-                announce()
+                self._announce(job, superstep, targets, inbox)
 
         else:
-            announce()
+            self._announce(job, superstep, targets, inbox)
         checkpoint_now = self.checkpointer is not None and self.checkpointer.due(superstep)
         want_snapshot = self._restarts.active or checkpoint_now
         # With sync durability each executor's finished part is persisted as it
@@ -361,6 +349,19 @@ class Driver(CheckpointSteps, RecoverySteps):
                 self._unwritten = True
             else:
                 self._checkpoint(job, "step")
+
+    def _announce(
+        self, job: RunJob, superstep: int, targets: list[str], inbox: dict[str, list[Any]]
+    ) -> None:
+        """Emit the events of a superstep's start."""
+        now = time.time()
+        emit = job.emit
+        emit(ev.SuperstepStartedEvent(job.run_id, superstep, now, tuple(targets)))
+        for target in targets:
+            if target not in self.completed:
+                emit(
+                    ev.ExecutorInvokedEvent(job.run_id, superstep, now, target, len(inbox[target]))
+                )
 
     def _write_unwritten(
         self, job: RunJob, barrier_inbox: dict[str, list[Any]] | None = None
