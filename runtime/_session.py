@@ -7,12 +7,11 @@ key. ``Workflow.run`` is a one-off session on warm pooled actors.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -31,9 +30,10 @@ from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
-from ._delivery import AsyncSink, End, QueueSink, collected, materialize, pending_of
+from ._delivery import End, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy, RestartPolicy
+from ._session_async import NO_INPUT, AsyncRuns
 from ._supervisor import Driver
 from ._types import type_label
 from ._wire import SINGLE
@@ -43,11 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_INPUT", "Session"]
 
-NO_INPUT: Any = object()
-"""Run without new input: continue what is in flight (after a cancel or a limit)."""
 
-
-class Session:
+class Session(AsyncRuns):
     """A live instance of a workflow: actors and state persist between runs.
 
     Create with ``workflow.session(...)`` or ``workflow.resume(...)``; use as a
@@ -206,70 +203,6 @@ class Session:
         finally:
             if not finished:
                 self._abandon(future)
-
-    async def arun(
-        self,
-        input: Any = NO_INPUT,
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> ev.RunResult:
-        """Async :meth:`run`: never blocks the event loop.
-
-        Cancelling the awaiting task cancels the run at the next barrier (the task
-        waits for that barrier, then raises ``CancelledError``).
-        """
-        raw: list[ev.Event] = []
-        job, sink = self._abegin(input, max_supersteps, metadata)
-        end = None
-        async for item in self._adrain(job, sink):
-            if isinstance(item, End):
-                end = item
-            else:
-                raw.append(item)
-        assert end is not None
-        return self._finish(job, raw, end)
-
-    async def astream(
-        self,
-        input: Any = NO_INPUT,
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ev.Event]:
-        """Async :meth:`stream`: never blocks the event loop."""
-        job, sink = self._abegin(input, max_supersteps, metadata)
-        async for item in self._adrain(job, sink):
-            if isinstance(item, End):
-                item.raise_error()
-            else:
-                yield materialize(item)
-
-    def _abegin(
-        self, value: Any, max_supersteps: int | None, metadata: Mapping[str, Any] | None
-    ) -> tuple[RunJob, AsyncSink]:
-        sink = AsyncSink(asyncio.get_running_loop())
-        job = self._begin(value, max_supersteps, metadata, sink)
-        self._submit(job)
-        return job, sink
-
-    async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncIterator[Any]:
-        finished = False
-        try:
-            while True:
-                item = await sink.queue.get()
-                if isinstance(item, End):
-                    finished = True
-                yield item
-                if finished:
-                    return
-        finally:
-            if not finished:
-                # Cancelled or abandoned: stop at the next barrier, and wait for it
-                # without blocking the loop, so the session is free afterwards.
-                job.cancel.set()
-                while not isinstance(await sink.queue.get(), End):
-                    pass
 
     def cancel(self) -> None:
         """Ask the current run to stop at the next barrier (safe from any thread)."""
