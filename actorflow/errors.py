@@ -31,6 +31,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "ExecutorFailed",
+    "ExecutorTimedOut",
     "GraphError",
     "GraphMismatch",
     "InputNotAccepted",
@@ -176,6 +177,29 @@ class SuperstepLimitExceeded(RunFailed):
 
 class RunCancelled(WorkflowError):
     """The run was cancelled and stopped at a barrier; its last consistent state is kept."""
+
+
+class ExecutorTimedOut(WorkflowError, TimeoutError):
+    """An executor did not finish its part of a superstep within its ``timeout``.
+
+    The cause of the ``ExecutorFailed`` (or the error the restart policy saw) when
+    a handler ran too long. Its actor was abandoned (Python cannot kill a thread):
+    the handler keeps running until it returns, and whatever it sends or outputs
+    after the deadline is never read. Raise the executor's ``timeout``, or make
+    the handler finish sooner.
+
+    Attributes:
+        executor: id of the executor that timed out.
+        limit: the timeout, in seconds.
+    """
+
+    def __init__(self, executor: str, limit: float) -> None:
+        super().__init__(
+            f"executor {executor!r} did not finish its superstep within its timeout of "
+            f"{limit} s; raise the timeout, or make the handler finish sooner"
+        )
+        self.executor = executor
+        self.limit = limit
 
 
 class SessionBusy(WorkflowError):

@@ -99,11 +99,12 @@ class RecoverySteps:
             )
         )
 
-    def _roll_back(self, targets: list[str], superstep: int) -> None:
+    def _roll_back(self, targets: list[str], superstep: int, *, cancelled: bool = False) -> None:
         """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
         if not (self._keep_state and self._last.exact(targets)):
+            what = "was interrupted by a cancel" if cancelled else "failed"
             self.broken = (
-                f"superstep {superstep} failed and the state before it was never snapshotted "
+                f"superstep {superstep} {what} and the state before it was never snapshotted "
                 "(no store checkpointing every superstep, no restart policy)"
             )
             return

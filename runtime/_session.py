@@ -33,7 +33,7 @@ from ._context import RUN_INPUT
 from ._delivery import End, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy, RestartPolicy
-from ._session_async import NO_INPUT, AsyncRuns
+from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
 from ._supervisor import Driver
 from ._types import type_label
 from ._wire import SINGLE
@@ -68,6 +68,9 @@ class Session(AsyncRuns):
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
         self._busy = threading.Lock()
+        self._ending = threading.Lock()
+        """Orders a run's end against a close that could not wait for it."""
+        self._close_when_done = False
         self._closed = False
         self._cancel = threading.Event()
         self._supervisor: pykka.ActorRef[SupervisorActor] | None = None
@@ -205,7 +208,19 @@ class Session(AsyncRuns):
                 self._abandon(future)
 
     def cancel(self) -> None:
-        """Ask the current run to stop at the next barrier (safe from any thread)."""
+        """Ask the current run to stop at the next barrier (safe from any thread).
+
+        Handlers still running :data:`CANCEL_GRACE` s after the cancel are abandoned
+        (as a ``timeout=`` does): the superstep is rolled back to the last barrier
+        (its input back in flight, so a later ``run()`` re-delivers it), or, with no
+        snapshot of that barrier (no store, no restart policy), the session is left
+        broken until ``reset()``. The run's caller gets ``RunStatus.CANCELLED``.
+
+        Python cannot kill a thread: an abandoned handler keeps running on its own
+        (daemon) actor thread until it returns. Nothing it sends or outputs after
+        that is read, but side effects outside the run (a file written, a request
+        made) still happen; make such handlers idempotent or give them a timeout.
+        """
         self._cancel.set()
 
     def inject_fault(self, fault: Fault) -> None:
@@ -246,16 +261,31 @@ class Session(AsyncRuns):
         if self._closed:
             return
         self._cancel.set()
-        with self._busy:
-            self._closed = True
-            if self._started:
-                self._driver.release_hosts(wait=wait)
-                self._started = False
-            if self._driver.checkpointer is not None:
-                self._driver.checkpointer.close()
-            if self._supervisor is not None:
-                self._workflow._release_supervisor(self._supervisor)
-                self._supervisor = None
+        # A run reaches its barrier within CANCEL_GRACE of the cancel, abandoning any
+        # handler still running then; a run stuck elsewhere (a restore() or resource
+        # factory that never returns) closes the session itself when it ends.
+        if not self._busy.acquire(timeout=STOP_WAIT):
+            with self._ending:
+                if not self._busy.acquire(blocking=False):
+                    self._closed = True
+                    self._close_when_done = True
+                    return
+        try:
+            self._teardown(wait=wait)
+        finally:
+            self._busy.release()
+
+    def _teardown(self, *, wait: bool) -> None:
+        """Give back every actor (caller holds the busy lock, or is the run ending)."""
+        self._closed = True
+        if self._started:
+            self._driver.release_hosts(wait=wait)
+            self._started = False
+        if self._driver.checkpointer is not None:
+            self._driver.checkpointer.close()
+        if self._supervisor is not None:
+            self._workflow._release_supervisor(self._supervisor)
+            self._supervisor = None
 
     def __enter__(self) -> Session:
         return self
@@ -381,7 +411,14 @@ class Session(AsyncRuns):
             except Exception as exc:  # noqa: BLE001 - handed to the caller through End
                 end = End(ev.RunStatus.FAILED, exc)
             finally:
-                self._busy.release()
+                with self._ending:
+                    if self._close_when_done:
+                        self._close_when_done = False
+                        try:
+                            self._teardown(wait=False)
+                        except Exception:  # noqa: BLE001 - closing for a caller that left
+                            pass
+                    self._busy.release()
                 job.emit(end)
             return end
 
@@ -410,7 +447,11 @@ class Session(AsyncRuns):
         return status
 
     def _abandon(self, future: pykka.Future[Any]) -> None:
-        """The caller stopped waiting: cancel at the next barrier and wait a bounded time.
+        """The caller stopped waiting: cancel, and give the run :data:`STOP_WAIT` s to stop.
+
+        The barrier abandons handlers still running :data:`CANCEL_GRACE` s after the
+        cancel, so the run normally ends well within that; if it does not (stuck
+        outside a handler), the session stays busy until it does.
 
         Not at interpreter exit: a stream left open is closed then, and its run may be
         stuck in a handler that never returns; waiting would hold up the exit.
@@ -419,7 +460,7 @@ class Session(AsyncRuns):
         if sys.is_finalizing():
             return
         try:
-            future.get(timeout=30)
+            future.get(timeout=STOP_WAIT)
         except Exception:  # noqa: BLE001 - the caller already left; nothing to report to
             pass
 

@@ -8,19 +8,29 @@ the run when the awaiting task is cancelled or the iterator is closed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Self
 
 import pykka
 
 from . import _events as ev
+from ._barrier import CANCEL_GRACE
 from ._delivery import AsyncSink, End, materialize
-from ._job import RunJob
+from ._job import RunJob, SupervisorActor
 
-__all__ = ["NO_INPUT", "AsyncRuns"]
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+__all__ = ["NO_INPUT", "STOP_WAIT", "AsyncRuns"]
 
 NO_INPUT: Any = object()
 """Run without new input: continue what is in flight (after a cancel or a limit)."""
+
+STOP_WAIT = CANCEL_GRACE + 0.5
+"""Seconds a caller that stops waiting (Ctrl-C, a cancelled task, a closed stream,
+``close()``) gives the run to end: the barrier's grace, plus room to roll back and
+replace abandoned hosts."""
 
 
 class AsyncRuns:
@@ -42,6 +52,12 @@ class AsyncRuns:
 
         def _finish(self, job: RunJob, raw: list[Any], end: End) -> ev.RunResult: ...
 
+        def close(self) -> None: ...
+
+        _supervisor: pykka.ActorRef[SupervisorActor] | None
+        _started: bool
+        _workflow: Workflow
+
     async def arun(
         self,
         input: Any = NO_INPUT,
@@ -51,11 +67,37 @@ class AsyncRuns:
     ) -> ev.RunResult:
         """Async :meth:`run`: never blocks the event loop.
 
-        Cancelling the awaiting task cancels the run at the next barrier (the task
-        waits for that barrier, then raises ``CancelledError``).
+        Cancelling the awaiting task (``task.cancel()``, ``asyncio.wait_for``,
+        ``asyncio.timeout``) cancels the run: it stops at the next barrier, and a
+        handler still running :data:`CANCEL_GRACE` s after the cancel is abandoned
+        (see :meth:`Session.cancel`); the task raises ``CancelledError`` within
+        :data:`STOP_WAIT` s, whatever its handlers do.
         """
+        return await self._acollect(input, max_supersteps, metadata, None)
+
+    async def arespond(
+        self,
+        answers: Mapping[str, Any],
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ev.RunResult:
+        """Async :meth:`Session.respond`: answer pending requests and run until idle.
+
+        Raises:
+            RequestError: as for :meth:`Session.respond`; nothing is consumed.
+        """
+        return await self._acollect(NO_INPUT, max_supersteps, metadata, answers)
+
+    async def _acollect(
+        self,
+        value: Any,
+        max_supersteps: int | None,
+        metadata: Mapping[str, Any] | None,
+        answers: Mapping[str, Any] | None,
+    ) -> ev.RunResult:
         raw: list[ev.Event] = []
-        job, sink = self._abegin(input, max_supersteps, metadata)
+        job, sink = await self._abegin(value, max_supersteps, metadata, answers)
         end = None
         async for item in self._adrain(job, sink):
             if isinstance(item, End):
@@ -71,24 +113,58 @@ class AsyncRuns:
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ev.Event]:
-        """Async :meth:`stream`: never blocks the event loop."""
-        job, sink = self._abegin(input, max_supersteps, metadata)
-        async for item in self._adrain(job, sink):
-            if isinstance(item, End):
-                item.raise_error()
-            else:
-                yield materialize(item)
+    ) -> AsyncGenerator[ev.Event, None]:
+        """Async :meth:`stream`: never blocks the event loop.
 
-    def _abegin(
-        self, value: Any, max_supersteps: int | None, metadata: Mapping[str, Any] | None
+        Leaving early (``break``, ``await it.aclose()``) or cancelling the consuming
+        task cancels the run as :meth:`arun` does; once ``aclose()`` returns the
+        session is free for the next call.
+        """
+        job, sink = await self._abegin(input, max_supersteps, metadata, None)
+        # aclosing: closing this generator closes the drain at once (which waits for
+        # the run to stop), instead of leaving it to the loop's garbage collection.
+        async with aclosing(self._adrain(job, sink)) as items:
+            async for item in items:
+                if isinstance(item, End):
+                    item.raise_error()
+                else:
+                    yield materialize(item)
+
+    async def aclose(self) -> None:
+        """Async :meth:`Session.close`: actors are stopped off the event loop."""
+        if self._supervisor is None and not self._started:
+            self.close()  # nothing was started: nothing to wait for
+            return
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _abegin(
+        self,
+        value: Any,
+        max_supersteps: int | None,
+        metadata: Mapping[str, Any] | None,
+        answers: Mapping[str, Any] | None,
     ) -> tuple[RunJob, AsyncSink]:
+        if self._supervisor is None:
+            # Starting an actor thread takes a few hundred microseconds: not on the loop.
+            self._adopt(await asyncio.to_thread(self._workflow._acquire_supervisor))
         sink = AsyncSink(asyncio.get_running_loop())
-        job = self._begin(value, max_supersteps, metadata, sink)
+        job = self._begin(value, max_supersteps, metadata, sink, answers=answers)
         self._submit(job)
         return job, sink
 
-    async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncIterator[Any]:
+    def _adopt(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
+        if self._supervisor is None:
+            self._supervisor = ref
+        else:  # another task of this session got one meanwhile
+            self._workflow._release_supervisor(ref)
+
+    async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncGenerator[Any, None]:
         finished = False
         try:
             while True:
@@ -100,8 +176,12 @@ class AsyncRuns:
                     return
         finally:
             if not finished:
-                # Cancelled or abandoned: stop at the next barrier, and wait for it
-                # without blocking the loop, so the session is free afterwards.
+                # Cancelled or abandoned: stop the run and wait, without blocking the
+                # loop and for STOP_WAIT s at most, for its end (which frees the session).
                 job.cancel.set()
-                while not isinstance(await sink.queue.get(), End):
-                    pass
+                try:
+                    async with asyncio.timeout(STOP_WAIT):
+                        while not isinstance(await sink.queue.get(), End):
+                            pass
+                except TimeoutError:
+                    pass  # stuck outside a handler: the session stays busy until it ends
