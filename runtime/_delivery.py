@@ -16,7 +16,7 @@ from actorflow.actors import decode
 from . import _events as ev
 from ._job import Payload
 
-__all__ = ["AsyncSink", "End", "QueueSink", "collected", "materialize", "pending_of"]
+__all__ = ["AsyncSink", "End", "EndSink", "QueueSink", "collected", "materialize", "pending_of"]
 
 
 def materialize(event: ev.Event) -> ev.Event:
@@ -95,6 +95,34 @@ class AsyncSink:
             self.loop.call_soon_threadsafe(self._put, event)
         except RuntimeError:
             pass  # the consumer's loop is closed: nobody is left to receive the event
+
+
+class EndSink:
+    """Events into a list; only the :class:`End` is handed to ``loop`` (as ``end``'s result).
+
+    For ``arun``: the caller needs the events only once the run is over, so the
+    loop is woken once per run. Safe to call from any thread.
+    """
+
+    __slots__ = ("end", "events", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.events: list[Any] = []
+        self.end: asyncio.Future[End] = loop.create_future()
+
+    def __call__(self, event: Any) -> None:
+        if type(event) is not End:
+            self.events.append(event)  # atomic; read by the loop only after the End
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._settle, event)
+        except RuntimeError:
+            pass  # the consumer's loop is closed: nobody is left to receive the end
+
+    def _settle(self, end: End) -> None:
+        if not self.end.done():
+            self.end.set_result(end)
 
 
 class End:

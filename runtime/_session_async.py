@@ -16,7 +16,7 @@ import pykka
 
 from . import _events as ev
 from ._barrier import CANCEL_GRACE
-from ._delivery import AsyncSink, End, materialize
+from ._delivery import AsyncSink, End, EndSink, materialize
 from ._job import RunJob, SupervisorActor
 
 if TYPE_CHECKING:
@@ -96,16 +96,23 @@ class AsyncRuns:
         metadata: Mapping[str, Any] | None,
         answers: Mapping[str, Any] | None,
     ) -> ev.RunResult:
-        raw: list[ev.Event] = []
-        job, sink = await self._abegin(value, max_supersteps, metadata, answers)
-        end = None
-        async for item in self._adrain(job, sink):
-            if isinstance(item, End):
-                end = item
-            else:
-                raw.append(item)
-        assert end is not None
-        return self._finish(job, raw, end)
+        # The events are kept on the supervisor's side and only the End wakes the loop:
+        # one wake-up per run instead of one per event, so the loop stays free.
+        sink = EndSink(asyncio.get_running_loop())
+        job = await self._abegin(value, max_supersteps, metadata, answers, sink)
+        try:
+            end = await asyncio.shield(sink.end)
+        except asyncio.CancelledError:
+            # Stop the run, and wait (not blocking the loop, STOP_WAIT s at most) for
+            # its end, which frees the session.
+            job.cancel.set()
+            try:
+                async with asyncio.timeout(STOP_WAIT):
+                    await sink.end
+            except TimeoutError:
+                pass  # stuck outside a handler: the session stays busy until it ends
+            raise
+        return self._finish(job, sink.events, end)
 
     async def astream(
         self,
@@ -120,7 +127,8 @@ class AsyncRuns:
         task cancels the run as :meth:`arun` does; once ``aclose()`` returns the
         session is free for the next call.
         """
-        job, sink = await self._abegin(input, max_supersteps, metadata, None)
+        sink = AsyncSink(asyncio.get_running_loop())
+        job = await self._abegin(input, max_supersteps, metadata, None, sink)
         # aclosing: closing this generator closes the drain at once (which waits for
         # the run to stop), instead of leaving it to the loop's garbage collection.
         async with aclosing(self._adrain(job, sink)) as items:
@@ -149,14 +157,14 @@ class AsyncRuns:
         max_supersteps: int | None,
         metadata: Mapping[str, Any] | None,
         answers: Mapping[str, Any] | None,
-    ) -> tuple[RunJob, AsyncSink]:
+        sink: Callable[[Any], None],
+    ) -> RunJob:
         if self._supervisor is None:
             # Starting an actor thread takes a few hundred microseconds: not on the loop.
             self._adopt(await asyncio.to_thread(self._workflow._acquire_supervisor))
-        sink = AsyncSink(asyncio.get_running_loop())
         job = self._begin(value, max_supersteps, metadata, sink, answers=answers)
         self._submit(job)
-        return job, sink
+        return job
 
     def _adopt(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
         if self._supervisor is None:

@@ -31,6 +31,12 @@ EXPECTED_FIGURES = {
     ("soak", "rss_end_mb"),
     ("soak", "threads_max"),
     ("soak", "correct_outputs"),
+    *(
+        (f"loop_lag_{store}", f"{q}_ms")
+        for store in ("sqlite", "memory")
+        for q in ("p50", "p99", "max")
+    ),
+    *((f"stop_{mode}", "ctrl_c_to_exit_ms") for mode in ("run", "stream", "arun")),
 }
 
 KEYS = {
