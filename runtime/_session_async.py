@@ -54,6 +54,10 @@ class AsyncRuns:
 
         def close(self) -> None: ...
 
+        def _check_open(self) -> None: ...
+
+        _closed: bool
+
         _supervisor: pykka.ActorRef[SupervisorActor] | None
         _started: bool
         _workflow: Workflow
@@ -159,6 +163,7 @@ class AsyncRuns:
         answers: Mapping[str, Any] | None,
         sink: Callable[[Any], None],
     ) -> RunJob:
+        self._check_open()
         if self._supervisor is None:
             # Starting an actor thread takes a few hundred microseconds: not on the loop.
             self._adopt(await asyncio.to_thread(self._workflow._acquire_supervisor))
@@ -167,9 +172,9 @@ class AsyncRuns:
         return job
 
     def _adopt(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
-        if self._supervisor is None:
+        if self._supervisor is None and not self._closed:
             self._supervisor = ref
-        else:  # another task of this session got one meanwhile
+        else:  # another task of this session got one meanwhile, or it was closed
             self._workflow._release_supervisor(ref)
 
     async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncGenerator[Any, None]:
