@@ -167,6 +167,12 @@ class ExecutorFailed(RunFailed):
         self.error_type = error_type
 
 
+class _UnroutableRunFailure(ExecutorFailed, UnroutableMessage):
+    """How a run fails when a handler sent a value no target handles: an
+    :class:`ExecutorFailed` (the executor, the run) that ``except UnroutableMessage``
+    catches too. The handler's own ``UnroutableMessage`` is chained."""
+
+
 class SuperstepLimitExceeded(RunFailed):
     """The run reached ``max_supersteps`` with messages still in flight.
 

@@ -72,7 +72,11 @@ class Accepts:
         key = (type(value), False)
         hit = self._cache.get(key)
         if hit is None:
-            hit = isinstance(value, self._classes) or (type(value) is list and bool(self._items))
+            hit = isinstance(value, self._classes)
+            if not hit and type(value) is list and self._items:
+                # A list[T] handler takes a list whose every item is a T: decided per
+                # value, never cached by type.
+                return all(isinstance(item, self._items) for item in value)
             self._cache[key] = hit
         return hit
 

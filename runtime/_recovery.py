@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pykka
 
 from actorflow.actors import HostFuture, HostPool, HostRef
-from actorflow.errors import ExecutorFailed, RunCancelled
+from actorflow.errors import ExecutorFailed, RunCancelled, UnroutableMessage, _UnroutableRunFailure
 
 from . import _events as ev
 from ._barrier import TimedOut
@@ -64,7 +64,11 @@ class RecoverySteps:
         )
         decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
         if isinstance(decision, str):
-            raise ExecutorFailed(
+            # An unroutable send fails the run as both ExecutorFailed and UnroutableMessage.
+            failed = (
+                _UnroutableRunFailure if isinstance(error, UnroutableMessage) else ExecutorFailed
+            )
+            raise failed(
                 f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
                 f"{qualname(type(error))}: {error}; {decision}",
                 executor=target,

@@ -25,6 +25,7 @@ from actorflow.errors import (
     SessionClosed,
 )
 from actorflow.storage import CheckpointStore
+from actorflow.storage._cut import EMPTY_METADATA, packed_metadata
 
 from . import _events as ev
 from ._answers import queue_answers
@@ -366,7 +367,7 @@ class Session(AsyncRuns):
                 labels = ", ".join(spec.accepts[spec.start].labels) or "nothing"
                 raise InputNotAccepted(
                     f"the start executor {spec.start!r} has no handler for the input type "
-                    f"{type_label(type(value))} (it handles {labels}); pass one of those, or "
+                    f"{_input_label(value)} (it handles {labels}); pass one of those, or "
                     "add a handler for this type"
                 )
             try:
@@ -375,6 +376,9 @@ class Session(AsyncRuns):
                 raise EncodeError(
                     f"the run's input cannot be encoded: {exc}", type_name=exc.type_name
                 ) from exc
+        # Packed now, so the caller's later changes to its dict (or to lists inside
+        # it) never reach a checkpoint; EncodeError names a bad value before anything runs.
+        packed = packed_metadata(metadata) if metadata else EMPTY_METADATA
         self._acquire("start a run")
         try:
             self._check_open()
@@ -395,7 +399,7 @@ class Session(AsyncRuns):
             emit=emit,
             cancel=self._cancel,
             max_supersteps=max_supersteps or spec.max_supersteps,
-            metadata=dict(metadata or {}),
+            metadata=packed,
             input=payload,
         )
 
@@ -478,3 +482,11 @@ class Session(AsyncRuns):
             pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )
+
+
+def _input_label(value: Any) -> str:
+    """The input's type for an error message; for a list, its items' types too."""
+    if type(value) is not list or not value:
+        return type_label(type(value))
+    items = sorted({type_label(type(item)) for item in value})
+    return f"list[{' | '.join(items)}]"
