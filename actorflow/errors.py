@@ -41,6 +41,7 @@ __all__ = [
     "ExecutorTimedOut",
     "GraphError",
     "GraphMismatch",
+    "HandlerReturnedValue",
     "InputNotAccepted",
     "LeaseError",
     "LeaseLost",
@@ -130,6 +131,13 @@ class InputNotAccepted(WorkflowError):
 
     Raised by ``run()`` / ``stream()`` before any actor starts. Pass a value of a
     type the start executor handles, or add a handler for this type.
+    """
+
+
+class HandlerReturnedValue(WorkflowError):
+    """A handler returned a value. A handler's return value goes nowhere, so this is a
+    mistake, never ignored: call ``ctx.output(value)`` to emit it as a run output, or
+    ``ctx.send(value)`` to pass it on along the out-edges, and return nothing.
     """
 
 

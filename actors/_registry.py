@@ -136,6 +136,11 @@ def is_registered(tp: type) -> bool:
     return tp in _by_type
 
 
+def has_registered_subclass(tp: type) -> bool:
+    """Whether some registered class is a subclass of ``tp`` (so values of it can arrive)."""
+    return any(issubclass(cls, tp) for cls in list(_by_type))
+
+
 def entry_for(tp: type) -> Entry | None:
     """The registration of exactly ``tp`` (never of a base class), or None."""
     return _by_type.get(tp)

@@ -10,7 +10,7 @@ from actorflow.errors import EncodeError, RequestError
 
 from ._runner import RESPONSE_SOURCE
 from ._state import RunState
-from ._types import type_label
+from ._types import a_label, type_label
 from ._wire import RESPONSE
 
 __all__ = ["queue_answers"]
@@ -40,8 +40,8 @@ def queue_answers(state: RunState, answers: Mapping[str, Any]) -> bool:
         expected = entry[2]
         if expected not in ("object", type_label(type(answer))):
             raise RequestError(
-                f"request {request_id!r} of executor {entry[0]!r} expects a {expected}, "
-                f"got a {type_label(type(answer))}; nothing was consumed"
+                f"request {request_id!r} of executor {entry[0]!r} expects {a_label(expected)}, "
+                f"got {a_label(type_label(type(answer)))}; nothing was consumed"
             )
         try:
             encoded.append((request_id, encode(answer)))

@@ -20,6 +20,7 @@ from actorflow.errors import GraphMismatch
 from ._edges import Accepts
 from ._executor import HandlerInfo
 from ._runner import ExecutorProgram
+from ._types import a_label
 
 __all__ = ["GraphSpec", "describe", "explain_mismatch", "signature_of"]
 
@@ -123,7 +124,8 @@ def _differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[
             lines.append(f"executor {eid!r} is in this graph but not in the checkpoint")
         elif old_ex[eid]["type"] != new_ex[eid]["type"]:
             lines.append(
-                f"executor {eid!r} was a {old_ex[eid]['type']}, now a {new_ex[eid]['type']}"
+                f"executor {eid!r} was {a_label(old_ex[eid]['type'])}, now "
+                f"{a_label(new_ex[eid]['type'])}"
             )
         elif old_ex[eid]["handlers"] != new_ex[eid]["handlers"]:
             lines.append(

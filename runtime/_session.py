@@ -375,7 +375,7 @@ class Session(AsyncRuns):
             except EncodeError as exc:
                 raise EncodeError(
                     f"the run's input cannot be encoded: {exc}", type_name=exc.type_name
-                ) from exc
+                ) from None  # the message holds the codec's: chaining it would print it twice
         # Packed now, so the caller's later changes to its dict (or to lists inside
         # it) never reach a checkpoint; EncodeError names a bad value before anything runs.
         packed = packed_metadata(metadata) if metadata else EMPTY_METADATA
