@@ -81,7 +81,10 @@ class CheckpointSteps:
                 checkpointer.flush()  # a run is reported complete only once it is durable
         except Exception as exc:
             self._log.error(
-                "checkpoint write failed", superstep=self.state.superstep, error=str(exc)
+                f"checkpoint write failed after superstep {self.state.superstep}: "
+                f"{qualname(type(exc))}: {exc}; stopping the run",
+                superstep=self.state.superstep,
+                error=str(exc),
             )
             job.emit(
                 ev.CheckpointFailedEvent(

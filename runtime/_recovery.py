@@ -77,18 +77,27 @@ class RecoverySteps:
                 superstep=superstep,
             ) from error
         policy, attempt = decision
+        delay = policy.backoff.delay(attempt)
+        replace = (
+            isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive
+        )
+        # The message itself says what happened and what is done about it: a plain
+        # ``logging.basicConfig`` shows only the message, never the structured fields.
         self._log.warning(
-            "restarting executor",
+            f"restarting executor {target!r} (attempt {attempt}): it failed in superstep "
+            f"{superstep} with {qualname(type(error))}: {error}; "
+            + ("replacing its actor, " if replace else "")
+            + f"restoring its last good state and running superstep {superstep} again"
+            + (f" after {delay:g} s" if delay > 0 else ""),
             run=job.run_id,
             superstep=superstep,
             executor=target,
             attempt=attempt,
             error=f"{qualname(type(error))}: {error}",
         )
-        delay = policy.backoff.delay(attempt)
         if delay > 0 and job.cancel.wait(delay):
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
-        if isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
+        if replace:
             self._replace_host(target)
         self._load_state(target, self._last.snapshot_of(target))
         job.emit(

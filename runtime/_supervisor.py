@@ -262,7 +262,11 @@ class Driver(CheckpointSteps, RecoverySteps):
                     str(exc),
                 )
             )
-            log.info("run failed", superstep=self.state.superstep, error=str(exc))
+            log.info(
+                f"run failed in superstep {self.state.superstep}: {exc}",
+                superstep=self.state.superstep,
+                error=str(exc),
+            )
             raise
 
     def _superstep(self, job: RunJob) -> None:
