@@ -18,6 +18,14 @@ with the reason shown. ``docs/storage.md`` explains each one.
 
 from __future__ import annotations
 
+try:
+    import pytest  # noqa: F401 - the kit's modules need it; say what to install before they do
+except ImportError:
+    raise ImportError(
+        "actorflow.storage.conformance is a pytest suite, and pytest is not installed: "
+        "install the test extra (pip install 'actorflow[test]'), or pytest itself"
+    ) from None
+
 from ._factories import FileStoreFactory, MemoryStoreFactory, SQLiteStoreFactory
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
