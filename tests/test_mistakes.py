@@ -160,28 +160,28 @@ def test_a_timeouts_error_type_names_a_public_type() -> None:
 
 @af.message
 @dataclass
-class Approval:
+class Authorization:
     ok: bool
 
 
 class AsksApproval(af.Executor):
     @af.handler
     def on_text(self, text: str, ctx: af.Context[None]) -> None:
-        ctx.request(text, Approval, request_id="r1")
+        ctx.request(text, Authorization, request_id="r1")
 
     @af.response_handler
-    def on_answer(self, text: str, answer: Approval, ctx: af.Context[None]) -> None:
+    def on_answer(self, text: str, answer: Authorization, ctx: af.Context[None]) -> None:
         ctx.output(answer.ok)
 
 
 def test_messages_use_the_right_article() -> None:
-    """A wrong answer reads 'expects an Approval, got an int'."""
+    """A wrong answer reads 'expects an Authorization, got an int'."""
     with (
         af.WorkflowBuilder("approve", start=AsksApproval("a")).build() as wf,
         wf.session() as s,
     ):
         s.run("pay?")
-        with pytest.raises(af.RequestError, match="expects an Approval, got an int"):
+        with pytest.raises(af.RequestError, match="expects an Authorization, got an int"):
             s.respond({"r1": 3})
 
 
