@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -31,7 +32,7 @@ from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
-from ._delivery import End, QueueSink, collected, materialize, pending_of
+from ._delivery import End, EventStream, QueueSink, collected, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
@@ -185,28 +186,16 @@ class Session(AsyncRuns):
     ) -> Iterator[ev.Event]:
         """Run and yield each event as it happens.
 
-        Abandoning the iterator (``break``, ``close()``) cancels the run at the next
-        barrier; its remaining events are never delivered to a later run. A failure
-        raises after its ``RunFailedEvent`` was yielded.
+        Abandoning the iterator (``close()``, even before the first event, or
+        dropping it after a ``break``) cancels the run, as does a ``KeyboardInterrupt``
+        while it waits, and returns within :data:`STOP_WAIT` s; its remaining events
+        are never delivered to a later run. A failure raises after its
+        ``RunFailedEvent`` was yielded.
         """
         sink = QueueSink()
         job = self._begin(input, max_supersteps, metadata, sink)
         future = self._submit(job)
-        return self._iterate(sink, future)
-
-    def _iterate(self, sink: QueueSink, future: pykka.Future[Any]) -> Iterator[ev.Event]:
-        finished = False
-        try:
-            while True:
-                item = sink.queue.get()
-                if isinstance(item, End):
-                    finished = True
-                    item.raise_error()
-                    return
-                yield materialize(item)
-        finally:
-            if not finished:
-                self._abandon(future)
+        return EventStream(sink, partial(self._abandon, future))
 
     def cancel(self) -> None:
         """Ask the current run to stop at the next barrier (safe from any thread).
@@ -252,9 +241,13 @@ class Session(AsyncRuns):
             self._busy.release()
 
     def close(self) -> None:
-        """Stop this session's run (at the next barrier) and give back every actor.
+        """Stop this session's run and give back every actor; returns within a second.
 
-        When it returns, every program has been stopped and its resources released.
+        A running run is cancelled (see :meth:`cancel`). When this returns, every
+        program has been stopped and its resources released, unless the run was
+        stuck outside any handler (a ``restore()`` or resource factory that never
+        returned): the session is closed then, and gives its actors back itself
+        when that run ends.
         """
         self._close(wait=True)
 

@@ -149,6 +149,19 @@ def test_leaving_a_stream_early_returns_and_frees_the_session() -> None:
 
 
 @pytest.mark.usefixtures("hang")
+def test_closing_a_stream_before_its_first_event_stops_the_run() -> None:
+    """A stream closed before anything was read still stops its (hung) run."""
+    with _workflow("stream-unread") as wf, wf.session("s", store=af.MemoryStore()) as s:
+        events = s.stream(HANG_ON)
+        assert ENTERED.wait(BOUND)
+        closer, _ = _in_thread(events.close)
+        closer.join(BOUND)
+        assert not closer.is_alive(), "closing the unread stream did not return"
+        assert list(events) == []
+        assert s.run().outputs == [HANG_ON]
+
+
+@pytest.mark.usefixtures("hang")
 def test_an_asyncio_timeout_bounds_a_run_whose_handler_never_returns() -> None:
     """asyncio.wait_for(arun(...)) raises TimeoutError (the task is cancelled, the run
     stopped); the session then continues from its last barrier."""
