@@ -46,7 +46,7 @@ def queue_answers(state: RunState, answers: Mapping[str, Any]) -> bool:
         try:
             encoded.append((request_id, encode(answer)))
         except EncodeError as exc:
-            raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from exc
+            raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from None
     for request_id, payload in encoded:
         executor, request_payload, _ = state.pending.pop(request_id)
         state.answered.add(request_id)
