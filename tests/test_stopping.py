@@ -208,6 +208,27 @@ def test_astream_aclose_frees_the_session_at_once() -> None:
     assert asyncio.run(asyncio.wait_for(scenario(), BOUND)) == [5]
 
 
+@pytest.mark.usefixtures("hang")
+def test_cancelling_the_task_consuming_an_astream_stops_the_run() -> None:
+    """A task iterating astream over a hung run is cancelled: it ends, the session is free."""
+
+    async def scenario() -> list[object]:
+        async with _workflow("astream-cancel") as wf, wf.session("s", store=af.MemoryStore()) as s:
+
+            async def consume() -> None:
+                async for _ in s.astream(HANG_ON):
+                    pass
+
+            task = asyncio.create_task(consume())
+            await asyncio.to_thread(ENTERED.wait, BOUND)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return (await s.arun()).outputs
+
+    assert asyncio.run(asyncio.wait_for(scenario(), BOUND)) == [HANG_ON]
+
+
 def test_astream_aclose_after_a_finished_event_frees_the_session() -> None:
     """Leaving an astream after its first event (the run still going) frees the session
     as soon as aclose() returns."""
