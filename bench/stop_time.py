@@ -79,7 +79,7 @@ def stop_once(mode: str) -> float:
 
 def bench_stop_time(quick: bool) -> None:
     """Measure each mode's stop time against the floor."""
-    repeats = 2 if quick else 5
+    repeats = 1 if quick else 5
     floors = [stop_once("floor") for _ in range(repeats)]
     floor = statistics.median(floors)
     for mode in ("run", "stream", "arun"):
