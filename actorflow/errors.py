@@ -50,6 +50,7 @@ __all__ = [
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
+    "SessionExists",
     "SessionOwned",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
@@ -206,6 +207,17 @@ class SessionBroken(WorkflowError):
     or a restart policy). Without it the session refuses to run rather than let
     half-applied writes of the failed superstep leak into a later run. Call
     ``reset()``, or resume from a checkpoint.
+    """
+
+
+class SessionExists(WorkflowError):
+    """A session id that already has checkpoints was opened as if it were new.
+
+    ``wf.session(id, store=store)`` never silently starts a second lineage under an
+    id: continue it with ``wf.resume(store, session=id)``, or say what you want with
+    ``if_exists="resume"`` (resume or create) or ``if_exists="fresh"`` (start a new
+    lineage; the old one stays readable, its pending requests become unanswerable).
+    A fork (``wf.resume(..., as_session=new_id)``) needs an id without checkpoints.
     """
 
 

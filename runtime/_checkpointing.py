@@ -17,10 +17,17 @@ from typing import Any
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
-from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_checkpoint_id
+from actorflow.storage import (
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStore,
+    Lease,
+    new_checkpoint_id,
+)
 from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metadata
 
 from ._graph import GraphSpec, explain_mismatch
+from ._lineage import Lineage
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
@@ -41,6 +48,8 @@ class Checkpointer:
         policy: CheckpointPolicy,
         *,
         parent: Checkpoint | None = None,
+        lease: Lease | None = None,
+        lineage: Lineage | None = None,
     ) -> None:
         self.store = store
         self.spec = spec
@@ -58,9 +67,12 @@ class Checkpointer:
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
         self._confirmed_id = self.last_id
-        self._packed_graph = PackedEntries({"graph": pack(spec.description)})
+        entries = {"graph": pack(spec.description)}
+        if lineage is not None:
+            entries.update(lineage.entries())
+        self._packed_graph = PackedEntries(entries)
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
-        self._save = cut_saver(store)
+        self._save = cut_saver(store, lease)
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()

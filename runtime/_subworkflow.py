@@ -36,6 +36,7 @@ from ._context import Context
 from ._events import RequestEvent, RunResult
 from ._executor import Executor, handler, response_handler
 from ._graph import explain_mismatch
+from ._opening import open_private
 from ._policy import CheckpointPolicy
 from ._wire import unpack
 
@@ -226,11 +227,12 @@ class WorkflowExecutor(Executor):
     def _open(self, store: MemoryStore) -> Session:
         """A session on the inner workflow, continuing the nested checkpoint if any."""
         inner = self._af_code.workflow
+        inner._check_open()
         if self._af_nested is None:
-            return inner.session(self.id, store=store, checkpoint=_INNER_POLICY)
+            return open_private(inner, store, self.id, None, _INNER_POLICY)
         checkpoint = decode_checkpoint(self._af_nested)
         store.save(checkpoint, self._af_blobs)
-        return inner.resume(store, checkpoint_id=checkpoint.id, checkpoint=_INNER_POLICY)
+        return open_private(inner, store, self.id, checkpoint.id, _INNER_POLICY)
 
 
 def _type_named(label: str) -> type:

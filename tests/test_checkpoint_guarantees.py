@@ -25,6 +25,7 @@ from actorflow.actors import decode_state, encode
 from actorflow.storage import (
     Checkpoint,
     CheckpointKind,
+    Lease,
     blob_digest,
     encode_checkpoint,
     new_checkpoint_id,
@@ -579,11 +580,13 @@ class FailingStore:
         self.fails = fails
         self.failed = threading.Event()
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         if self.fails(checkpoint):
             self.failed.set()
             raise OSError(f"disk full (simulated) at superstep {checkpoint.superstep}")
-        self.inner.save(checkpoint, blobs)
+        self.inner.save(checkpoint, blobs, lease=lease)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
