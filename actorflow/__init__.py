@@ -28,6 +28,8 @@ from actorflow.errors import (
     GraphError,
     GraphMismatch,
     InputNotAccepted,
+    LeaseError,
+    LeaseLost,
     RegistrationError,
     RequestError,
     RunCancelled,
@@ -35,6 +37,8 @@ from actorflow.errors import (
     SessionBroken,
     SessionBusy,
     SessionClosed,
+    SessionExists,
+    SessionOwned,
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
@@ -79,7 +83,7 @@ from actorflow.runtime import (
     resource,
     response_handler,
 )
-from actorflow.storage import CheckpointStore, FileStore, MemoryStore, SQLiteStore
+from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
 
 __version__ = "0.1.0"
 
@@ -112,6 +116,9 @@ __all__ = [
     "GraphError",
     "GraphMismatch",
     "InputNotAccepted",
+    "Lease",
+    "LeaseError",
+    "LeaseLost",
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
@@ -136,6 +143,8 @@ __all__ = [
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
+    "SessionExists",
+    "SessionOwned",
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",

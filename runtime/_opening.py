@@ -67,7 +67,16 @@ def open_session(
             )
         if if_exists == "resume":
             restored = load_for_resume(store, wf._spec, session=sid, checkpoint_id=None)
-            return _session_on(wf, sid, store, checkpoint, restart, restored, ownership, None)
+            return _session_on(
+                wf,
+                session_id=sid,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                restored=restored,
+                ownership=ownership,
+                branch=False,
+            )
         if if_exists == "fresh":
             return Session(
                 wf,
@@ -130,12 +139,21 @@ def resume_session(
                 f"another id, pass as_session={source!r} and session="
                 f"{restored.checkpoint.session!r}"
             )
-        branch = None
+        branch = False
         if as_session is None and checkpoint_id is not None:
             head = store.latest(session=source)
             if head is not None and checkpoint_id not in (head.id, head.parent_id):
                 branch = True  # time travel: a new branch of this session
-        return _session_on(wf, target, store, checkpoint, restart, restored, ownership, branch)
+        return _session_on(
+            wf,
+            session_id=target,
+            store=store,
+            checkpoint=checkpoint,
+            restart=restart,
+            restored=restored,
+            ownership=ownership,
+            branch=branch,
+        )
     except BaseException:
         ownership.release()
         raise
@@ -152,18 +170,28 @@ def open_private(
     if checkpoint_id is None:
         return Session(wf, session_id, store=store, checkpoint=policy)
     restored = load_for_resume(store, wf._spec, session=None, checkpoint_id=checkpoint_id)
-    return _session_on(wf, restored.checkpoint.session, store, policy, None, restored, None, None)
+    return _session_on(
+        wf,
+        session_id=restored.checkpoint.session,
+        store=store,
+        checkpoint=policy,
+        restart=None,
+        restored=restored,
+        ownership=None,
+        branch=False,
+    )
 
 
 def _session_on(
     wf: Workflow,
+    *,
     session_id: str,
     store: CheckpointStore,
     checkpoint: CheckpointPolicy | None,
     restart: RestartPolicy | None,
     restored: Restored,
     ownership: Ownership | None,
-    branch: bool | None,
+    branch: bool,
 ) -> Session:
     lineage = Lineage.of(restored.extra)
     return Session(

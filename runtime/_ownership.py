@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -42,12 +43,13 @@ _log = get_logger("actorflow.ownership")
 
 def owner_name() -> str:
     """How this process and thread name themselves on a lease: pid, host, process/thread."""
-    # multiprocessing is imported only here: most processes never open a session with a store.
-    import multiprocessing
-
-    process = multiprocessing.current_process().name
     thread = threading.current_thread().name
-    return f"pid {os.getpid()} on {socket.gethostname()} ({process}/{thread})"
+    # A multiprocessing worker's name ("Process-3", "SpawnPoolWorker-2") says which
+    # worker it is; multiprocessing is not imported for it when nothing else did.
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None:
+        thread = f"{multiprocessing.current_process().name}/{thread}"
+    return f"pid {os.getpid()} on {socket.gethostname()} ({thread})"
 
 
 def check_lease_options(wait: float, ttl: float) -> None:
@@ -120,7 +122,9 @@ class Ownership:
             _log.warning("session lease lost", session=self._lease.session, error=str(exc))
             return False
         except Exception as exc:  # noqa: BLE001 - the medium failed: try again soon
-            _log.warning("session lease renewal failed", session=self._lease.session, error=str(exc))
+            _log.warning(
+                "session lease renewal failed", session=self._lease.session, error=str(exc)
+            )
             self.due = time.monotonic() + self.ttl * _RETRY_EVERY
             return True
         self.due = time.monotonic() + self.ttl * _RENEW_EVERY

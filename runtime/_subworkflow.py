@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 # Not re-exported by actorflow.actors: only the codec and this lookup need it.
+from actorflow.actors._naming import main_module_name
 from actorflow.actors._registry import entry_named
 from actorflow.errors import CheckpointCorrupt, DecodeError, RequestError
 from actorflow.storage import MemoryStore, blob_digest, decode_checkpoint, encode_checkpoint
@@ -265,7 +266,10 @@ def _loaded(label: str) -> object:
     """``module.qualname`` resolved in already-imported modules only (None if absent)."""
     parts = label.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        found: object = sys.modules.get(".".join(parts[:cut]))
+        module = ".".join(parts[:cut])
+        if module == main_module_name():  # the script's classes live in __main__
+            module = "__main__" if module not in sys.modules else module
+        found: object = sys.modules.get(module)
         for name in parts[cut:] if found is not None else ():
             found = getattr(found, name, None)
         if isinstance(found, type):

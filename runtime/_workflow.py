@@ -16,9 +16,9 @@ from actorflow.storage import CheckpointStore
 from . import _events as ev
 from ._graph import GraphSpec
 from ._job import SupervisorActor
-from ._policy import CheckpointPolicy, RestartPolicy
 from ._opening import IfExists, open_session, resume_session
 from ._ownership import DEFAULT_LEASE_TTL
+from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
 
 __all__ = ["Workflow"]
