@@ -52,6 +52,7 @@ __all__ = [
     "SessionClosed",
     "SessionExists",
     "SessionOwned",
+    "StateMigrationError",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkflowError",
@@ -321,3 +322,31 @@ class LeaseLost(LeaseError):
 
 def _rebuild_lost(message: str, lease: Lease | None) -> LeaseLost:
     return LeaseLost(message, lease=lease)
+
+
+class StateMigrationError(CheckpointError):
+    """A stored executor state cannot be brought to the current code; the resume failed.
+
+    Raised by ``wf.resume`` before any actor starts. The message names the executor,
+    the stored and current state versions and the fix: declare ``state_version`` and
+    a ``migrate(state, from_version)`` classmethod on the executor class (see
+    ``docs/sessions.md``), or resume with the code that wrote the checkpoint.
+
+    Attributes:
+        executor: the executor id.
+        stored_version: the state version in the checkpoint (1 when none was recorded).
+        current_version: the class's ``state_version``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        executor: str = "",
+        stored_version: int = 0,
+        current_version: int = 0,
+    ):
+        super().__init__(message)
+        self.executor = executor
+        self.stored_version = stored_version
+        self.current_version = current_version

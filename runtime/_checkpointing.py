@@ -11,13 +11,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
 from actorflow.storage import (
+    BlobBatchReader,
     Checkpoint,
     CheckpointKind,
     CheckpointStore,
@@ -28,6 +29,7 @@ from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metad
 
 from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
+from ._migration import prepare_snapshots, version_entries
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
@@ -67,7 +69,7 @@ class Checkpointer:
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
         self._confirmed_id = self.last_id
-        entries = {"graph": pack(spec.description)}
+        entries = {"graph": pack(spec.description), **version_entries(spec.programs)}
         if lineage is not None:
             entries.update(lineage.entries())
         self._packed_graph = PackedEntries(entries)
@@ -317,7 +319,19 @@ def load_for_resume(
     state, extra = RunState.from_bytes(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
-    return Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+    restored = Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+    # Every snapshot is read, migrated and checked now: a state the current code
+    # cannot restore fails the resume, not the first handler.
+    migrated = prepare_snapshots(spec.programs, extra, restored.snapshots, _reader(store))
+    for executor in migrated:
+        restored.completed.pop(executor, None)  # a crashed superstep's part: re-run it
+    return restored
+
+
+def _reader(store: CheckpointStore) -> Callable[[list[str]], Mapping[str, bytes]]:
+    if isinstance(store, BlobBatchReader):
+        return store.load_blobs
+    return lambda digests: {d: store.load_blob(d) for d in digests}
 
 
 def _blueprint_chunks(spec: GraphSpec) -> dict[str, bytes]:

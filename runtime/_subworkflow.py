@@ -37,6 +37,7 @@ from ._context import Context
 from ._events import RequestEvent, RunResult
 from ._executor import Executor, handler, response_handler
 from ._graph import explain_mismatch
+from ._migration import prepare_snapshots
 from ._opening import open_private
 from ._policy import CheckpointPolicy
 from ._wire import unpack
@@ -170,6 +171,18 @@ class WorkflowExecutor(Executor):
         if checkpoint.graph_signature != inner.signature:
             stored = unpack(checkpoint.runtime).get("graph", {})
             raise explain_mismatch(stored, inner.describe(), path=f"sub-workflow {self.id!r}")
+        # The inner states must fit the inner classes too (they migrate when the
+        # inner session resumes); checked now so a resume fails, not a later delivery.
+        snapshots: dict[str, list[tuple[str, bytes | None]]] = {
+            eid: [(d, blobs[d]) for d in digests] for eid, digests in checkpoint.executors.items()
+        }
+        prepare_snapshots(
+            inner._spec.programs,
+            unpack(checkpoint.runtime),
+            snapshots,
+            lambda digests: {d: blobs[d] for d in digests},
+            where=f"in sub-workflow {self.id!r}: ",
+        )
 
     # --- handlers -------------------------------------------------------------------
 
