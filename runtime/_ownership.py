@@ -114,10 +114,12 @@ class Ownership:
         return self._lease
 
     def renew(self) -> bool:
-        """Renew now (renewer thread). Returns False once the lease is lost."""
+        """Renew now (renewer thread). Returns False once the lease is lost (or released)."""
         try:
             self._lease = self.store.renew_lease(self._lease, self.ttl)
         except LeaseLost as exc:
+            if self._released:
+                return False  # released meanwhile by close(): not a loss
             self.lost = exc
             _log.warning("session lease lost", session=self._lease.session, error=str(exc))
             return False

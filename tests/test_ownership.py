@@ -322,3 +322,20 @@ def test_a_killed_owner_is_taken_over_after_its_ttl(tmp_path: Path, kind: str) -
             assert s.respond({"desk:1:0": True}).outputs == [[1, True]]
         assert took < ttl + WAIT_S / 2  # bounded by the TTL (a figure, see bench.takeover)
         assert len(heads(store, "s1")) == 1
+
+
+def test_nested_request_ids_never_repeat_across_resets() -> None:
+    """A sub-workflow's surfaced requests carry the parent's lineage too: a reset makes new ids."""
+    inner = owners.build()
+    outer = af.WorkflowBuilder(
+        "outer", start=af.WorkflowExecutor(inner, "sub", outputs="output")
+    ).build()
+    with inner, outer, outer.session() as s:
+        [first] = s.run(Order(1)).pending_requests
+        assert first.request_id == "sub/desk:1:0"
+        s.reset()
+        [second] = s.run(Order(2)).pending_requests
+        assert second.request_id.startswith("sub/desk:1:0#")
+        with pytest.raises(af.RequestError, match="abandoned lineage"):
+            s.respond({first.request_id: True})
+        assert s.respond({second.request_id: False}).outputs == [[2, False]]
