@@ -98,11 +98,25 @@ def main() -> None:
                 if "token " in line
             ]
         assert tokens == sorted(tokens) and len(set(tokens)) == 2, tokens
-        with af.SQLiteStore(db) as store:
+        with af.SQLiteStore(db) as store, build() as wf:
             records = store.list(session=SESSION)
             parents = {cp.parent_id for cp in records}
             assert len([cp for cp in records if cp.id not in parents]) == 1  # one head
             print(f"{len(records)} checkpoints, one lineage, one head")
+            forks_and_lineages(store, wf, paused=records[1].id)
+
+
+def forks_and_lineages(store: af.CheckpointStore, wf: af.Workflow, paused: str) -> None:
+    """An id with checkpoints is never silently restarted; a fork gets an id of its own."""
+    try:
+        wf.session(SESSION, store=store)
+    except af.SessionExists as exc:
+        print(f"[main] opening {SESSION!r} as new is refused: {str(exc).split(';')[0]}")
+    # Replay the decision from the paused checkpoint under a new id, original untouched.
+    with wf.resume(store, session=SESSION, checkpoint_id=paused, as_session="refund-1042-b") as f:
+        [pending] = f.pending_requests
+        print(f"[main] fork {f.id!r}: {f.respond({pending.request_id: False}).outputs[0]}")
+    print(f"[main] sessions in the store: {store.sessions()}")
 
 
 if __name__ == "__main__":
