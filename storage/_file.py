@@ -278,6 +278,15 @@ class FileStore(StoreBase):
                 self._forget(doomed, lock)
             return len(doomed)
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts, and
+        how it reaches the records that :meth:`list` cannot decode around.
+        """
+        self._check_open()
+        return self._ids()
+
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""
         self._check_open()

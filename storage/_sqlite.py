@@ -257,6 +257,16 @@ class SQLiteStore(StoreBase):
             sql.delete(db, doomed)
         return len(doomed)
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts, and
+        how it reaches the records that :meth:`list` cannot decode around.
+        """
+        with self._read() as db:
+            found = [r[0] for r in db.execute("SELECT id FROM checkpoints NOT INDEXED")]
+        return sorted(str(i) for i in found)
+
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy.
 
