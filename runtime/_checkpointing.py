@@ -69,6 +69,8 @@ class Checkpointer:
         self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self.queued = False
+        """Whether the last :meth:`write` only queued its cut (async durability)."""
 
     def due(self, superstep: int) -> bool:
         """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
@@ -117,8 +119,10 @@ class Checkpointer:
         if self._sync or kind == "entry":
             self._save(cut, blobs)
             self._confirmed_id = cut.id
+            self.queued = False
         else:
             self._enqueue(cut, blobs)
+            self.queued = True
         self._stored = referenced
         self.last_id = cut.id
         return cut.id
@@ -183,6 +187,7 @@ class Checkpointer:
         if self._queue is not None:
             self._queue.join()
         self.raise_failure()
+        self.queued = False
 
     def raise_failure(self) -> None:
         """Re-raise a background write failure (once), resetting the lineage to what is stored."""
