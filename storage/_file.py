@@ -351,9 +351,14 @@ class FileStore(StoreBase):
                     " read-only file system can only be read"
                 ) from exc
         try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            self._index.sync(fd)
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                self._index.sync(fd)
+            except OSError as exc:  # e.g. a folder named .lock
+                raise CheckpointError(
+                    f"cannot use the lock file {self._lock_path}: {exc}; it must be a regular file"
+                ) from exc
             yield fd
         finally:
             if fd is not None:
