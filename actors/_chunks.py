@@ -120,8 +120,12 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
     version, entries = manifest
     # The type first: comparing a Decimal sNaN raises, and a huge int has no repr.
     if type(version) is not int or version != STATE_FORMAT:
-        shown = version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
-        raise DecodeError(f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})")
+        shown = (
+            version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
+        )
+        raise DecodeError(
+            f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})"
+        )
     if not all(_valid_entry(entry) for entry in entries):
         raise DecodeError("malformed snapshot manifest entry")
     n_inline = sum(1 for entry in entries if entry[1] == KIND_INLINE)

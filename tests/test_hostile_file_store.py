@@ -145,9 +145,9 @@ def test_read_only_store_reads_and_refuses_writes_clearly(
     assert ro.load_blobs(sorted(latest.blob_digests()))
     assert ro.has_blobs(latest.blob_digests()) == set(latest.blob_digests())
     cp, blobs = make_checkpoint(parent=latest)
-    with pytest.raises(CheckpointError, match="(?i)read-only"):
+    with pytest.raises(CheckpointError, match=r"(?i)read-only"):
         ro.save(cp, blobs)
-    with pytest.raises(CheckpointError, match="(?i)read-only"):
+    with pytest.raises(CheckpointError, match=r"(?i)read-only"):
         ro.delete(ids[0])
-    with pytest.raises(CheckpointError, match="(?i)read-only"):
+    with pytest.raises(CheckpointError, match=r"(?i)read-only"):
         ro.prune("session-a", keep=1)
