@@ -93,14 +93,18 @@ def save_prune_child(
 
 
 def save_until_killed(*, factory: StoreFactory, session: str, parent: Any, results: Any) -> None:
-    """Child-process body of the crash test: saves with large fresh blobs until SIGKILLed."""
+    """Child-process body of the crash test: saves with large fresh blobs until SIGKILLed.
+
+    Reports ``("saving", None)`` before each save and ``("saved", id)`` after it.
+    """
     store = factory()
     checkpoint = None if parent is None else store.load(parent)
+    filler = os.urandom(1 << 20) * 4
     while True:
-        checkpoint = save_new(
-            store, session=session, parent=checkpoint, chunks={"big": [os.urandom(4 << 20)]}
-        )
-        results.put(checkpoint.id)
+        chunk = os.urandom(16) + filler  # new bytes each time: the save writes all of them
+        results.put(("saving", None))
+        checkpoint = save_new(store, session=session, parent=checkpoint, chunks={"big": [chunk]})
+        results.put(("saved", checkpoint.id))
 
 
 def _join_children(
@@ -217,7 +221,10 @@ class DamageTests(KitBase):
             )
         ctx = multiprocessing.get_context("spawn")
         parent: str | None = None
-        for _ in range(3):
+        # The kill lands at a different point of a save each round: at once, or a few
+        # milliseconds in (while a 4 MB blob is hashed, written or made durable). The
+        # delays place the fault; nothing waits on them for a result.
+        for delay in (0.0, 0.004, 0.012, 0.03):
             results = ctx.Queue()
             child = ctx.Process(
                 target=save_until_killed,
@@ -229,8 +236,15 @@ class DamageTests(KitBase):
                 },
             )
             child.start()
-            finished = [results.get(timeout=WAIT_S) for _ in range(2)]
-            os.kill(child.pid or 0, signal.SIGKILL)  # while it writes the next one
+            finished: list[str] = []
+            while len(finished) < 2:
+                event, checkpoint_id = results.get(timeout=WAIT_S)
+                if event == "saved":
+                    finished.append(checkpoint_id)
+            while results.get(timeout=WAIT_S)[0] != "saving":
+                pass
+            time.sleep(delay)
+            os.kill(child.pid or 0, signal.SIGKILL)
             child.join(timeout=WAIT_S)
             results.close()
             results.join_thread()
