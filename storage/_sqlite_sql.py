@@ -82,6 +82,7 @@ def put_lease(db: sqlite3.Connection, session: str, row: LeaseRow) -> None:
 # where the sqlite3 module raises them as OperationalError.
 _DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
 _BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+_UNWRITABLE = {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM}
 
 
 # A damaged header can give SQLITE_ERROR with only this message to tell it apart.
@@ -108,6 +109,12 @@ def translate(exc: sqlite3.Error, path: Path) -> CheckpointError:
         or any(text in str(exc) for text in _DAMAGED_TEXT)
     ):
         return CheckpointCorrupt(f"SQLite store {path} is damaged: {exc}")
+    if _code(exc) in _UNWRITABLE:
+        return CheckpointError(
+            f"SQLite store {path}: {exc}; SQLiteStore needs to write next to the file (its"
+            " -wal and -shm files), so it cannot open a store on a read-only file system or"
+            " in a folder it may not write: copy the file somewhere writable"
+        )
     return CheckpointError(f"SQLite store {path}: {exc}")
 
 

@@ -151,3 +151,33 @@ def test_read_only_store_reads_and_refuses_writes_clearly(
         ro.delete(ids[0])
     with pytest.raises(CheckpointError, match=r"(?i)read-only"):
         ro.prune("session-a", keep=1)
+
+
+def test_store_on_a_real_read_only_mount(tmp_path: Path) -> None:
+    """On a real read-only bind mount: reads and verify work, a prune names the cause."""
+    import subprocess
+
+    source, mount = tmp_path / "src", tmp_path / "ro"
+    mount.mkdir()
+    store, ids, _ = _store_with_two(source)
+    store.close()
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    bind = subprocess.run(
+        ["mount", "--bind", str(source), str(mount)], check=False, capture_output=True
+    )
+    if bind.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {bind.stderr!r}")
+    try:
+        subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(mount)], check=True, capture_output=True
+        )
+        ro = FileStore(mount)
+        latest = ro.latest()
+        assert latest is not None and latest.id == ids[1]
+        assert ro.verify() == []
+        assert ro.load_blobs(sorted(latest.blob_digests()))
+        with pytest.raises(CheckpointError, match=r"(?i)read-only file system"):
+            ro.prune("session-a", keep=0)
+    finally:
+        subprocess.run(["umount", str(mount)], check=False, capture_output=True)

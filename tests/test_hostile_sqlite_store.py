@@ -162,3 +162,54 @@ def test_schema_text_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
     with pytest.raises(CheckpointCorrupt):
         SQLiteStore(target)
     shutil.rmtree(tmp_path / "unused", ignore_errors=True)
+
+
+def test_only_busy_errors_are_retried(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Switching to WAL retries "database is locked" alone: a read-only file fails at once."""
+    from actorflow.storage import _sqlite_sql as sql
+
+    calls: list[str] = []
+
+    class Refusing:
+        def execute(self, statement: str) -> object:
+            calls.append(statement)
+            exc = sqlite3.OperationalError("attempt to write a readonly database")
+            exc.sqlite_errorcode = sqlite3.SQLITE_READONLY  # type: ignore[attr-defined]
+            raise exc
+
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store._enable_wal(Refusing())  # type: ignore[arg-type]
+        assert len(calls) == 1
+        busy = sqlite3.OperationalError("database is locked")
+        busy.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+        assert sql.is_busy(busy)
+    finally:
+        store.close()
+
+
+def test_read_only_mount_fails_at_once_naming_the_cause(tmp_path: Path) -> None:
+    """On a real read-only bind mount, SQLiteStore() raises CheckpointError without waiting."""
+    import os
+    import subprocess
+
+    source, mount = tmp_path / "src", tmp_path / "ro"
+    source.mkdir()
+    mount.mkdir()
+    _build(source / "s.db", steps=1)
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    bind = subprocess.run(
+        ["mount", "--bind", str(source), str(mount)], check=False, capture_output=True
+    )
+    if bind.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {bind.stderr!r}")
+    try:
+        subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(mount)], check=True, capture_output=True
+        )
+        with pytest.raises(CheckpointError, match="read-only file system"):
+            SQLiteStore(mount / "s.db")
+    finally:
+        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
