@@ -12,10 +12,9 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-import msgpack
-
 from actorflow.actors import decode, decode_state
 from actorflow.errors import ActorflowError
+from actorflow.runtime._checkpointing import check_runtime_bytes
 from actorflow.storage import Checkpoint, CheckpointStore
 
 __all__ = ["describe_checkpoint", "describe_runtime", "import_modules"]
@@ -71,8 +70,14 @@ def _state(store: CheckpointStore, digests: list[str], decoded: bool) -> dict[st
 
 
 def describe_runtime(runtime: bytes) -> dict[str, Any]:
-    """The runtime blob: payloads in flight as sizes, pending requests with their values."""
-    body = msgpack.unpackb(runtime, raw=False, strict_map_key=False)
+    """The runtime blob: payloads in flight as sizes, pending requests with their values.
+
+    Decoded and checked as a resume does it.
+
+    Raises:
+        CheckpointCorrupt: the field is malformed.
+    """
+    body = check_runtime_bytes(runtime)
     if "partial" in body:  # one executor's finished part of an unfinished superstep
         sends, outputs, requests = body["report"]
         return {

@@ -118,12 +118,17 @@ def build() -> af.Workflow:
     return builder.build()
 
 
+LEASE_TTL = 2.0
+"""Seconds the crashing process's lease on the session outlives it."""
+
+
 def child(db: str, mode: str) -> None:
     """Runs in a separate process: start the run, or resume it from the store."""
     store = af.SQLiteStore(db)
     with build() as wf:
         if mode == "start":
-            with wf.session("ledger-1", store=store) as session:
+            # A short lease: after the SIGKILL, the next owner waits only this long.
+            with wf.session("ledger-1", store=store, lease_ttl=LEASE_TTL) as session:
                 for event in session.stream(0):
                     if isinstance(event, af.RunRestartedEvent):
                         print(
@@ -132,7 +137,8 @@ def child(db: str, mode: str) -> None:
                         )
             print("    [child] finished without crashing?!")
         else:
-            with wf.resume(store, session="ledger-1") as session:
+            # The killed process still holds the session's lease until it expires.
+            with wf.resume(store, session="ledger-1", wait=LEASE_TTL + 10) as session:
                 result = session.run()
                 print(json.dumps(result.outputs[0]))
 
@@ -169,7 +175,10 @@ def main() -> None:
         print(f"   verify: {store.verify() or 'every record and blob intact'}\n")
         store.close()
 
-        print("3. A brand-new process resumes from the latest checkpoint")
+        print(
+            "3. A brand-new process resumes from the latest checkpoint (once the dead "
+            f"process's {LEASE_TTL:g} s lease on the session has expired)"
+        )
         resumed = subprocess.run(
             [sys.executable, "-m", "actorflow._demo", "child", db, "resume"],
             capture_output=True,

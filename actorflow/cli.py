@@ -29,7 +29,8 @@ from typing import Any
 
 from actorflow.errors import ActorflowError, CheckpointError
 from actorflow.runtime import Workflow
-from actorflow.storage import Checkpoint, CheckpointStore, FileStore, SQLiteStore
+from actorflow.runtime._checkpointing import check_runtime
+from actorflow.storage import Checkpoint, FileStore, SQLiteStore
 from actorflow.storage._file_gc import MARKER
 
 from ._cli_show import describe_checkpoint, import_modules
@@ -43,7 +44,9 @@ class _Usage(Exception):
     """A mistake on the command line: printed as one line, exit status 2."""
 
 
-def open_store(target: str, *, create: bool = False, upgrade: bool = False) -> CheckpointStore:
+def open_store(
+    target: str, *, create: bool = False, upgrade: bool = False
+) -> FileStore | SQLiteStore:
     """The store a command-line argument names: a folder is a FileStore, a file a SQLiteStore.
 
     Args:
@@ -100,6 +103,21 @@ def _summary(cp: Checkpoint) -> dict[str, Any]:
     }
 
 
+def _runtime_problems(store: FileStore | SQLiteStore, ids: list[str]) -> list[str]:
+    """The records whose runtime field a resume would refuse (stores cannot tell)."""
+    problems = []
+    for checkpoint_id in ids:
+        try:
+            cp = store.load(checkpoint_id)
+        except CheckpointError:
+            continue  # damaged (store.verify() reported it) or deleted meanwhile
+        try:
+            check_runtime(cp)
+        except CheckpointError as exc:
+            problems.append(f"checkpoint {checkpoint_id}: {exc}")
+    return problems
+
+
 def _checkpoints(args: argparse.Namespace) -> int:
     store = open_store(args.store, upgrade=args.action == "upgrade")
     try:
@@ -119,9 +137,11 @@ def _checkpoints(args: argparse.Namespace) -> int:
             print(json.dumps(shown, indent=2, default=str))
         elif args.action == "verify":
             problems = store.verify()
+            ids = store.ids()  # counts damaged records too, where list() would raise
+            problems += _runtime_problems(store, ids)
             for problem in problems:
                 print(problem)
-            print(f"{len(problems)} problem(s) in {len(store.list())} checkpoint(s)")
+            print(f"{len(problems)} problem(s) in {len(ids)} checkpoint(s)")
             return 1 if problems else 0
         elif args.action == "prune":
             removed = store.prune(args.session, args.keep)
