@@ -18,7 +18,12 @@ with the reason shown. ``docs/storage.md`` explains each one.
 
 from __future__ import annotations
 
-from ._factories import FileStoreFactory, MemoryStoreFactory, SQLiteStoreFactory
+from ._factories import (
+    FileStoreFactory,
+    MemoryStoreFactory,
+    PostgresStoreFactory,
+    SQLiteStoreFactory,
+)
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
 from ._kit_stress import StressTests
@@ -26,6 +31,7 @@ from ._kit_stress import StressTests
 __all__ = [
     "FileStoreFactory",
     "MemoryStoreFactory",
+    "PostgresStoreFactory",
     "SQLiteStoreFactory",
     "StoreConformance",
     "StoreFactory",
