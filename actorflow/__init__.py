@@ -14,7 +14,7 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 ['HI']
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from actorflow.actors import message
 from actorflow.errors import (
@@ -83,7 +83,7 @@ from actorflow.runtime import (
 )
 from actorflow.storage import CheckpointStore, FileStore, MemoryStore, SQLiteStore
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from actorflow.storage import PostgresStore
 
 __version__ = "0.1.0"
