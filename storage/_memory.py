@@ -11,7 +11,9 @@ from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedF
 
 from ._base import (
     StoreBase,
+    age_plan,
     already_stored,
+    check_cutoff,
     check_keep,
     checked_blobs,
     dangling,
@@ -22,13 +24,14 @@ from ._base import (
 from ._cut import Cut, ExecutorDigests
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 
-_Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...]]
+_Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...], float]
 """A stored record and what the store indexes about it, taken at save time.
 
 At :data:`_RECORD` the encoded record, or a runtime :class:`Cut`'s fields until
 somebody reads it (then it is encoded once and the entry replaced: most cuts are
 never read, a run reads back only the one it resumes from); then the session,
-workflow, kind value, parent id and the digests of the blobs it references.
+workflow, kind value, parent id, the digests of the blobs it references, and its
+``created_at`` (for retention by age).
 
 A plain tuple of strings, bytes and plain tuples of them, on purpose: CPython's
 cycle collector stops tracking such a tuple once its collections have visited it
@@ -44,6 +47,7 @@ _WORKFLOW: Final = 2
 _KIND: Final = 3
 _PARENT: Final = 4
 _DIGESTS: Final = 5
+_CREATED: Final = 6
 
 
 class MemoryStore(StoreBase):
@@ -93,6 +97,7 @@ class MemoryStore(StoreBase):
             str(checkpoint.kind),
             checkpoint.parent_id,
             listed,
+            checkpoint.created_at,
         )
         self._insert(checkpoint.id, entry, digests, given)
 
@@ -116,6 +121,7 @@ class MemoryStore(StoreBase):
             cut.kind,
             cut.parent_id,
             listed,
+            cut.created_at,
         )
         self._insert(cut.id, entry, digests, given)
 
@@ -220,6 +226,23 @@ class MemoryStore(StoreBase):
                     for i in self._matching(None, session, None)
                 ),
                 keep,
+            )
+            for checkpoint_id in doomed:
+                self._delete(checkpoint_id)
+            return len(doomed)
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than)."""
+        limit = check_cutoff(cutoff)
+        with self._lock:
+            self._check_open()
+            doomed = age_plan(
+                (
+                    (i, e[_SESSION], e[_KIND], e[_PARENT], e[_CREATED])
+                    for i, e in self._index.items()
+                ),
+                limit,
+                whole_sessions=whole_sessions,
             )
             for checkpoint_id in doomed:
                 self._delete(checkpoint_id)

@@ -22,7 +22,9 @@ from actorflow.errors import (
 from . import _sqlite_sql as sql
 from ._base import (
     StoreBase,
+    age_plan,
     already_stored,
+    check_cutoff,
     check_keep,
     checked_blobs,
     dangling,
@@ -223,6 +225,19 @@ class SQLiteStore(StoreBase):
                 "SELECT id, kind, parent_id FROM checkpoints WHERE session = ?", (session,)
             ).fetchall()
             doomed = prune_plan(rows, keep)
+            sql.delete(db, doomed)
+        return len(doomed)
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than)."""
+        limit = check_cutoff(cutoff)
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT id, session, kind, parent_id, created_at FROM checkpoints WHERE session"
+                " IN (SELECT session FROM checkpoints WHERE created_at < ?)",
+                (limit,),
+            ).fetchall()
+            doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
             sql.delete(db, doomed)
         return len(doomed)
 

@@ -26,6 +26,7 @@ from ._factories import (
 )
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
+from ._kit_retention import RetentionTests
 from ._kit_stress import StressTests
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, StressTests):
+class StoreConformance(ContractTests, StressTests, RetentionTests):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the
