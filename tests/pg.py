@@ -12,6 +12,8 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -80,3 +82,35 @@ def pg_ctl(*args: str) -> None:
             os.environ["ACTORFLOW_TEST_PG_LOG"],
         ]
     subprocess.run(command, check=True, capture_output=True, timeout=45)
+
+
+@dataclass(frozen=True)
+class Durable:
+    """A durable store for a test, openable in this process and, as source, in a child."""
+
+    kind: str  # "sqlite" or "postgres"
+    where: str  # the SQLite file, or the DSN
+    schema: str = ""
+
+    def open(self) -> Any:
+        import actorflow as af
+
+        if self.kind == "sqlite":
+            return af.SQLiteStore(self.where)
+        return af.PostgresStore(self.where, schema=self.schema)
+
+    def source(self, af: str = "af") -> str:
+        """Python source opening the store, with actorflow imported as ``af``."""
+        if self.kind == "sqlite":
+            return f"{af}.SQLiteStore({self.where!r})"
+        return f"{af}.PostgresStore({self.where!r}, schema={self.schema!r})"
+
+
+@contextmanager
+def durable(kind: str, path: str) -> Iterator[Durable]:
+    """A fresh durable store of ``kind``: a SQLite file at ``path``, or a Postgres schema."""
+    if kind == "sqlite":
+        yield Durable("sqlite", path)
+        return
+    with schema() as (url, name):
+        yield Durable("postgres", url, name)
