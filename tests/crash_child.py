@@ -3,7 +3,8 @@ with a durable store, log what it sees, and optionally stop dead at a chosen poi
 
 Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
 
-- ``store``: ``"sqlite"`` or ``"file"``; ``path``: where it lives.
+- ``store``: ``"sqlite"``, ``"file"`` or ``"postgres"``; ``path``: where it lives
+  (Postgres: the schema name, and ``dsn`` the server).
 - ``family``, ``params``, ``kwargs``: the graph, built with ``graphs.build``.
 - ``session``: the session id; ``mode``: ``"run"`` (fresh, with the graph's input)
   or ``"resume"`` (latest checkpoint of the session, no new input).
@@ -14,7 +15,8 @@ Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
   ``{"at": "handler", "executor": id, "superstep": n}`` (inside that handler),
   ``{"at": "after_save", "superstep": n}`` (the step checkpoint of superstep n is
   durable, superstep n + 1 has not started), ``{"at": "in_save", "superstep": n}``
-  (inside the store's write of that checkpoint: blobs written, record not committed).
+  (inside the store's write of that checkpoint: blobs written, record not committed;
+  Postgres: the transaction is open, the record's INSERT not sent).
 
 Protocol on stdout, one line each: ``READY`` before the run starts, ``BLOCKED`` once
 stopped at the block point, ``DONE`` at the end. The child never sleeps: it blocks
@@ -111,8 +113,40 @@ class GatedStore:
         return getattr(self._inner, name)
 
 
+def _open_postgres(config: Mapping[str, Any], gate: threading.Event) -> Any:
+    import psycopg
+    import psycopg_pool
+
+    schema = config["path"]
+    record_insert = f"INSERT INTO {schema}.checkpoints"
+
+    class TracedConnection(psycopg.Connection[Any]):
+        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+            # The transaction is open and the blob rows are in; the record is not.
+            if gate.is_set() and isinstance(query, str) and query.startswith(record_insert):
+                _stop_here()
+            return super().execute(query, *args, **kwargs)
+
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        config["dsn"],
+        connection_class=TracedConnection,
+        kwargs={"autocommit": True},
+        min_size=1,
+        max_size=4,
+        check=psycopg_pool.ConnectionPool.check_connection,
+        open=True,
+    )
+    _CLOSE_AT_END.append(pool.close)
+    return af.PostgresStore(pool, schema=schema)
+
+
+_CLOSE_AT_END: list[Any] = []
+
+
 def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
     kind = config["store"]
+    if kind == "postgres":
+        return _open_postgres(config, gate)
     if kind == "sqlite":
 
         class TracedSQLite(af.SQLiteStore):
@@ -187,6 +221,8 @@ def main() -> None:
         log.write(json.dumps(["end", status]) + "\n")
     workflow.close()
     inner.close()
+    for close in _CLOSE_AT_END:
+        close()
     _say("DONE")
 
 
