@@ -7,6 +7,7 @@ Requires the ``actorflow[postgres]`` extra (psycopg 3 and psycopg_pool); nothing
 from __future__ import annotations
 
 import builtins
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -40,6 +41,8 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
 COLUMNS = "id, session, workflow, kind, record"
+PIPELINE_MAX_BYTES = 64 * 1024
+"""A save whose new blobs total more than this is not pipelined (see ``save``)."""
 
 
 class PostgresStore(StoreBase):
@@ -120,11 +123,13 @@ class PostgresStore(StoreBase):
         self._q_blob_ids = q("SELECT digest, id FROM {s}.blobs WHERE digest = ANY(%s)")
         self._q_new_blobs = q(
             "INSERT INTO {s}.blobs (digest, data) SELECT * FROM unnest(%s::text[], %s::bytea[])"
-            " ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
+            " ON CONFLICT (digest) DO NOTHING"
         )
         self._q_insert = q(
             "INSERT INTO {s}.checkpoints (id, session, workflow, kind, superstep, created_at,"
-            " parent_id, record, blob_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::bigint[])"
+            " parent_id, record, blob_ids) SELECT %s::text, %s::text, %s::text, %s::text,"
+            " %s::bigint, %s::float8, %s::text, %s::bytea, coalesce(array_agg(id), '{}')"
+            " FROM {s}.blobs WHERE digest = ANY(%s::text[]) HAVING count(*) = %s::bigint"
             " ON CONFLICT (id) DO NOTHING"
         )
         self._q_record = q("SELECT record FROM {s}.checkpoints WHERE id = %s")
@@ -163,41 +168,45 @@ class PostgresStore(StoreBase):
         cp = checkpoint
         first_try = True
 
+        params = (
+            cp.id,
+            cp.session,
+            cp.workflow,
+            cp.kind.value,
+            cp.superstep,
+            cp.created_at,
+            cp.parent_id,
+            record,
+            digests,
+            len(digests),
+        )
+
+        # psycopg's pipeline mode can stall on large messages (psycopg #685): a save
+        # carrying many new bytes (a first checkpoint, a big state change) goes
+        # statement by statement; its round trips are small next to its bytes.
+        pipelined = sum(len(b) for b in given.values()) <= PIPELINE_MAX_BYTES
+
         def write(db: Conn) -> None:
             nonlocal first_try
             retry, first_try = not first_try, False
-            with db.transaction():
+            # Pipelined: BEGIN, the lock, the new blobs and the record go out together
+            # and cost one round trip, the COMMIT a second. The record's INSERT names
+            # its blobs by digest and resolves them to ids on the server; it inserts
+            # nothing unless every referenced blob is stored (given ones included:
+            # the statement sees this transaction's rows, and ON CONFLICT waited for
+            # any concurrent save storing the same digest to commit).
+            batch = db.pipeline() if pipelined else contextlib.nullcontext()
+            with batch as pipe, db.transaction():
                 db.execute(self._q_lock_shared)
                 if retry and self._stored_record(db, cp.id) == record:
                     return  # the first attempt committed before its connection broke
-                ids: dict[str, int] = dict(db.execute(self._q_blob_ids, (digests,)).fetchall())
-                missing = [d for d in digests if d not in ids and d not in given]
-                if missing:
-                    raise dangling(cp.id, missing)
-                new = [d for d in digests if d not in ids]
-                if new:
-                    rows = db.execute(self._q_new_blobs, (new, [given[d] for d in new]))
-                    ids.update(rows.fetchall())
-                    if len(ids) < len(digests):
-                        # Another save stored some of them first (ON CONFLICT waited
-                        # for its commit): now they are visible to this statement.
-                        ids.update(db.execute(self._q_blob_ids, (new,)).fetchall())
-                inserted = db.execute(
-                    self._q_insert,
-                    (
-                        cp.id,
-                        cp.session,
-                        cp.workflow,
-                        cp.kind.value,
-                        cp.superstep,
-                        cp.created_at,
-                        cp.parent_id,
-                        record,
-                        [ids[d] for d in digests],
-                    ),
-                )
+                if given:
+                    db.execute(self._q_new_blobs, (list(given), list(given.values())))
+                inserted = db.execute(self._q_insert, params)
+                if pipe is not None:
+                    pipe.sync()
                 if inserted.rowcount != 1:
-                    raise already_stored(cp.id)
+                    raise self._refused(db, cp.id, digests)
 
         self._run(write, what=f"save checkpoint {cp.id}")
 
@@ -388,6 +397,15 @@ class PostgresStore(StoreBase):
                 (candidates, candidates),
             )
         return len(rows)
+
+    def _refused(
+        self, db: Conn, checkpoint_id: str, digests: builtins.list[str]
+    ) -> CheckpointError:
+        """Why a record's INSERT inserted nothing: its id is taken, or a blob is missing."""
+        if self._stored_record(db, checkpoint_id) is not None:
+            return already_stored(checkpoint_id)
+        found = {r[0] for r in db.execute(self._q_blob_ids, (digests,)).fetchall()}
+        return dangling(checkpoint_id, [d for d in digests if d not in found])
 
     def _stored_record(self, db: Conn, checkpoint_id: str) -> bytes | None:
         row = db.execute(self._q_record, (checkpoint_id,)).fetchone()
