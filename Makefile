@@ -42,7 +42,7 @@ test: lint typecheck unit examples
 endif
 
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	bash .ci/postgres.sh $(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
