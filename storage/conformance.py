@@ -26,6 +26,7 @@ from ._factories import (
 )
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
+from ._kit_leases import LeaseTests
 from ._kit_retention import RetentionTests
 from ._kit_stress import StressTests
 
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, StressTests, RetentionTests):
+class StoreConformance(ContractTests, StressTests, LeaseTests, RetentionTests):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the
