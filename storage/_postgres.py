@@ -36,6 +36,8 @@ from ._base import (
     prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from ._lease import Lease, fence, leaseless_check
+from ._postgres_lease import LeaseMethods, lease_of, session_key
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -45,7 +47,7 @@ PIPELINE_MAX_BYTES = 64 * 1024
 """A save whose new blobs total more than this is not pipelined (see ``save``)."""
 
 
-class PostgresStore(StoreBase):
+class PostgresStore(LeaseMethods, StoreBase):
     """A checkpoint store in a PostgreSQL database (extra ``actorflow[postgres]``).
 
     - One transaction per save: the record row and its new blob rows commit together
@@ -69,6 +71,10 @@ class PostgresStore(StoreBase):
     - Deletes and prunes take an exclusive advisory lock of the schema that saves
       share, so a collection never removes a blob a concurrent save is about to
       reference. Collection scans the records' reference arrays once per call.
+    - Session leases (``acquire_lease`` ...) live in ``<schema>.leases`` and expire by
+      the server's clock. A save reads the session's lease row in its own
+      transaction, holding the session's advisory lock shared (lease changes hold it
+      exclusively), and commits only if the fencing check passes.
 
     Args:
         dsn_or_pool: a libpq connection string (``postgresql://user@host/db``), or a
@@ -118,7 +124,10 @@ class PostgresStore(StoreBase):
                 name=f"actorflow-{schema}",
             )
         q = self._sql
-        self._q_lock_shared = q(f"SELECT pg_advisory_xact_lock_shared({sql.LOCK_DATA}, {q.key})")
+        self._q_lock_shared = q(
+            f"SELECT pg_advisory_xact_lock_shared({sql.LOCK_DATA}, {q.key}),"
+            " pg_advisory_xact_lock_shared(%s::bigint)"
+        )
         self._q_lock_excl = q(f"SELECT pg_advisory_xact_lock({sql.LOCK_DATA}, {q.key})")
         self._q_blob_ids = q("SELECT digest, id FROM {s}.blobs WHERE digest = ANY(%s)")
         self._q_new_blobs = q(
@@ -135,6 +144,7 @@ class PostgresStore(StoreBase):
         self._q_record = q("SELECT record FROM {s}.checkpoints WHERE id = %s")
         self._q_load = q(f"SELECT {COLUMNS} FROM {{s}}.checkpoints WHERE id = %s")
         self._q_blobs = q("SELECT digest, data FROM {s}.blobs WHERE digest = ANY(%s)")
+        self._lease_queries()
         try:
             if self._owns_pool:
                 self._pool.open(wait=True, timeout=timeout)
@@ -159,8 +169,14 @@ class PostgresStore(StoreBase):
 
     # --- the protocol ------------------------------------------------------------
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        """Store a record and its new blobs in one transaction (see CheckpointStore.save).
+
+        The fencing check reads the session's lease row in the same transaction,
+        under the session's advisory lock (shared), before the commit is sent.
+        """
         record = encode_checkpoint(checkpoint)
         referenced = checkpoint.blob_digests()
         given = checked_blobs(checkpoint.id, blobs, referenced)
@@ -185,6 +201,7 @@ class PostgresStore(StoreBase):
         # carrying many new bytes (a first checkpoint, a big state change) goes
         # statement by statement; its round trips are small next to its bytes.
         pipelined = sum(len(b) for b in given.values()) <= PIPELINE_MAX_BYTES
+        lock_key = session_key(self._schema, cp.session)
 
         def write(db: Conn) -> None:
             nonlocal first_try
@@ -197,7 +214,8 @@ class PostgresStore(StoreBase):
             # any concurrent save storing the same digest to commit).
             batch = db.pipeline() if pipelined else contextlib.nullcontext()
             with batch as pipe, db.transaction():
-                db.execute(self._q_lock_shared)
+                db.execute(self._q_lock_shared, (lock_key,))
+                holder = db.execute(self._q_lease_row, (cp.session,))
                 if retry and self._stored_record(db, cp.id) == record:
                     return  # the first attempt committed before its connection broke
                 if given:
@@ -205,6 +223,13 @@ class PostgresStore(StoreBase):
                 inserted = db.execute(self._q_insert, params)
                 if pipe is not None:
                     pipe.sync()
+                found = holder.fetchone()
+                assert found is not None  # the lease query always returns one row
+                row, now = lease_of(found)
+                if lease is not None:
+                    fence(row, lease, cp.session, cp.id)  # raising rolls everything back
+                elif row is not None:
+                    leaseless_check(row, cp.session, cp.id, now)
                 if inserted.rowcount != 1:
                     raise self._refused(db, cp.id, digests)
 

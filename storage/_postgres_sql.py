@@ -33,6 +33,7 @@ that a concurrent save has found stored and is about to reference."""
 # per delete/prune rather than every save paying for a GIN index.
 # ``leases`` holds one row per session that ever had a lease; the row stays after a
 # release so the next token is strictly greater (fencing tokens are never reused).
+# ``expires_at`` is epoch seconds by the server's clock (``extract(epoch FROM now())``).
 TABLES = (
     """CREATE TABLE {s}.checkpoints (
         id         text PRIMARY KEY,
@@ -56,7 +57,7 @@ TABLES = (
         session    text PRIMARY KEY,
         token      bigint NOT NULL,
         owner      text NOT NULL,
-        expires_at timestamptz NOT NULL,
+        expires_at double precision NOT NULL,
         released   boolean NOT NULL DEFAULT false
     )""",
     # Stored chunks are already compact (msgpack) or incompressible; TOAST's pglz
