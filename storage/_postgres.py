@@ -31,13 +31,13 @@ from ._base import (
     check_keep,
     checked_blobs,
     dangling,
-    decode_stored,
     not_found,
     prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._lease import Lease, fence, leaseless_check
 from ._postgres_lease import LeaseMethods, lease_of, session_key
+from ._postgres_schema import open_schema
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -243,7 +243,7 @@ class PostgresStore(LeaseMethods, StoreBase):
         )
         if row is None:
             raise not_found(checkpoint_id)
-        return _decode_row(row)
+        return sql.decode_row(row)
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
@@ -260,7 +260,7 @@ class PostgresStore(LeaseMethods, StoreBase):
         rows = self._run(
             lambda db: db.execute(self._q_blobs, (wanted,)).fetchall(), what="load blobs"
         )
-        found = {d: _as_bytes(data, f"blob {d}") for d, data in rows}
+        found = {d: sql.as_bytes(data, f"blob {d}") for d, data in rows}
         missing = [d for d in wanted if d not in found]
         if missing:
             raise CheckpointNotFound(f"no blob {missing[0]!r} in this store")
@@ -283,21 +283,21 @@ class PostgresStore(LeaseMethods, StoreBase):
         kind: CheckpointKind | None = None,
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
-        where, params = _filters(workflow, session, kind)
+        where, params = sql.filters(workflow, session, kind)
         query = self._sql(f"SELECT {COLUMNS} FROM {{s}}.checkpoints{where} ORDER BY id")
         rows = self._run(lambda db: db.execute(query, params).fetchall(), what="list checkpoints")
-        return [_decode_row(row) for row in rows]
+        return [sql.decode_row(row) for row in rows]
 
     def latest(
         self, *, workflow: str | None = None, session: str | None = None
     ) -> Checkpoint | None:
         """The newest matching record, or None; a damaged one raises, it is not skipped."""
-        where, params = _filters(workflow, session, None)
+        where, params = sql.filters(workflow, session, None)
         query = self._sql(
             f"SELECT {COLUMNS} FROM {{s}}.checkpoints{where} ORDER BY id DESC LIMIT 1"
         )
         row = self._run(lambda db: db.execute(query, params).fetchone(), what="find latest")
-        return None if row is None else _decode_row(row)
+        return None if row is None else sql.decode_row(row)
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""
@@ -359,7 +359,7 @@ class PostgresStore(LeaseMethods, StoreBase):
                 for blob_id, digest, data in db.execute(
                     q("SELECT id, digest, data FROM {s}.blobs")
                 ):
-                    blobs[blob_id] = (digest, _blob_state(digest, data))
+                    blobs[blob_id] = (digest, sql.blob_state(digest, data))
                 rows = db.execute(
                     q(f"SELECT {COLUMNS}, parent_id, blob_ids FROM {{s}}.checkpoints ORDER BY id")
                 )
@@ -369,7 +369,7 @@ class PostgresStore(LeaseMethods, StoreBase):
                         blobs[b][0] if b in blobs else f"<missing blob #{b}>" for b in blob_ids
                     }
                     try:
-                        cp = _decode_row(row[:5])
+                        cp = sql.decode_row(row[:5])
                         if cp.blob_digests() != named:
                             problems.append(
                                 f"checkpoint {checkpoint_id}: its blob references disagree "
@@ -472,60 +472,8 @@ class PostgresStore(LeaseMethods, StoreBase):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _init_schema(self) -> None:
-        q = self._sql
-        version_of = q("SELECT max(version) FROM {s}.actorflow_schema")
-
-        def run(db: Conn) -> None:
-            with db.transaction():
-                exists = db.execute(
-                    "SELECT to_regclass(%s)", (f"{self._schema}.actorflow_schema",)
-                ).fetchone()
-                if exists is not None and exists[0] is not None:
-                    version = db.execute(version_of).fetchone()
-                    if version is not None and version[0] == sql.SCHEMA_VERSION:
-                        return  # the common case: no lock, no DDL
-                # Several processes may open a new database at once: one creates or
-                # upgrades, the others wait here and then find it done.
-                db.execute(f"SELECT pg_advisory_xact_lock({sql.LOCK_INIT}, {q.key})")
-                db.execute(q("CREATE SCHEMA IF NOT EXISTS {s}"))
-                exists = db.execute(
-                    "SELECT to_regclass(%s)", (f"{self._schema}.actorflow_schema",)
-                ).fetchone()
-                if exists is None or exists[0] is None:
-                    db.execute(q("CREATE TABLE {s}.actorflow_schema (version integer NOT NULL)"))
-                    for statement in sql.TABLES:
-                        db.execute(q(statement))
-                    db.execute(
-                        q("INSERT INTO {s}.actorflow_schema (version) VALUES (%s)"),
-                        (sql.SCHEMA_VERSION,),
-                    )
-                    return
-                row = db.execute(version_of).fetchone()
-                version = row[0] if row else None
-                self._upgrade(db, version)
-
-        self._run(run, what="open its schema")
-
-    def _upgrade(self, db: Conn, version: object) -> None:
-        q = self._sql
         where = f"PostgresStore {self._where} schema {self._schema!r}"
-        if not isinstance(version, int):
-            raise CheckpointCorrupt(f"{where} has a damaged version table ({version!r})")
-        if version > sql.SCHEMA_VERSION:
-            raise UnsupportedFormat(
-                f"{where} has actorflow schema {version}; this actorflow reads schema "
-                f"{sql.SCHEMA_VERSION}. Upgrade actorflow."
-            )
-        if version < sql.SCHEMA_VERSION and version not in sql.UPGRADES:
-            raise UnsupportedFormat(
-                f"{where} has actorflow schema {version}, and this actorflow has no upgrade "
-                "from it. Open it with the version that wrote it."
-            )
-        while version < sql.SCHEMA_VERSION:
-            for statement in sql.UPGRADES[version]:
-                db.execute(q(statement))
-            version += 1
-        db.execute(q("UPDATE {s}.actorflow_schema SET version = %s"), (version,))
+        self._run(lambda db: open_schema(db, self._sql, where), what="open its schema")
 
 
 def _connection_lost(exc: psycopg.OperationalError) -> bool:
@@ -533,47 +481,6 @@ def _connection_lost(exc: psycopg.OperationalError) -> bool:
     if isinstance(exc, pg_errors.AdminShutdown | pg_errors.CannotConnectNow):
         return True
     return exc.sqlstate is None or exc.sqlstate.startswith("08")
-
-
-def _filters(
-    workflow: str | None, session: str | None, kind: CheckpointKind | None
-) -> tuple[str, tuple[str, ...]]:
-    clauses: builtins.list[str] = []
-    params: builtins.list[str] = []
-    for column, value in (("workflow", workflow), ("session", session)):
-        if value is not None:
-            clauses.append(f"{column} = %s")
-            params.append(value)
-    if kind is not None:
-        clauses.append("kind = %s")
-        params.append(CheckpointKind(kind).value)
-    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
-
-
-def _as_bytes(value: object, what: str) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, memoryview | bytearray):
-        return bytes(value)
-    raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
-
-
-def _decode_row(row: tuple[Any, ...]) -> Checkpoint:
-    checkpoint_id, session, workflow, kind, record = row
-    cp = decode_stored(str(checkpoint_id), _as_bytes(record, f"checkpoint {checkpoint_id}"))
-    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
-        raise CheckpointCorrupt(
-            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
-        )
-    return cp
-
-
-def _blob_state(digest: str, data: object) -> str:
-    try:
-        verify_blob(digest, _as_bytes(data, f"blob {digest}"))
-    except CheckpointCorrupt:
-        return "corrupt"
-    return "ok"
 
 
 def _redact(dsn: str) -> str:

@@ -7,9 +7,16 @@ psycopg prepares the hot ones on the server after a few uses.
 
 from __future__ import annotations
 
+import builtins
 import re
 import zlib
 from dataclasses import dataclass
+from typing import Any
+
+from actorflow.errors import CheckpointCorrupt
+
+from ._base import decode_stored
+from ._format import Checkpoint, CheckpointKind, verify_blob
 
 SCHEMA_VERSION = 1
 """The layout below. A store refuses a newer one and upgrades an older one in place
@@ -91,3 +98,44 @@ class Statements:
 
     def __call__(self, text: str) -> str:
         return text.replace("{s}", self.schema)
+
+
+def filters(
+    workflow: str | None, session: str | None, kind: CheckpointKind | None
+) -> tuple[str, tuple[str, ...]]:
+    clauses: builtins.list[str] = []
+    params: builtins.list[str] = []
+    for column, value in (("workflow", workflow), ("session", session)):
+        if value is not None:
+            clauses.append(f"{column} = %s")
+            params.append(value)
+    if kind is not None:
+        clauses.append("kind = %s")
+        params.append(CheckpointKind(kind).value)
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
+
+
+def as_bytes(value: object, what: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, memoryview | bytearray):
+        return bytes(value)
+    raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
+
+
+def decode_row(row: tuple[Any, ...]) -> Checkpoint:
+    checkpoint_id, session, workflow, kind, record = row
+    cp = decode_stored(str(checkpoint_id), as_bytes(record, f"checkpoint {checkpoint_id}"))
+    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
+        raise CheckpointCorrupt(
+            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
+        )
+    return cp
+
+
+def blob_state(digest: str, data: object) -> str:
+    try:
+        verify_blob(digest, as_bytes(data, f"blob {digest}"))
+    except CheckpointCorrupt:
+        return "corrupt"
+    return "ok"
