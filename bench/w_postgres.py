@@ -17,7 +17,9 @@ W4: a fresh store object and workflow resume W3's last checkpoint and run supers
 resumes from the same cut). Target <= 15 ms. Floor: read every executor's state row
 (one SELECT), decode them, INSERT + COMMIT the changed one.
 
-Also reported: the lease cost per checkpoint, when the store has session leases.
+Also reported, as details of W3: the lease cost per checkpoint, the median time of a
+W3-sized save (49 stored chunks and one new ~12 KB chunk) with a lease (its fencing
+check) minus the same save without one, alternating in one store.
 
 Without a server the benchmark prints a note on stderr and no figures.
 
@@ -123,6 +125,34 @@ def floor_w4(dsn: str, schema: str) -> float:
     return seconds
 
 
+def lease_cost(dsn: str, schema: str, saves: int) -> tuple[float, float]:
+    """Median ms of a W3-sized save (49 stored chunks, one new ~12 KB chunk) without a
+    lease and with one (the fencing check), alternating, in one store."""
+    from actorflow.storage.conformance import make_checkpoint
+
+    shared = [os.urandom(64) for _ in range(49)]
+    timings: dict[bool, list[float]] = {False: [], True: []}
+    with af.PostgresStore(dsn, schema=schema) as store:
+        lease = store.acquire_lease("leased", "bench w_postgres", 600.0)
+        parents: dict[bool, Any] = {False: None, True: None}
+        for n in range(saves + 2):
+            for leased in (False, True):
+                chunks = {"e": [*shared, os.urandom(12_000)]}
+                session = "leased" if leased else "plain"
+                checkpoint, blobs = make_checkpoint(
+                    session=session, parent=parents[leased], chunks=chunks
+                )
+                if n:
+                    blobs = {d: b for d, b in blobs.items() if b not in shared}
+                started = time.perf_counter()
+                store.save(checkpoint, blobs, lease=lease if leased else None)
+                if n >= 2:  # the first two are a warm-up
+                    timings[leased].append(time.perf_counter() - started)
+                parents[leased] = checkpoint
+        store.release_lease(lease)
+    return median(timings[False]) * 1e3, median(timings[True]) * 1e3
+
+
 def run_w3(wf: af.Workflow, dsn: str, schema: str) -> tuple[float, int, int]:
     """W3's 100 supersteps into a PostgresStore; seconds, stored bytes, checkpoints."""
     store = af.PostgresStore(dsn, schema=schema)
@@ -192,11 +222,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with build_ring() as wf:
             run_w3(wf, dsn, fresh("warm"))  # warm-up: imports, code paths, server caches
             for _ in range(repeats):
-                floor_s, commit_s, floor_bytes = floor_w3(dsn, fresh("floor"))
+                floor_schema = fresh("floor")
+                floor_s, commit_s, floor_bytes = floor_w3(dsn, floor_schema)
                 floors.append(floor_s)
                 commit_floors.append(commit_s)
-                runs.append(run_w3(wf, dsn, fresh("w3")))
+                w3_schema = fresh("w3")
+                runs.append(run_w3(wf, dsn, w3_schema))
         per_step = [seconds / STEPS * 1e3 for seconds, _, _ in runs]
+        plain_ms, leased_ms = lease_cost(dsn, fresh("lease"), 30 if options.quick else 200)
         report(
             "w3_postgres",
             "ms_per_superstep",
@@ -211,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             quick=options.quick,
             floor_samples=[f * 1e3 for f in floors],
             commit_only_floor_ms=median(commit_floors) * 1e3,
+            save_ms_without_lease=plain_ms,
+            save_ms_with_lease=leased_ms,
+            lease_cost_ms_per_checkpoint=leased_ms - plain_ms,
             checkpoints=runs[-1][2],
             supersteps=STEPS,
         )
@@ -228,8 +264,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             quick=options.quick,
             bytes_stored=runs[-1][1],
         )
-        w3_schema = schemas[-1]
-        floor_schema = schemas[-2]
         totals: list[float] = []
         w4_floors: list[float] = []
         phases: list[dict[str, float]] = []
