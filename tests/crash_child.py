@@ -16,7 +16,7 @@ Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
   ``{"at": "after_save", "superstep": n}`` (the step checkpoint of superstep n is
   durable, superstep n + 1 has not started), ``{"at": "in_save", "superstep": n}``
   (inside the store's write of that checkpoint: blobs written, record not committed;
-  Postgres: the transaction is open, the record's INSERT not sent).
+  Postgres: blob and record rows written in the open transaction, COMMIT not sent).
 
 Protocol on stdout, one line each: ``READY`` before the run starts, ``BLOCKED`` once
 stopped at the block point, ``DONE`` at the end. The child never sleeps: it blocks
@@ -118,19 +118,20 @@ def _open_postgres(config: Mapping[str, Any], gate: threading.Event) -> Any:
     import psycopg_pool
 
     schema = config["path"]
-    record_insert = f"INSERT INTO {schema}.checkpoints"
+    lease_columns = ["token", "owner", "expires_at", "released"]
 
-    class TracedConnection(psycopg.Connection[Any]):
-        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            # The transaction is open and the blob rows are in; the record is not.
-            if gate.is_set() and isinstance(query, str) and query.startswith(record_insert):
+    class TracedCursor(psycopg.Cursor[Any]):
+        def fetchone(self) -> Any:
+            # A save reads its lease row once every statement of its transaction has
+            # run on the server (blob rows and the record written), before COMMIT.
+            names = [column.name for column in self.description or []]
+            if gate.is_set() and names[1:] == lease_columns:
                 _stop_here()
-            return super().execute(query, *args, **kwargs)
+            return super().fetchone()
 
     pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
         config["dsn"],
-        connection_class=TracedConnection,
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, "cursor_factory": TracedCursor},
         min_size=1,
         max_size=4,
         check=psycopg_pool.ConnectionPool.check_connection,

@@ -257,7 +257,7 @@ def _open_transactions(workdir: Path) -> int:
         row = db.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
             " AND query LIKE %s",
-            (f"%{_schema(workdir)}.blobs%",),
+            (f"%{_schema(workdir)}.%",),
         ).fetchone()
     return 0 if row is None else int(row[0])
 
@@ -372,11 +372,15 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
         assert (block["executor"], block["superstep"]) in ref.invoked
     killed = Child(_config(store_kind, tmp_path, graph, "run", block), tmp_path)
     killed.expect("BLOCKED")
-    if block["at"] == "in_save" and store_kind == "postgres":
-        # The kill lands where claimed: its save transaction is open (blob rows
-        # written, record not).
-        assert _open_transactions(tmp_path) == 1
-    killed.kill()
+    open_transactions = 1
+    try:
+        if block["at"] == "in_save" and store_kind == "postgres":
+            open_transactions = _open_transactions(tmp_path)
+    finally:
+        killed.kill()
+    # Postgres: the kill landed where claimed, its save transaction open on the
+    # server (blob and record rows written, COMMIT not sent).
+    assert open_transactions == 1
     if block["at"] == "in_save" and store_kind == "file":
         # The kill landed where claimed: the pack was written to its temp file, not linked.
         assert list((tmp_path / "store" / "packs").glob(".tmp-*"))
