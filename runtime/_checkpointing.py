@@ -11,16 +11,25 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
-from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_checkpoint_id
+from actorflow.storage import (
+    BlobBatchReader,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStore,
+    Lease,
+    new_checkpoint_id,
+)
 from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metadata
 
 from ._graph import GraphSpec, explain_mismatch
+from ._lineage import Lineage
+from ._migration import prepare_snapshots, version_entries
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
@@ -41,6 +50,8 @@ class Checkpointer:
         policy: CheckpointPolicy,
         *,
         parent: Checkpoint | None = None,
+        lease: Lease | None = None,
+        lineage: Lineage | None = None,
     ) -> None:
         self.store = store
         self.spec = spec
@@ -58,9 +69,12 @@ class Checkpointer:
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
         self._confirmed_id = self.last_id
-        self._packed_graph = PackedEntries({"graph": pack(spec.description)})
+        entries = {"graph": pack(spec.description), **version_entries(spec.programs)}
+        if lineage is not None:
+            entries.update(lineage.entries())
+        self._packed_graph = PackedEntries(entries)
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
-        self._save = cut_saver(store)
+        self._save = cut_saver(store, lease)
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()
@@ -310,7 +324,19 @@ def load_for_resume(
     state, extra = RunState.from_bytes(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
-    return Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+    restored = Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+    # Every snapshot is read, migrated and checked now: a state the current code
+    # cannot restore fails the resume, not the first handler.
+    migrated = prepare_snapshots(spec.programs, extra, restored.snapshots, _reader(store))
+    for executor in migrated:
+        restored.completed.pop(executor, None)  # a crashed superstep's part: re-run it
+    return restored
+
+
+def _reader(store: CheckpointStore) -> Callable[[list[str]], Mapping[str, bytes]]:
+    if isinstance(store, BlobBatchReader):
+        return store.load_blobs
+    return lambda digests: {d: store.load_blob(d) for d in digests}
 
 
 def check_runtime(checkpoint: Checkpoint) -> dict[str, Any]:

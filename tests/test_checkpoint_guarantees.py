@@ -25,6 +25,7 @@ from actorflow.actors import decode_state, encode
 from actorflow.storage import (
     Checkpoint,
     CheckpointKind,
+    Lease,
     blob_digest,
     encode_checkpoint,
     new_checkpoint_id,
@@ -456,14 +457,13 @@ def _crafted_store(
 def test_close_after_a_resume_that_could_not_restore_leaves_no_actor_thread(
     tmp_path: Path,
 ) -> None:
-    """A resume whose snapshot cannot be decoded fails its run; close() then stops every actor."""
+    """A resume whose snapshot cannot be decoded fails before any actor starts; none is left."""
     before = set(threading.enumerate())
     case = graphs.build("chain", 3)
     store, crafted = _crafted_store(case, "snapshot-is-a-pickle", tmp_path / "sentinel")
-    resumed = case.workflow.resume(store, checkpoint_id=crafted.id)
-    with pytest.raises(af.DecodeError):
-        resumed.run()
-    resumed.close()
+    with pytest.raises(af.DecodeError, match="stored state cannot be decoded"):
+        case.workflow.resume(store, checkpoint_id=crafted.id)
+    assert store.current_lease(crafted.session) is None
     case.workflow.close()
     leftover = [t for t in threading.enumerate() if t not in before]
     deadline = time.monotonic() + 2
@@ -579,11 +579,13 @@ class FailingStore:
         self.fails = fails
         self.failed = threading.Event()
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         if self.fails(checkpoint):
             self.failed.set()
             raise OSError(f"disk full (simulated) at superstep {checkpoint.superstep}")
-        self.inner.save(checkpoint, blobs)
+        self.inner.save(checkpoint, blobs, lease=lease)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
