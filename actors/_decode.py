@@ -58,7 +58,7 @@ _C_SMALL = 32
 _ExtType = msgpack.ExtType
 
 
-class _Pairs(list):  # type: ignore[type-arg]
+class _Pairs(list[Any]):
     """A map's pairs, as a deferred unpack returns them (built into a dict later)."""
 
 
