@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,13 @@ EXPECTED_FIGURES = {
     ),
     *((f"stop_{mode}", "ctrl_c_to_exit_ms") for mode in ("run", "stream", "arun")),
 }
+
+if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server
+    EXPECTED_FIGURES |= {
+        ("w3_postgres", "ms_per_superstep"),
+        ("w3_postgres", "bytes_stored_mb"),
+        ("w4_postgres", "resume_plus_step_ms"),
+    }
 
 KEYS = {
     "bench",
