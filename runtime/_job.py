@@ -45,6 +45,8 @@ class RunJob:
     """User metadata for checkpoints."""
     input: bytes | None = None
     """The encoded input to queue for the start executor, if any."""
+    trace: bytes | None = None
+    """The caller's current span when the run was asked for, packed (see ``_otel``)."""
 
 
 class SupervisorActor(LeanActor):

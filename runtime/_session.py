@@ -33,6 +33,7 @@ from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
 from ._delivery import AsyncSink, End, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
+from ._otel import capture_context
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._supervisor import Driver
 from ._types import type_label
@@ -434,6 +435,7 @@ class Session:
             max_supersteps=max_supersteps or spec.max_supersteps,
             metadata=dict(metadata or {}),
             input=payload,
+            trace=capture_context(),
         )
 
     def _submit(self, job: RunJob) -> pykka.Future[Any]:

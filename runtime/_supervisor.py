@@ -31,6 +31,7 @@ from ._graph import GraphSpec
 from ._job import Fault, Payload, RunJob
 from ._lastgood import LastGood
 from ._logging import get_logger
+from ._otel import SPAN_RESTART, SPAN_ROLLBACK, RunTelemetry, open_run
 from ._policy import Durability, RestartPolicy, Restarts
 from ._recovery import RecoverySteps, StepFailure
 from ._state import RunState
@@ -81,6 +82,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         """The cut of the last barrier is still to be written: it is, as the next
         superstep starts (a store that lives in this process, see Checkpointer.overlaps)."""
         self._log = _log.bind(workflow=spec.name, session=session)
+        self._trace: RunTelemetry | None = None
+        """The current run's spans and metrics; None unless a provider is set."""
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -201,6 +204,28 @@ class Driver(CheckpointSteps, RecoverySteps):
         Raises:
             RunFailed (or a subclass): the run failed; emitted as an event too.
         """
+        telemetry = open_run(
+            job,
+            workflow=self.spec.name,
+            session=self.session,
+            superstep=self.state.superstep,
+            checkpointer=self.checkpointer,
+        )
+        if telemetry is None:
+            return self._run(job, first_checkpoint)
+        self._trace = telemetry
+        status, error = ev.RunStatus.FAILED.value, None
+        try:
+            status = self._run(job, first_checkpoint).value
+            return ev.RunStatus(status)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._trace = None
+            telemetry.end(status, len(self.state.pending), error)
+
+    def _run(self, job: RunJob, first_checkpoint: str | None) -> ev.RunStatus:
         log = self._log.bind(run=job.run_id)
         log.info("run started", superstep=self.state.superstep)
         steps = 0
@@ -224,7 +249,10 @@ class Driver(CheckpointSteps, RecoverySteps):
                         superstep=self.state.superstep,
                     )
                 steps += 1
-                self._superstep(job)
+                if self._trace is None:
+                    self._superstep(job)
+                else:
+                    self._trace.superstep(self._superstep, self.state.superstep + 1)
             pending = tuple(sorted(self.state.pending))
             now = time.time()
             if self.checkpointer is not None:
@@ -305,7 +333,12 @@ class Driver(CheckpointSteps, RecoverySteps):
             # flight and every executor it ran is rolled back to the last barrier, so
             # a later run continues from a consistent cut.
             state.inbox = inbox
-            self._roll_back(targets, superstep)
+            if self._trace is None:
+                self._roll_back(targets, superstep)
+            else:
+                self._trace.recovery(
+                    SPAN_ROLLBACK, None, lambda: self._roll_back(targets, superstep)
+                )
             if self._unwritten:  # failed before any host started: the cut still counts
                 self._write_unwritten(job)
             raise
@@ -430,7 +463,14 @@ class Driver(CheckpointSteps, RecoverySteps):
             if not failures:
                 return reports
             for failure in failures:
-                self._recover(job, superstep, failure)
+                if self._trace is None:
+                    self._recover(job, superstep, failure)
+                else:
+                    self._trace.recovery(
+                        SPAN_RESTART,
+                        failure.executor,
+                        lambda f=failure: self._recover(job, superstep, f),  # type: ignore[misc]
+                    )
             pending = [f.executor for f in failures]
         return reports
 
@@ -447,14 +487,17 @@ class Driver(CheckpointSteps, RecoverySteps):
     ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
         faults = self.faults
+        trace = self._trace
         started = time.monotonic()
         for target in targets:
             fault = faults.pop((target, superstep), None) if faults else None
             mode = fault.kind if fault is not None else ""
             if mode == "death":
                 self.hosts[target].stop()
-            request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
-            futures[target] = self._call(target, "step", request)
+            frame = [superstep, inbox[target], want_snapshot or bool(mode), mode]
+            if trace is not None:
+                frame.append(trace.step_frame(target))
+            futures[target] = self._call(target, "step", pack(frame))
         if on_sent is not None:
             on_sent()
         failures: list[StepFailure] = []
@@ -465,5 +508,7 @@ class Driver(CheckpointSteps, RecoverySteps):
                 failures.append(StepFailure(target, error))
             else:
                 assert answer is not None
-                reports[target] = unpack(answer)
+                report = reports[target] = unpack(answer)
+                if trace is not None:
+                    trace.take_sends(report)
         return failures

@@ -9,12 +9,21 @@ import pytest
 import actorflow
 import actorflow.actors
 import actorflow.runtime
+import actorflow.otel
 import actorflow.storage
 import actorflow.testing
 
 
 @pytest.mark.parametrize(
-    "module", [actorflow, actorflow.actors, actorflow.runtime, actorflow.storage, actorflow.testing]
+    "module",
+    [
+        actorflow,
+        actorflow.actors,
+        actorflow.runtime,
+        actorflow.storage,
+        actorflow.testing,
+        actorflow.otel,
+    ],
 )
 def test_all_is_sorted_and_resolvable(module: object) -> None:
     """Every package lists an isort-style sorted __all__ (constants, classes, functions) whose names all exist."""
@@ -50,7 +59,7 @@ def test_every_error_derives_from_the_single_base() -> None:
         assert issubclass(getattr(errors, name), errors.ActorflowError)
 
 
-@pytest.mark.parametrize("module", [actorflow, actorflow.testing])
+@pytest.mark.parametrize("module", [actorflow, actorflow.testing, actorflow.otel])
 def test_doctests(module: object) -> None:
     """The doctests in the public modules run and pass."""
     result = doctest.testmod(module, verbose=False)  # type: ignore[arg-type]
