@@ -8,8 +8,8 @@ import pytest
 
 import actorflow
 import actorflow.actors
-import actorflow.runtime
 import actorflow.otel
+import actorflow.runtime
 import actorflow.storage
 import actorflow.testing
 

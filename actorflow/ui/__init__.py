@@ -56,6 +56,7 @@ class Inspector:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((HOST, port))
+        self._socket.listen(128)  # connections made before the server runs wait, not fail
         self.port: int = self._socket.getsockname()[1]
         self.url = f"http://{HOST}:{self.port}"
         self.app.hosts = {f"{HOST}:{self.port}", f"localhost:{self.port}"}
