@@ -43,7 +43,7 @@ HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make form posts send Origin: null
     "Cache-Control": "no-store",
 }
 

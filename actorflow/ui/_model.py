@@ -41,6 +41,12 @@ def show(value: Any) -> str:
     return pprint.pformat(value, width=88, sort_dicts=False)
 
 
+def show_state(state: dict[str, Any]) -> str:
+    """An executor's state as text: one ``name = value`` entry per attribute, so a diff
+    names the attribute that changed."""
+    return "\n".join(f"{name} = {show(value)}" for name, value in state.items())
+
+
 def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -164,7 +170,7 @@ def checkpoint_view(store: CheckpointStore, cp: Checkpoint) -> CheckpointView:
     view = CheckpointView(cp, metadata=show(dict(cp.metadata)) if cp.metadata else "")
     for eid in sorted(cp.executors):
         try:
-            view.states[eid] = show(executor_state(store, cp, eid))
+            view.states[eid] = show_state(executor_state(store, cp, eid))
         except Exception as exc:  # noqa: BLE001 - shown in place of the state
             view.states[eid] = f"<cannot show this state: {_failure(exc)}>"
             view.errors.append(f"state of {eid!r}: {_failure(exc)}")
@@ -212,7 +218,7 @@ def diff_state(
     texts: list[list[str]] = []
     for cp in (a, b):
         try:
-            texts.append(show(executor_state(store, cp, executor)).splitlines())
+            texts.append(show_state(executor_state(store, cp, executor)).splitlines())
         except KeyError:
             return [], f"checkpoint {cp.id} has no executor {executor!r}"
         except Exception as exc:  # noqa: BLE001 - shown on the page
