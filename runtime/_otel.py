@@ -297,7 +297,12 @@ class RunTelemetry:
         self._step_ctx: Any = None
         self._step_packed: bytes | None = None
         self._links: dict[str, list[bytes]] = {}
+        """Target -> contexts of the sends it received and has not handled yet."""
         self._new_links: dict[str, list[bytes]] = {}
+        """The same, for sends of the superstep under way (theirs from the next one on)."""
+        self._given: dict[str, list[bytes]] = {}
+        """Links handed to this superstep's targets: again to a restarted one, and back
+        to ``_links`` if the superstep is rolled back."""
 
     # --- spans --------------------------------------------------------------------
 
@@ -311,7 +316,7 @@ class RunTelemetry:
         self._step_span = span
         self._step_packed = pack_context(span.get_span_context())
         self._step_ctx = remote_context(self._step_packed)
-        self._new_links = {}
+        self._new_links, self._given = {}, {}
         try:
             run_step(self._job)
             for target, contexts in self._new_links.items():
@@ -319,6 +324,8 @@ class RunTelemetry:
             if self._metrics is not None:
                 self._metrics.supersteps.add(1, self._metric_attrs)
         except BaseException as exc:
+            for target, contexts in self._given.items():  # rolled back: still to handle
+                self._links[target] = contexts + self._links.get(target, [])
             fail_span(span, exc)
             raise
         finally:
@@ -327,9 +334,12 @@ class RunTelemetry:
 
     def step_frame(self, target: str) -> list[Any]:
         """The trace part of ``target``'s ``step`` request: parent, links, ids."""
+        given = self._given.get(target)
+        if given is None:
+            given = self._given[target] = self._links.pop(target, [])
         return [
             self._step_packed,
-            self._links.pop(target, []),
+            given,
             self._job.run_id,
             self._session,
             self._workflow,
@@ -384,9 +394,11 @@ class RunTelemetry:
         finally:
             span.end()
 
-    def recovery(self, name: str, executor: str | None, act: Callable[[], _T]) -> _T:
+    def recovery(
+        self, name: str, superstep: int, executor: str | None, act: Callable[[], _T]
+    ) -> _T:
         """Run a restart (``executor`` given) or a rollback inside its span."""
-        attrs = dict(self.attrs)
+        attrs = {**self.attrs, PREFIX + "superstep": superstep}
         if executor is not None:
             attrs[PREFIX + "executor"] = executor
         span = self._child(name, attrs)

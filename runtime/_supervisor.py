@@ -337,7 +337,7 @@ class Driver(CheckpointSteps, RecoverySteps):
                 self._roll_back(targets, superstep)
             else:
                 self._trace.recovery(
-                    SPAN_ROLLBACK, None, lambda: self._roll_back(targets, superstep)
+                    SPAN_ROLLBACK, superstep, None, lambda: self._roll_back(targets, superstep)
                 )
             if self._unwritten:  # failed before any host started: the cut still counts
                 self._write_unwritten(job)
@@ -468,6 +468,7 @@ class Driver(CheckpointSteps, RecoverySteps):
                 else:
                     self._trace.recovery(
                         SPAN_RESTART,
+                        superstep,
                         failure.executor,
                         lambda f=failure: self._recover(job, superstep, f),  # type: ignore[misc]
                     )

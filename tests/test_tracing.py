@@ -246,6 +246,15 @@ def test_metrics_count_supersteps_checkpoints_restarts_pending_and_duration(
     assert sum(p.count for p in tel.metric("actorflow.run.duration")) == 2
     (restart,) = tel.spans(otel.SPAN_RESTART)
     assert restart.attributes is not None and restart.attributes["actorflow.executor"] == "pong"
+    assert restart.attributes["actorflow.superstep"] == 2
+    # Both attempts of the restarted executor link to the message they handled.
+    attempts = [
+        p
+        for p in tel.spans("executor.process pong")
+        if p.attributes and p.attributes["actorflow.superstep"] == 2
+    ]
+    assert len(attempts) == 2
+    assert attempts[0].links[0].context == attempts[1].links[0].context
 
 
 def test_a_failed_run_ends_every_span_with_an_error(tel: Telemetry) -> None:
