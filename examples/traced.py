@@ -47,7 +47,7 @@ def one_line(span: ReadableSpan) -> str:
     """The console exporter's format: one line per span (the SDK default is JSON)."""
     attrs = span.attributes or {}
     ids = " ".join(
-        f"{key.removeprefix('actorflow.')}={value}"
+        key.removeprefix("actorflow.") + "=" + str(value)
         for key, value in attrs.items()
         if key in ("actorflow.superstep", "actorflow.checkpoint.kind", "actorflow.run.status")
     )
