@@ -208,3 +208,20 @@ def test_cross_site_posts_and_foreign_hosts_are_refused_in_the_browser(
         response = page.goto(f"http://rebind.test:{inspector.port}/")
         assert response is not None and response.status == 421
         assert "order-1" not in page.content()
+
+
+def test_a_traced_run_drawn_for_the_readme(page: Any, tmp_path: Path) -> None:
+    """The spans of a traced fan-out/fan-in run with a restart, drawn as a waterfall:
+    saved as docs/trace.png, so the README's picture of a trace is a real one."""
+    import trace_page
+
+    spans = trace_page.traced_run()
+    names = [s.name for s in spans]
+    assert names.count("executor.process right") == 2 and "executor.restart" in names
+    page.set_content(trace_page.waterfall(spans))
+    assert page.title() == "A traced run"
+    assert page.locator("svg rect").count() == len(spans)
+    assert page.locator("svg path.l").count() >= 4  # each send linked to its receiver
+    picture = tmp_path / "trace.png"
+    picture.write_bytes(page.locator("body").screenshot())
+    shutil.copyfile(picture, DOCS / "trace.png")
