@@ -30,6 +30,7 @@ Span names (attributes under the ``actorflow.`` prefix):
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -79,6 +80,7 @@ _given: list[Any] = [None, None]
 # (provider, tracer) / (provider, instruments): made once per provider.
 _tracers: dict[int, tuple[Any, Tracer]] = {}
 _made_instruments: dict[int, tuple[Any, _Instruments]] = {}
+_making = threading.Lock()  # two sessions' first runs may ask at once: make each once
 
 
 def set_providers(
@@ -106,8 +108,11 @@ def tracer() -> Tracer | None:
     if made is None or made[0] is not provider:
         from actorflow import __version__  # noqa: PLC0415 - the package imports this module
 
-        made = (provider, provider.get_tracer("actorflow", __version__))
-        _tracers[id(provider)] = made
+        with _making:
+            made = _tracers.get(id(provider))
+            if made is None or made[0] is not provider:
+                made = (provider, provider.get_tracer("actorflow", __version__))
+                _tracers[id(provider)] = made
     return made[1]
 
 
@@ -153,8 +158,11 @@ def _instruments() -> _Instruments | None:
             return None
     made = _made_instruments.get(id(provider))
     if made is None or made[0] is not provider:
-        made = (provider, _Instruments(provider))
-        _made_instruments[id(provider)] = made
+        with _making:
+            made = _made_instruments.get(id(provider))
+            if made is None or made[0] is not provider:
+                made = (provider, _Instruments(provider))
+                _made_instruments[id(provider)] = made
     return made[1]
 
 

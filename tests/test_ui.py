@@ -131,10 +131,22 @@ def test_actions_need_the_token_and_the_own_origin_and_the_own_host(
         assert latest_final(store, "order-1").id == cp.id  # nothing ran
 
 
+@pytest.fixture(params=["memory", "sqlite"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[af.CheckpointStore]:
+    made: af.CheckpointStore = (
+        af.MemoryStore() if request.param == "memory" else af.SQLiteStore(str(tmp_path / "s.db"))
+    )
+    ui_scenario.make_store(made)
+    yield made
+    made.close()
+
+
 def test_an_answer_is_validated_like_respond_then_runs_to_idle(
-    store: af.MemoryStore, workflow: af.Workflow
+    any_store: af.CheckpointStore, workflow: af.Workflow
 ) -> None:
-    """A wrong type is refused with the reason and nothing runs; a right one runs."""
+    """A wrong type is refused with the reason and nothing runs; a right one runs (the
+    page reads the store while the run writes it)."""
+    store = any_store
     cp = latest_final(store, "order-1")
     with Inspector(store, workflow=workflow, port=0) as inspector:
         _, page = get(f"{inspector.url}/checkpoints/{cp.id}")
