@@ -268,3 +268,23 @@ def test_import_actorflow_and_its_cli_imports_no_web_framework() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_stopped_lineage_is_running_while_leased_and_failed_after(
+    workflow: af.Workflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lineage that stopped before going idle: running while an owner holds the
+    session (the index names the owner), failed once nobody does and it went quiet."""
+    from actorflow.ui import _model
+
+    store = af.MemoryStore()
+    with workflow.session("stuck", store=store) as s, pytest.raises(af.SuperstepLimitExceeded):
+        s.run(ui_scenario.Order(9, ["x"]), max_supersteps=1)
+    lease = store.acquire_lease("stuck", "pid 4242 (worker-3)", 60)
+    with Inspector(store, port=0) as inspector:
+        _, index = get(inspector.url + "/")
+        assert "state-running" in index and "open by pid 4242 (worker-3)" in index
+        store.release_lease(lease)
+        monkeypatch.setattr(_model, "RUNNING_WINDOW", 0.0)
+        _, index = get(inspector.url + "/")
+        assert "state-failed" in index and "open by" not in index

@@ -171,7 +171,8 @@ class InspectorApp:
         graph = None
         if cps:
             try:
-                state = model.session_state(cps, sid in self._busy(), time.time())
+                owner = model.lease_owner(self.store, sid)
+                state = model.session_state(cps, sid in self._busy(), time.time(), bool(owner))
             except Exception as exc:  # noqa: BLE001
                 state = "damaged"
                 errors.append(f"{type(exc).__name__}: {exc}")

@@ -31,9 +31,9 @@ __all__ = [
 ]
 
 RUNNING_WINDOW = 30.0
-"""A lineage whose newest cut is not ``final`` counts as running this many seconds
-after its last checkpoint; after that it stopped before going idle (failed, cancelled
-or its process died)."""
+"""A lineage whose newest cut is not ``final`` and whose session no live lease holds
+counts as running this many seconds after its last checkpoint; after that it stopped
+before going idle (failed, cancelled or its process died)."""
 
 
 def show(value: Any) -> str:
@@ -87,6 +87,17 @@ class SessionRow:
     latest_kind: str = ""
     superstep: int = 0
     error: str = ""
+    owner: str = ""
+    """Who holds the session's live lease (the session is open somewhere), if anyone."""
+
+
+def lease_owner(store: CheckpointStore, session: str) -> str:
+    """The owner of ``session``'s live lease, or '' (none, or the store keeps none)."""
+    current = getattr(store, "current_lease", None)
+    if current is None:
+        return ""
+    lease = current(session)
+    return str(lease.owner) if lease is not None else ""
 
 
 def _pending(cp: Checkpoint) -> dict[str, Any]:
@@ -94,17 +105,17 @@ def _pending(cp: Checkpoint) -> dict[str, Any]:
     return pending
 
 
-def session_state(cps: list[Checkpoint], busy: bool, now: float) -> str:
-    """running, idle, waiting (on requests) or failed, from a lineage's newest cut."""
+def session_state(cps: list[Checkpoint], busy: bool, now: float, leased: bool = False) -> str:
+    """running, idle, waiting (on requests) or failed, from a lineage's newest cut and
+    whether an owner holds the session (``leased``)."""
     cuts = [c for c in cps if c.kind is not CheckpointKind.PARTIAL]
     if busy:
         return "running"
-    if not cuts:
-        return "failed" if now - cps[-1].created_at > RUNNING_WINDOW else "running"
-    latest = cuts[-1]
-    if latest.kind is CheckpointKind.FINAL:
-        return "waiting" if _pending(latest) else "idle"
-    return "running" if now - latest.created_at < RUNNING_WINDOW else "failed"
+    if cuts and cuts[-1].kind is CheckpointKind.FINAL:
+        return "waiting" if _pending(cuts[-1]) else "idle"
+    if leased or now - max(c.created_at for c in cps) < RUNNING_WINDOW:
+        return "running"
+    return "failed"
 
 
 def session_rows(store: CheckpointStore, busy: set[str]) -> tuple[list[SessionRow], list[str]]:
@@ -127,7 +138,8 @@ def session_rows(store: CheckpointStore, busy: set[str]) -> tuple[list[SessionRo
                 row.last_activity = max(c.created_at for c in cps)
                 row.latest, row.latest_kind = latest.id, latest.kind.value
                 row.superstep = latest.superstep
-                row.state = session_state(cps, sid in busy, now)
+                row.owner = lease_owner(store, sid)
+                row.state = session_state(cps, sid in busy, now, bool(row.owner))
         except Exception as exc:  # noqa: BLE001 - one damaged lineage must not hide the rest
             row.state, row.error = "damaged", _failure(exc)
             errors.append(f"session {sid!r}: {row.error}")
