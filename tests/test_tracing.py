@@ -314,6 +314,23 @@ def test_async_stream_parents_under_the_awaiting_task(tel: Telemetry) -> None:
     assert parent_of(run) == task_id
 
 
+def test_an_abandoned_async_stream_ends_its_spans(tel: Telemetry) -> None:
+    """Leaving an astream early cancels the run; its spans end (status cancelled)."""
+
+    async def main() -> None:
+        with ping_pong(stop=1000) as wf, wf.session() as s:
+            stream = s.astream(0)
+            async for event in stream:
+                if isinstance(event, af.SuperstepCompletedEvent) and event.superstep >= 2:
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+
+    asyncio.run(main())
+    (run,) = tel.spans(otel.SPAN_RUN)
+    assert run.attributes is not None and run.attributes["actorflow.run.status"] == "cancelled"
+    assert not tel.ends.open_spans()
+
+
 def test_a_sub_workflow_run_is_a_child_of_its_executor_span(tel: Telemetry) -> None:
     """The inner run's span hangs under the outer executor.process span of its host."""
     inner = ping_pong()
