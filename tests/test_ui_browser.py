@@ -128,7 +128,7 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         shot(page, tmp_path, "diff")
 
         page.goto(f"{inspector.url}/sessions/order-1")
-        page.evaluate("window.__stay = 'same page'")
+        drawn = page.locator("svg#lineage circle.node").count()
         form = page.locator('#pending .request[data-request="review:5:0"] form')
         form.locator("input.answer-input").fill("true")
         with page.expect_navigation():
@@ -140,6 +140,8 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         assert page.evaluate("window.__stay") == "same page"
         assert page.locator(".action-completed .outputs").inner_text() == "['approved=True']"
         assert page.locator("#pending").count() == 0
+        # The run's checkpoints (response, steps, final) joined the picture.
+        assert page.locator("svg#lineage circle.node").count() >= drawn + 3
         shot(page, tmp_path, "answered")
     assert store.latest(session="order-1") is not None
 
