@@ -12,6 +12,7 @@ import actorflow.otel
 import actorflow.runtime
 import actorflow.storage
 import actorflow.testing
+import actorflow.ui
 
 
 @pytest.mark.parametrize(
@@ -23,6 +24,7 @@ import actorflow.testing
         actorflow.storage,
         actorflow.testing,
         actorflow.otel,
+        actorflow.ui,
     ],
 )
 def test_all_is_sorted_and_resolvable(module: object) -> None:
