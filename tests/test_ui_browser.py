@@ -107,6 +107,7 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         assert lineage.locator("circle.node").count() == len(store.list(session="order-1")) + 1
         assert "fork into session order-1-fork" in (lineage.text_content() or "")
         assert page.locator("svg#graph g.gnode").count() == 2
+        assert page.locator('svg#graph g.gnode.asking[data-executor="review"]').count() == 1
         session_png = shot(page, tmp_path, "session")
         DOCS.mkdir(exist_ok=True)
         shutil.copyfile(session_png, DOCS / "inspector.png")

@@ -181,7 +181,7 @@ class InspectorApp:
                 latest_view = model.checkpoint_view(self.store, cuts[-1])
                 errors.extend(latest_view.errors)
                 if latest_view.graph:
-                    graph = graph_picture(latest_view.graph)
+                    graph = _graph_of(latest_view)
         with self._lock:
             actions = [a for a in self.actions if a.session == sid][-5:]
         version = f"{len(cps)}:{cps[-1].id if cps else ''}:{[a.status for a in actions]}"
@@ -247,7 +247,7 @@ class InspectorApp:
             lineage=lineage,
             fork_id=fork_id,
             is_latest=is_latest,
-            graph=graph_picture(view.graph) if view.graph else None,
+            graph=_graph_of(view) if view.graph else None,
         )
 
     async def diff(self, request: Request) -> Response:
@@ -363,6 +363,15 @@ class InspectorApp:
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
         return RedirectResponse(f"/sessions/{session_id}", status_code=303)
+
+
+def _graph_of(view: model.CheckpointView) -> Any:
+    """The graph of a checkpoint, with who has messages waiting and who is asking."""
+    return graph_picture(
+        view.graph,
+        inbox=frozenset(target for target, _, _ in view.inbox),
+        asking=frozenset(p["executor"] for p in view.pending),
+    )
 
 
 def _store_name(store: CheckpointStore) -> str:

@@ -132,9 +132,15 @@ class GraphPicture:
     height: float
 
 
-def graph_picture(description: dict[str, Any]) -> GraphPicture:
+def graph_picture(
+    description: dict[str, Any],
+    *,
+    inbox: frozenset[str] = frozenset(),
+    asking: frozenset[str] = frozenset(),
+) -> GraphPicture:
     """Executors in columns by distance from the start; edges as arrows (back edges,
-    which close cycles, curve below)."""
+    which close cycles, curve below). Executors in ``inbox`` (messages wait for them)
+    and ``asking`` (their requests are pending) are marked."""
     executors = description.get("executors") or {}
     start = description.get("start")
     out: dict[str, list[tuple[str, str, bool]]] = {e: [] for e in executors}
@@ -175,6 +181,8 @@ def graph_picture(description: dict[str, Any]) -> GraphPicture:
             "h": box_h,
             "type": str((executors.get(eid) or {}).get("type", "")).rsplit(".", 1)[-1],
             "start": eid == start,
+            "inbox": eid in inbox,
+            "asking": eid in asking,
         }
         for eid, (x, y) in pos.items()
     ]
