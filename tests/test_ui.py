@@ -200,6 +200,11 @@ def test_the_live_fragment_changes_when_a_checkpoint_is_added(
         first, second = version.search(before), version.search(after)
         assert first and second and first.group(1) != second.group(1)
         assert "state-idle" in after
+        # A poll that names the version it shows gets "nothing new" until it changes.
+        current = urllib.parse.quote(html.unescape(second.group(1)))
+        assert get(f"{inspector.url}/sessions/order-1/live?v={current}") == (204, "")
+        stale = urllib.parse.quote(html.unescape(first.group(1)))
+        assert get(f"{inspector.url}/sessions/order-1/live?v={stale}")[0] == 200
 
 
 def test_a_damaged_store_shows_its_errors_and_the_server_keeps_serving(tmp_path: Path) -> None:

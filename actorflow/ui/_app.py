@@ -182,9 +182,8 @@ class InspectorApp:
                 errors.extend(latest_view.errors)
                 if latest_view.graph:
                     graph = _graph_of(latest_view)
-        with self._lock:
-            actions = [a for a in self.actions if a.session == sid][-5:]
-        version = f"{len(cps)}:{cps[-1].id if cps else ''}:{[a.status for a in actions]}"
+        actions = self._actions_of(sid)
+        version = _version(cps, actions)
         forked_from, forks_out = self._forks(sid, cps)
         return {
             "sid": sid,
@@ -224,8 +223,23 @@ class InspectorApp:
     async def session(self, request: Request) -> Response:
         return self.page("session.html", **self._session_values(request.path_params["sid"]))
 
+    def _actions_of(self, sid: str) -> list[Action]:
+        with self._lock:
+            return [a for a in self.actions if a.session == sid][-5:]
+
     async def live(self, request: Request) -> Response:
-        return self.page("_live.html", **self._session_values(request.path_params["sid"]))
+        """The session's live part; 204 when the caller's ``v`` is still current (a poll
+        of an unchanged session lists its checkpoints and nothing else)."""
+        sid = request.path_params["sid"]
+        seen = request.query_params.get("v")
+        if seen is not None:
+            try:
+                current = _version(self.store.list(session=sid), self._actions_of(sid))
+            except Exception:  # noqa: BLE001 - the full render shows the error
+                current = None
+            if current == seen:
+                return Response(status_code=204)
+        return self.page("_live.html", **self._session_values(sid))
 
     async def checkpoint(self, request: Request) -> Response:
         cp, error = self._load(request.path_params["cid"])
@@ -363,6 +377,11 @@ class InspectorApp:
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
         return RedirectResponse(f"/sessions/{session_id}", status_code=303)
+
+
+def _version(cps: list[Checkpoint], actions: list[Action]) -> str:
+    """What the live part shows changes only when this does."""
+    return f"{len(cps)}:{cps[-1].id if cps else ''}:{[a.status for a in actions]}"
 
 
 def _graph_of(view: model.CheckpointView) -> Any:

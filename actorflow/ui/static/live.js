@@ -4,8 +4,9 @@
   function poll() {
     var live = document.getElementById("live");
     if (!live) { return; }
-    fetch(live.dataset.live, { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.text() : null; })
+    var url = live.dataset.live + "?v=" + encodeURIComponent(live.dataset.version);
+    fetch(url, { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.status === 200 ? r.text() : null; })
       .then(function (html) {
         if (html === null) { return; }
         var doc = new DOMParser().parseFromString(html, "text/html");
