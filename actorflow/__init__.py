@@ -28,6 +28,8 @@ from actorflow.errors import (
     GraphError,
     GraphMismatch,
     InputNotAccepted,
+    LeaseError,
+    LeaseLost,
     RegistrationError,
     RequestError,
     RunCancelled,
@@ -35,6 +37,9 @@ from actorflow.errors import (
     SessionBroken,
     SessionBusy,
     SessionClosed,
+    SessionExists,
+    SessionOwned,
+    StateMigrationError,
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
@@ -79,7 +84,7 @@ from actorflow.runtime import (
     resource,
     response_handler,
 )
-from actorflow.storage import CheckpointStore, FileStore, MemoryStore, SQLiteStore
+from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
 
 __version__ = "0.1.0"
 
@@ -112,6 +117,9 @@ __all__ = [
     "GraphError",
     "GraphMismatch",
     "InputNotAccepted",
+    "Lease",
+    "LeaseError",
+    "LeaseLost",
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
@@ -136,6 +144,9 @@ __all__ = [
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
+    "SessionExists",
+    "SessionOwned",
+    "StateMigrationError",
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",

@@ -8,9 +8,10 @@ supervisor's only cost is a few ``is None`` checks per superstep.
 
 Trace context crosses every boundary as bytes (:func:`pack_context`: trace id, span
 id, flags; 25 bytes) inside the msgpack frames: the caller's context rides in the
-``RunJob``, the superstep's in each ``step`` request, each sent message's in the
-``step`` report, and the run's in its checkpoints' metadata (:data:`TRACE_KEY`), so a
-host thread, another process or a resumed session rebuilds it from bytes alone.
+``RunJob``, the superstep's in each ``step`` request (its sixth item), each sent
+message's in the ``step`` report (its fifth), and the run's in its checkpoints'
+metadata (:data:`TRACE_KEY`), so a host thread, another process or a resumed session
+rebuilds it from bytes alone.
 
 Span names (attributes under the ``actorflow.`` prefix):
 

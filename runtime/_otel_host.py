@@ -43,10 +43,12 @@ class TracedStepBuffer(StepBuffer):
         executor_id: str,
         edges: tuple[OutEdge, ...],
         superstep: int,
+        suffix: str,
+        *,
         made_tracer: Tracer,
         attrs: dict[str, Any],
     ) -> None:
-        super().__init__(executor_id, edges, superstep)
+        super().__init__(executor_id, edges, superstep, suffix)
         self._tracer = made_tracer
         self._attrs = attrs
         self.contexts: list[bytes] = []
@@ -76,11 +78,12 @@ def traced_step(runner: ExecutorRunner, frame: list[Any]) -> bytes:
     makes, and runs of a sub-workflow, are its children. The report gains a fifth item:
     the ``message.send`` context of each send.
     """
-    superstep, deliveries, want_snapshot, fault, (parent, received, run, session, workflow) = frame
+    superstep, deliveries, _, _, suffix, (parent, received, run, session, workflow) = frame
     program = runner.program
     made_tracer = tracer()
-    if made_tracer is None:  # the provider went away on this side: run untraced
-        return pack(runner.handle(StepBuffer(program.executor_id, program.edges, superstep), frame))
+    if made_tracer is None:  # no provider on this side (another process): run untraced
+        buffer = StepBuffer(program.executor_id, program.edges, superstep, suffix)
+        return pack(runner.handle(buffer, frame))
     attrs = {
         PREFIX + "workflow": workflow,
         PREFIX + "session": session,
@@ -96,8 +99,15 @@ def traced_step(runner: ExecutorRunner, frame: list[Any]) -> bytes:
     )
     token = otel_context.attach(trace.set_span_in_context(span))
     try:
-        buffer = TracedStepBuffer(program.executor_id, program.edges, superstep, made_tracer, attrs)
-        report = runner.handle(buffer, [superstep, deliveries, want_snapshot, fault])
+        buffer = TracedStepBuffer(
+            program.executor_id,
+            program.edges,
+            superstep,
+            suffix,
+            made_tracer=made_tracer,
+            attrs=attrs,
+        )
+        report = runner.handle(buffer, frame)
         report.append(buffer.contexts)
         return pack(report)
     except BaseException as exc:

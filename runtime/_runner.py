@@ -128,10 +128,14 @@ def _immutable(value: object, depth: int = 0) -> bool:
 class StepBuffer:
     """What one superstep of one executor produced, before it is framed as bytes."""
 
-    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "superstep")
+    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "suffix", "superstep")
 
-    def __init__(self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int) -> None:
+    def __init__(
+        self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int, suffix: str = ""
+    ) -> None:
         self.executor_id = executor_id
+        self.suffix = suffix
+        """Appended to default request ids: the lineage's tag (see ``_lineage``)."""
         self.edges = edges
         self.superstep = superstep
         self.sends: list[list[Any]] = []
@@ -151,7 +155,7 @@ class StepBuffer:
 
     def request(self, value: object, response_type: type, request_id: str | None) -> str:
         if request_id is None:
-            request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}"
+            request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}{self.suffix}"
         self.requests.append(
             [request_id, self._encode(value, "request"), type_label(response_type)]
         )
@@ -270,16 +274,19 @@ class ExecutorRunner:
 
     def _step(self, payload: bytes) -> bytes:
         frame = unpack(payload)
-        if len(frame) > 4:  # a fifth item: the run is traced
+        if len(frame) > 5:  # a sixth item: the run is traced
             from ._otel_host import traced_step  # noqa: PLC0415 - loaded only when tracing
 
             return traced_step(self, frame)
-        buffer = StepBuffer(self._program.executor_id, self._program.edges, frame[0])
-        return pack(self.handle(buffer, frame))
+        program = self._program
+        suffix = frame[4] if len(frame) > 4 else ""
+        return pack(
+            self.handle(StepBuffer(program.executor_id, program.edges, frame[0], suffix), frame)
+        )
 
     def handle(self, buffer: StepBuffer, frame: list[Any]) -> list[Any]:
         """Run a ``step`` request's batch into ``buffer``; returns the report (unpacked)."""
-        superstep, deliveries, want_snapshot, fault = frame
+        superstep, deliveries, want_snapshot, fault = frame[:4]
         for source, group, body in deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:

@@ -76,6 +76,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         self._unloaded: set[str] = set()
         self.completed: dict[str, tuple[list[Any], list[str]]] = {}
         """Executor -> (report, snapshot digests) of a partly finished superstep (resume)."""
+        self.request_suffix: tuple[str, ...] = ()
+        """``(suffix,)`` when this lineage tags its request ids (see ``_lineage``), else ()."""
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._unwritten = False
@@ -496,7 +498,10 @@ class Driver(CheckpointSteps, RecoverySteps):
             if mode == "death":
                 self.hosts[target].stop()
             frame = [superstep, inbox[target], want_snapshot or bool(mode), mode]
+            frame += self.request_suffix
             if trace is not None:
+                if len(frame) == 4:
+                    frame.append("")  # the trace part is always the sixth item
                 frame.append(trace.step_frame(target))
             futures[target] = self._call(target, "step", pack(frame))
         if on_sent is not None:

@@ -76,5 +76,5 @@ def make_store(store: af.CheckpointStore) -> None:
             fork_from = s.last_checkpoint_id
             s.run(Order(2, ["coffee"]))
         assert fork_from is not None
-        with wf.resume(store, session="order-1-fork", checkpoint_id=fork_from) as fork:
+        with wf.resume(store, checkpoint_id=fork_from, as_session="order-1-fork") as fork:
             fork.run(Order(3, ["cake"]))

@@ -350,7 +350,12 @@ class InspectorApp:
                 "error.html", status=409, title="Busy", error=f"session {session_id!r} is running"
             )
         try:
-            resumed = self.workflow.resume(self.store, session=session_id, checkpoint_id=cp.id)
+            if session_id == cp.session:  # continue (or travel back within) the session
+                resumed = self.workflow.resume(self.store, checkpoint_id=cp.id)
+            else:  # a fork into a new session id
+                resumed = self.workflow.resume(
+                    self.store, checkpoint_id=cp.id, as_session=session_id
+                )
         except ActorflowError as exc:
             return self.page("error.html", status=400, title="Cannot resume", error=str(exc))
         try:
