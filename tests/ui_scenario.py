@@ -12,7 +12,7 @@ SCRIPT = "<script>window.__pwned = 1</script>"
 IMG = '<img src=x onerror="window.__pwned = 2">'
 
 
-@af.message
+@af.message(name="tests.ui_scenario.Order")  # other test modules register an "Order" too
 @dataclass
 class Order:
     id: int
