@@ -13,6 +13,7 @@ creates a file or a folder.
     actorflow checkpoints prune STORE --older-than AGE [--whole-sessions]   (AGE: 90s, 30m, 12h, 7d, 2w)
     actorflow checkpoints upgrade STORE
     actorflow graph MODULE:ATTRIBUTE [--format mermaid]
+    actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
     actorflow demo
 
 Also ``python -m actorflow``. A mistake (a missing store, a bad graph target) is one
@@ -205,7 +206,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    workflow = load_workflow(args.target)
+    workflow = load_workflow(args.target, "graph")
     try:
         print(mermaid(workflow))
     finally:
@@ -213,8 +214,10 @@ def _graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_workflow(target: str) -> Workflow:
+def load_workflow(target: str, command: str) -> Workflow:
     """The Workflow ``MODULE:ATTRIBUTE`` names (or builds, when it is a no-argument function).
+
+    ``command`` (``graph``, ``ui``) starts each error message.
 
     Raises:
         _Usage: one line saying what is wrong with ``target`` and what to give instead.
@@ -222,7 +225,7 @@ def load_workflow(target: str) -> Workflow:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise _Usage(
-            f"graph: {target!r} is not MODULE:ATTRIBUTE; name a Workflow, or a function "
+            f"{command}: {target!r} is not MODULE:ATTRIBUTE; name a Workflow, or a function "
             "returning one, e.g. myapp.flows:build"
         )
     sys.path.insert(0, str(Path.cwd()))
@@ -231,23 +234,23 @@ def load_workflow(target: str) -> Workflow:
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
             raise _Usage(
-                f"graph: no module named {module_name!r}; run from the folder that holds it, "
+                f"{command}: no module named {module_name!r}; run from the folder that holds it, "
                 "or add that folder to PYTHONPATH"
             ) from None
-        raise _Usage(f"graph: importing {module_name!r} failed: {exc}") from None
+        raise _Usage(f"{command}: importing {module_name!r} failed: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
         raise _Usage(
-            f"graph: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"{command}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from None
     try:
         found = getattr(module, attribute)
     except AttributeError:
-        raise _Usage(f"graph: module {module_name!r} has no attribute {attribute!r}") from None
+        raise _Usage(f"{command}: module {module_name!r} has no attribute {attribute!r}") from None
     if isinstance(found, Workflow):
         return found
     if not callable(found):
         raise _Usage(
-            f"graph: {target} is {type(found).__name__!r}, not a Workflow or a function "
+            f"{command}: {target} is {type(found).__name__!r}, not a Workflow or a function "
             "returning one"
         )
     try:
@@ -261,16 +264,34 @@ def load_workflow(target: str) -> Workflow:
     ]
     if needed:
         raise _Usage(
-            f"graph: {target} needs arguments ({', '.join(needed)}); name a Workflow, or a "
+            f"{command}: {target} needs arguments ({', '.join(needed)}); name a Workflow, or a "
             "function that builds one with no arguments"
         )
     try:
         made = found()
     except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line, no traceback
-        raise _Usage(f"graph: calling {target}() failed: {type(exc).__name__}: {exc}") from None
+        raise _Usage(f"{command}: calling {target}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(made, Workflow):
-        raise _Usage(f"graph: {target}() returned {type(made).__name__!r}, not a Workflow")
+        raise _Usage(f"{command}: {target}() returned {type(made).__name__!r}, not a Workflow")
     return made
+
+
+def _ui(args: argparse.Namespace) -> int:
+    try:
+        from actorflow.ui import Inspector  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise SystemExit(f"ui: install the extra: pip install 'actorflow[ui]' ({exc})") from exc
+    workflow = load_workflow(args.workflow, "ui") if args.workflow else None
+    store = open_store(args.store)
+    try:
+        inspector = Inspector(store, workflow=workflow, port=args.port)
+        print(f"actorflow inspector on {inspector.url} (Ctrl-C to stop)", flush=True)
+        inspector.serve()
+    finally:
+        store.close()
+        if workflow is not None:
+            workflow.close()
+    return 0
 
 
 def mermaid(workflow: Workflow) -> str:
@@ -371,6 +392,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     graph.add_argument("target", help="MODULE:ATTRIBUTE of a Workflow or a function returning one")
     graph.add_argument("--format", choices=["mermaid"], default="mermaid")
     graph.set_defaults(func=_graph)
+
+    ui = commands.add_parser("ui", help="browse a store in a local web page (actorflow[ui])")
+    ui.add_argument("store")
+    ui.add_argument("--workflow", help="MODULE:ATTRIBUTE of the Workflow: enables actions")
+    ui.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    ui.set_defaults(func=_ui)
 
     demo = commands.add_parser("demo", help="run the crash-and-resume demo")
     demo.set_defaults(func=_demo)

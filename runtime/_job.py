@@ -47,6 +47,8 @@ class RunJob:
     does to its dict afterwards changes nothing."""
     input: bytes | None = None
     """The encoded input to queue for the start executor, if any."""
+    trace: bytes | None = None
+    """The caller's current span when the run was asked for, packed (see ``_otel``)."""
 
 
 class SupervisorActor(LeanActor):

@@ -35,6 +35,7 @@ from ._context import RUN_INPUT
 from ._delivery import End, EventStream, QueueSink, collected, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._lineage import Lineage
+from ._otel import capture_context
 from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
@@ -413,6 +414,7 @@ class Session(AsyncRuns):
             max_supersteps=max_supersteps or spec.max_supersteps,
             metadata=packed,
             input=payload,
+            trace=capture_context(),
         )
 
     def _submit(self, job: RunJob) -> pykka.Future[Any]:

@@ -32,6 +32,7 @@ from ._graph import GraphSpec
 from ._job import Fault, Payload, RunJob
 from ._lastgood import LastGood
 from ._logging import get_logger
+from ._otel import SPAN_RESTART, SPAN_ROLLBACK, RunTelemetry, open_run
 from ._policy import Durability, RestartPolicy, Restarts
 from ._recovery import RecoverySteps, StepFailure
 from ._state import RunState
@@ -86,6 +87,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         """The cut of the last barrier is still to be written: it is, as the next
         superstep starts (a store that lives in this process, see Checkpointer.overlaps)."""
         self._log = _log.bind(workflow=spec.name, session=session)
+        self._trace: RunTelemetry | None = None
+        """The current run's spans and metrics; None unless a provider is set."""
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -206,6 +209,28 @@ class Driver(CheckpointSteps, RecoverySteps):
         Raises:
             RunFailed (or a subclass): the run failed; emitted as an event too.
         """
+        telemetry = open_run(
+            job,
+            workflow=self.spec.name,
+            session=self.session,
+            superstep=self.state.superstep,
+            checkpointer=self.checkpointer,
+        )
+        if telemetry is None:
+            return self._run(job, first_checkpoint)
+        self._trace = telemetry
+        status, error = ev.RunStatus.FAILED.value, None
+        try:
+            status = self._run(job, first_checkpoint).value
+            return ev.RunStatus(status)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._trace = None
+            telemetry.end(status, len(self.state.pending), error)
+
+    def _run(self, job: RunJob, first_checkpoint: str | None) -> ev.RunStatus:
         log = self._log.bind(run=job.run_id)
         log.info("run started", superstep=self.state.superstep)
         self._stopping = job.cancel
@@ -230,7 +255,10 @@ class Driver(CheckpointSteps, RecoverySteps):
                         superstep=self.state.superstep,
                     )
                 steps += 1
-                self._superstep(job)
+                if self._trace is None:
+                    self._superstep(job)
+                else:
+                    self._trace.superstep(self._superstep, self.state.superstep + 1)
             pending = tuple(sorted(self.state.pending))
             now = time.time()
             if self.checkpointer is not None:
@@ -315,7 +343,16 @@ class Driver(CheckpointSteps, RecoverySteps):
             # flight and every executor it ran is rolled back to the last barrier, so
             # a later run continues from a consistent cut.
             state.inbox = inbox
-            self._roll_back(targets, superstep, cancelled=isinstance(exc, RunCancelled))
+            cancelled = isinstance(exc, RunCancelled)
+            if self._trace is None:
+                self._roll_back(targets, superstep, cancelled=cancelled)
+            else:
+                self._trace.recovery(
+                    SPAN_ROLLBACK,
+                    superstep,
+                    None,
+                    lambda: self._roll_back(targets, superstep, cancelled=cancelled),
+                )
             if self._unwritten:  # failed before any host started: the cut still counts
                 self._write_unwritten(job)
             raise
@@ -440,7 +477,15 @@ class Driver(CheckpointSteps, RecoverySteps):
             if not failures:
                 return reports
             for failure in failures:
-                self._recover(job, superstep, failure)
+                if self._trace is None:
+                    self._recover(job, superstep, failure)
+                else:
+                    self._trace.recovery(
+                        SPAN_RESTART,
+                        superstep,
+                        failure.executor,
+                        lambda f=failure: self._recover(job, superstep, f),  # type: ignore[misc]
+                    )
             pending = [f.executor for f in failures]
         return reports
 
@@ -457,16 +502,20 @@ class Driver(CheckpointSteps, RecoverySteps):
     ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
         faults = self.faults
+        trace = self._trace
         started = time.monotonic()
         for target in targets:
             fault = faults.pop((target, superstep), None) if faults else None
             mode = fault.kind if fault is not None else ""
             if mode == "death":
                 self.hosts[target].stop()
-            request = pack(
-                [superstep, inbox[target], want_snapshot or bool(mode), mode, *self.request_suffix]
-            )
-            futures[target] = self._call(target, "step", request)
+            frame = [superstep, inbox[target], want_snapshot or bool(mode), mode]
+            frame += self.request_suffix
+            if trace is not None:
+                if len(frame) == 4:
+                    frame.append("")  # the trace part is always the sixth item
+                frame.append(trace.step_frame(target))
+            futures[target] = self._call(target, "step", pack(frame))
         if on_sent is not None:
             on_sent()
         failures: list[StepFailure] = []
@@ -481,7 +530,9 @@ class Driver(CheckpointSteps, RecoverySteps):
                 failures.append(StepFailure(target, error))
             else:
                 assert answer is not None
-                reports[target] = unpack(answer)
+                report = reports[target] = unpack(answer)
+                if trace is not None:
+                    trace.take_sends(report)
         if abandoned:
             # Cancelled with handlers that did not reach the barrier in time: the whole
             # superstep is rolled back by the caller, the stuck hosts replaced.
