@@ -14,9 +14,10 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 ['HI']
 """
 
-from actorflow.actors import message
+from actorflow.actors import ActorBackend, RayBackend, ThreadBackend, message
 from actorflow.errors import (
     ActorflowError,
+    BackendError,
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
@@ -27,6 +28,7 @@ from actorflow.errors import (
     ExecutorFailed,
     GraphError,
     GraphMismatch,
+    HostLost,
     InputNotAccepted,
     RegistrationError,
     RequestError,
@@ -38,6 +40,7 @@ from actorflow.errors import (
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
+    WorkerImportFailed,
     WorkflowError,
 )
 from actorflow.runtime import (
@@ -85,7 +88,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RUN_INPUT",
+    "ActorBackend",
     "ActorflowError",
+    "BackendError",
     "Backoff",
     "Case",
     "CheckpointCorrupt",
@@ -111,10 +116,12 @@ __all__ = [
     "FileStore",
     "GraphError",
     "GraphMismatch",
+    "HostLost",
     "InputNotAccepted",
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
+    "RayBackend",
     "RegistrationError",
     "RequestError",
     "RequestEvent",
@@ -139,8 +146,10 @@ __all__ = [
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",
+    "ThreadBackend",
     "UnroutableMessage",
     "UnsupportedFormat",
+    "WorkerImportFailed",
     "Workflow",
     "WorkflowBuilder",
     "WorkflowError",

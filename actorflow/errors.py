@@ -14,6 +14,8 @@ Sub-bases group them by area so callers can catch a whole family:
 - :class:`CheckpointError`: storing or restoring a checkpoint failed
   (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
   :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`).
+- :class:`BackendError`: a host process of a distributed backend (Ray) died or
+  cannot run the workflow's code (:class:`HostLost`, :class:`WorkerImportFailed`).
 
 This module is also the definition site: the runtime, actor and storage packages
 import from here, never the other way round.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActorflowError",
+    "BackendError",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointNotFound",
@@ -33,6 +36,7 @@ __all__ = [
     "ExecutorFailed",
     "GraphError",
     "GraphMismatch",
+    "HostLost",
     "InputNotAccepted",
     "RegistrationError",
     "RequestError",
@@ -43,6 +47,7 @@ __all__ = [
     "SessionClosed",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
+    "WorkerImportFailed",
     "WorkflowError",
 ]
 
@@ -241,3 +246,34 @@ class CheckpointWriteFailed(RunFailed, CheckpointError):
     run stopped rather than continue unsaved. Both a run failure and a checkpoint
     error; the store's own error is chained. Fix the store, then run again or resume
     from the last checkpoint (the session's in-memory state is still consistent)."""
+
+
+# --- backends ----------------------------------------------------------------------
+
+
+class BackendError(ActorflowError):
+    """An executor host of a distributed backend (a Ray worker process) died, or
+    cannot run the workflow's code."""
+
+
+class HostLost(BackendError):
+    """The process hosting an executor died: it crashed, was killed (``kill -9``) or
+    its node was lost. The supervisor treats it as that executor's failure: under a
+    ``RestartPolicy`` the executor is restored from its last good state on a new
+    host and only it re-runs; otherwise the run fails with this error chained."""
+
+
+class WorkerImportFailed(BackendError):
+    """A worker process cannot import a class a program needs (an executor or
+    message class, or a function an edge uses). Raised when a session starts its
+    hosts. Ship the code: install the package on every node, pass it in the Ray
+    ``runtime_env`` (``py_modules`` or ``working_dir``), or register the module for
+    by-value pickling (``ray.cloudpickle.register_pickle_by_value``).
+
+    Attributes:
+        type_name: the executor and class that failed.
+    """
+
+    def __init__(self, message: str, *, type_name: str = "") -> None:
+        super().__init__(message)
+        self.type_name = type_name

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from actorflow.actors import encode
+from actorflow.actors import HostPool, encode
 from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
@@ -64,8 +64,10 @@ class Session:
         checkpoint: CheckpointPolicy | None = None,
         restored: Restored | None = None,
         restart: RestartPolicy | None = None,
+        pool: HostPool | None = None,
     ) -> None:
         self._workflow = workflow
+        self._pool = pool if pool is not None else workflow._pool
         self._restart = restart if restart is not None else workflow._restart
         self._id = session_id or os.urandom(16).hex()  # the shape of uuid4().hex, cheaper
         self._store = store
@@ -348,7 +350,7 @@ class Session:
             )
         driver = Driver(
             spec,
-            self._workflow._pool,
+            self._pool,
             session=self._id,
             restart=self._restart,
             restart_overrides=self._workflow._restart_overrides,

@@ -1,0 +1,489 @@
+"""The Ray backend: every executor host is a Ray actor, a process of its own.
+
+Only the host protocol crosses the process boundary: ``("call", method, bytes)``
+and friends (:class:`~._host.ProgramSlot`), answered with bytes. A program (the
+:class:`~._host.Hosted` factory: executor class, blueprint bytes, out-edges) is
+pickled once on the driver with Ray's cloudpickle (classes of ``__main__`` and
+of modules registered with ``ray.cloudpickle.register_pickle_by_value`` travel
+by value, others by reference and must be importable on the worker), sent to a
+worker once, and cached there by digest; a warm worker reloads it for free.
+Message types registered with ``@actorflow.message`` in by-value code travel
+with it and are registered on the worker, so it can decode them.
+
+Ray's own actor restarts stay off (``max_restarts=0``): a restarted Ray actor
+re-runs ``__init__`` and has lost its state. A dead worker (a crash, ``kill -9``,
+a lost node) fails its call with :class:`~actorflow.errors.HostLost`, and the
+supervisor restores the executor from its last good state on a new worker. A
+worker that outlives its time limit is killed (``ray.kill``), which a thread
+cannot be.
+
+``import ray`` happens on first use (the first ``spawn``), never at import.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+from actorflow.errors import HostLost, WorkerImportFailed
+
+from ._host import HostedFactory, ProgramSlot
+from ._registry import message, registered
+
+__all__ = ["LOOPBACK_ENV", "RayBackend"]
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Set to ``"0"`` before a local ``ray.init``: Ray then binds and advertises 127.0.0.1 only."""
+
+_OPTION_KEYS = frozenset(
+    {
+        "num_cpus",
+        "num_gpus",
+        "memory",
+        "resources",
+        "accelerator_type",
+        "runtime_env",
+        "scheduling_strategy",
+        "label_selector",
+        "name",
+        "namespace",
+    }
+)
+"""Ray actor options a backend passes through. Restart, retry and lifetime options are
+the supervisor's business and refused: see the module docstring."""
+
+_CACHED_PROGRAMS = 256
+"""Programs a worker keeps unpickled (and the driver remembers it keeps), least recent out."""
+
+
+def _checked_options(options: Mapping[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(options) - _OPTION_KEYS)
+    if unknown:
+        raise ValueError(
+            f"RayBackend {where}: unsupported Ray actor option(s) {unknown}; use "
+            f"{sorted(_OPTION_KEYS)}. Restarts and retries stay off: actorflow's "
+            "RestartPolicy restores a failed executor from its last good state"
+        )
+    return dict(options)
+
+
+def _freeze(value: Any) -> Hashable:
+    """A hashable key for a JSON-like options value."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value if isinstance(value, Hashable) else repr(value)
+
+
+class RayBackend:
+    """Hosts every executor in a Ray actor (a worker process, on any node of the cluster).
+
+    Pass it to ``WorkflowBuilder.build(backend=...)`` or ``Workflow.session(...,
+    backend=...)``. The supervisor stays in the process that opened the session.
+
+    Args:
+        options: Ray actor options for every executor's worker (graph-wide
+            defaults): ``num_cpus`` (default 1: one executor per core, so CPU-bound
+            handlers run in parallel), ``num_gpus``, ``memory``, ``resources``
+            (custom), ``runtime_env``, ``scheduling_strategy``, ...
+        executors: per-executor options, by executor id, merged over ``options``
+            (a GPU-bound executor: ``{"embed": {"num_gpus": 1}}``).
+        init: keyword arguments for ``ray.init`` if Ray is not initialised when the
+            first worker starts (an ``address`` connects to a cluster). Without an
+            address a local Ray is started, on 127.0.0.1 only (see
+            :data:`LOOPBACK_ENV`).
+        reserve: idle workers this backend keeps for reuse after their workflow
+            let them go (a worker process costs ~0.5 s to start).
+
+    Raises:
+        ValueError: an option Ray does not take here (restart and retry options
+            are refused: actorflow's ``RestartPolicy`` owns failures).
+    """
+
+    def __init__(
+        self,
+        *,
+        options: Mapping[str, Any] | None = None,
+        executors: Mapping[str, Mapping[str, Any]] | None = None,
+        init: Mapping[str, Any] | None = None,
+        reserve: int = 16,
+    ) -> None:
+        self._options = {"num_cpus": 1, **_checked_options(options or {}, "options")}
+        self._executors = {
+            eid: {**self._options, **_checked_options(opts, f"executor {eid!r}")}
+            for eid, opts in (executors or {}).items()
+        }
+        self._init = dict(init or {})
+        self._reserve = reserve
+        self._lock = threading.Lock()
+        self._parked: dict[Hashable, list[Any]] = {}
+        self._blobs: OrderedDict[int, tuple[object, str, bytes]] = OrderedDict()
+        self._checked: set[tuple[type, Hashable]] = set()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Shipped inside a sub-workflow's program: the settings travel, the live state does not.
+        return (_rebuild, (self._options, self._executors, self._init, self._reserve))
+
+    # --- ActorBackend -------------------------------------------------------------
+
+    def options_for(self, executor: str) -> dict[str, Any]:
+        """The Ray actor options ``executor``'s worker is started with."""
+        return dict(self._executors.get(executor, self._options))
+
+    def placement(self, executor: str) -> Hashable:
+        """Workers started with equal options are interchangeable."""
+        return _freeze(self._executors.get(executor, self._options))
+
+    def spawn(self, executor: str) -> _RayHost:
+        """Start (or take from the reserve) a worker for ``executor``."""
+        key = self.placement(executor)
+        with self._lock:
+            parked = self._parked.get(key)
+            handle = parked.pop() if parked else None
+        if handle is None:
+            ray = _ray(self._init)
+            options = self.options_for(executor)
+            handle = _actor_class(ray).options(**options).remote()
+        return _RayHost(self, handle, key)
+
+    def check(self, factories: Mapping[str, HostedFactory]) -> None:
+        """Unpickle every program on a worker of its placement, once per class and placement.
+
+        Raises:
+            WorkerImportFailed: a worker cannot import a class a program needs.
+        """
+        todo: dict[Hashable, list[tuple[str, str, bytes]]] = {}
+        for executor, factory in sorted(factories.items()):
+            key = (_class_of(factory), self.placement(executor))
+            with self._lock:
+                if key in self._checked:
+                    continue
+            _digest, blob = self.pickled(factory)
+            todo.setdefault(key[1], []).append((executor, _label(factory), blob))
+        if not todo:
+            return
+        ray = _ray(self._init)
+        task = _check_task(ray)
+        pending = []
+        for executors in todo.values():
+            env = self.options_for(executors[0][0]).get("runtime_env")
+            options: dict[str, Any] = {"num_cpus": 0}
+            if env is not None:
+                options["runtime_env"] = env
+            pending.append(task.options(**options).remote(executors))
+        for ref in pending:
+            try:
+                ray.get(ref, timeout=120)
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause
+                if isinstance(cause, WorkerImportFailed):
+                    raise WorkerImportFailed(str(cause), type_name=cause.type_name) from None
+                raise
+        with self._lock:
+            for executor, factory in factories.items():
+                self._checked.add((_class_of(factory), self.placement(executor)))
+
+    # --- internals ----------------------------------------------------------------
+
+    def pickled(self, factory: HostedFactory) -> tuple[str, bytes]:
+        """(digest, bytes) of ``factory`` with the by-value message types it may need."""
+        ident = id(factory)
+        with self._lock:
+            cached = self._blobs.get(ident)
+            if cached is not None and cached[0] is factory:
+                self._blobs.move_to_end(ident)
+                return cached[1], cached[2]
+        ray = _ray(self._init)
+        blob = ray.cloudpickle.dumps(_Shipped(factory, _by_value_messages(ray)))
+        digest = hashlib.sha256(blob).hexdigest()
+        with self._lock:
+            # The factory is held, so its id is never reused while the entry lives.
+            self._blobs[ident] = (factory, digest, blob)
+            if len(self._blobs) > 512:
+                self._blobs.popitem(last=False)
+        return digest, blob
+
+    def park(self, handle: Any, key: Hashable) -> bool:
+        """Keep an idle worker for the next spawn with this placement; False if full."""
+        with self._lock:
+            if sum(len(v) for v in self._parked.values()) >= self._reserve:
+                return False
+            self._parked.setdefault(key, []).append(handle)
+            return True
+
+    def shutdown(self) -> None:
+        """Kill the reserve's idle workers (hosts lent to sessions stop with them)."""
+        with self._lock:
+            parked = [h for handles in self._parked.values() for h in handles]
+            self._parked = {}
+        if parked:
+            ray = _ray()
+            for handle in parked:
+                ray.kill(handle, no_restart=True)
+
+
+def _rebuild(
+    options: dict[str, Any],
+    executors: dict[str, dict[str, Any]],
+    init: dict[str, Any],
+    reserve: int,
+) -> RayBackend:
+    return RayBackend(options=options, executors=executors, init=init, reserve=reserve)
+
+
+class _RayHost:
+    """A handle on one worker. Driver side; thread-safe."""
+
+    __slots__ = ("_backend", "_handle", "_in_flight", "_key", "_known", "_lock", "_state")
+
+    def __init__(self, backend: RayBackend, handle: Any, key: Hashable) -> None:
+        self._backend = backend
+        self._handle = handle
+        self._key = key
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._state = "live"  # "live", "stopped" or "lost"
+        self._known: OrderedDict[str, None] = OrderedDict()
+
+    def call(self, method: str, payload: bytes) -> _RayFuture:
+        return self._send(("call", method, payload))
+
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> _RayFuture:
+        digest, blob = self._backend.pickled(factory)
+        with self._lock:
+            # The worker's cache sees the same sequence of digests as this mirror.
+            if digest in self._known:
+                self._known.move_to_end(digest)
+                shipped: bytes | None = None
+            else:
+                self._known[digest] = None
+                if len(self._known) > _CACHED_PROGRAMS:
+                    self._known.popitem(last=False)
+                shipped = blob
+        return self._send(("load_call", (digest, shipped, _label(factory)), method, payload))
+
+    def unload(self) -> _RayFuture:
+        return self._send(("unload",))
+
+    def _send(self, message: tuple[Any, ...]) -> _RayFuture:
+        with self._lock:
+            state = self._state
+            if state == "live":
+                self._in_flight += 1
+        if state != "live":
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            future.set_exception(HostLost(f"the Ray worker was {state}"))
+            return _RayFuture(self, future, counted=False)
+        ref = self._handle.handle.remote(message)
+        return _RayFuture(self, ref.future())
+
+    def done(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def lost(self) -> None:
+        """The worker died: never call it again, and kill what may remain of it."""
+        with self._lock:
+            if self._state == "lost":
+                return
+            self._state = "lost"
+        _ray().kill(self._handle, no_restart=True)
+
+    def stop(self) -> None:
+        """Idle: unload and park the worker for reuse. Busy (a hung handler): kill it."""
+        with self._lock:
+            if self._state != "live":
+                return
+            self._state = "stopped"
+            idle = self._in_flight == 0
+        if idle:
+            self._handle.handle.remote(("unload",))
+            if self._backend.park(self._handle, self._key):
+                return
+        _ray().kill(self._handle, no_restart=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._state == "live"
+
+    def pid(self) -> int:
+        """The worker's process id (for tests and tools that kill a worker on purpose)."""
+        return int(_ray().get(self._handle.pid.remote(), timeout=60))
+
+
+class _RayFuture:
+    """A pending answer from a worker, a :class:`~._backend.HostFuture`."""
+
+    __slots__ = ("_future", "_host")
+
+    def __init__(
+        self, host: _RayHost, future: concurrent.futures.Future[Any], *, counted: bool = True
+    ) -> None:
+        self._host = host
+        self._future = future
+        if counted:
+            future.add_done_callback(self._landed)
+
+    def _landed(self, _future: concurrent.futures.Future[Any]) -> None:
+        self._host.done()
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        """The answer, or what the call raised (the handler's own exception; a dead
+        worker as :class:`HostLost`); ``TimeoutError`` after ``timeout`` s."""
+        try:
+            return self._future.result(timeout)
+        except Exception as exc:
+            if not self._future.done():
+                raise  # the wait timed out; the call goes on
+            raise self._translate(exc) from None
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        self._future.add_done_callback(lambda _f: callback())
+
+    def _translate(self, exc: Exception) -> BaseException:
+        if isinstance(exc, HostLost):
+            return exc
+        ray = _ray()
+        if isinstance(exc, ray.exceptions.RayTaskError):
+            cause = exc.cause
+            if isinstance(cause, BaseException):
+                return cause
+        if isinstance(exc, ray.exceptions.RayError):
+            self._host.lost()
+            error = HostLost(f"the Ray worker died: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return error
+        return exc
+
+
+class _Shipped:
+    """What a worker unpickles: a program factory and the by-value message types it needs."""
+
+    __slots__ = ("factory", "messages")
+
+    def __init__(self, factory: HostedFactory, messages: list[tuple[str, type]]) -> None:
+        self.factory = factory
+        self.messages = messages
+
+    def install(self) -> HostedFactory:
+        for name, cls in self.messages:
+            message(cls, name=name)
+        return self.factory
+
+
+def _by_value_messages(ray: Any) -> list[tuple[str, type]]:
+    by_value = set(ray.cloudpickle.list_registry_pickle_by_value())
+    return [
+        (name, cls)
+        for name, cls in registered()
+        if cls.__module__ == "__main__" or cls.__module__ in by_value
+    ]
+
+
+def _class_of(factory: HostedFactory) -> type:
+    cls = getattr(factory, "cls", None)
+    return cls if isinstance(cls, type) else type(factory)
+
+
+def _label(factory: HostedFactory) -> str:
+    cls = _class_of(factory)
+    executor = getattr(factory, "executor_id", None)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return name if executor is None else f"executor {executor!r} ({name})"
+
+
+def _unpickle(blob: bytes, label: str) -> HostedFactory:
+    """Worker side: rebuild a shipped program, or explain why this worker cannot."""
+    import ray  # noqa: PLC0415 - runs on a worker, where Ray is imported already
+
+    try:
+        shipped = ray.cloudpickle.loads(blob)
+    except (ImportError, AttributeError) as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise WorkerImportFailed(
+            f"{label}: a Ray worker cannot import the code it needs ({type(exc).__name__}: "
+            f"{exc}; missing: {missing!r}). Ship it to the workers: install the package on "
+            "every node, pass RayBackend(options={'runtime_env': {'py_modules': [module]}}) "
+            "or {'working_dir': '.'}, or call ray.cloudpickle.register_pickle_by_value(module) "
+            "before building the workflow",
+            type_name=label,
+        ) from exc
+    assert isinstance(shipped, _Shipped)
+    return shipped.install()
+
+
+class _Worker:
+    """The Ray actor: one :class:`ProgramSlot` in a worker process. Worker side."""
+
+    def __init__(self) -> None:
+        self._slot = ProgramSlot()
+        self._programs: OrderedDict[str, HostedFactory] = OrderedDict()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def handle(self, message: tuple[Any, ...]) -> Any:
+        if message[0] == "load_call":
+            digest, blob, label = message[1]
+            programs = self._programs
+            if blob is None:
+                factory = programs[digest]
+                programs.move_to_end(digest)
+            else:
+                factory = programs[digest] = _unpickle(blob, label)
+                if len(programs) > _CACHED_PROGRAMS:
+                    programs.popitem(last=False)
+            message = ("load_call", factory, message[2], message[3])
+        return self._slot.receive(message)
+
+
+def _check(executors: list[tuple[str, str, bytes]]) -> None:
+    """Ray task: unpickle each program (worker side); raise WorkerImportFailed if one fails."""
+    for _executor, label, blob in executors:
+        _unpickle(blob, label)
+
+
+_remote: dict[str, Any] = {}
+_remote_lock = threading.Lock()
+
+
+def _ray(init: Mapping[str, Any] | None = None) -> Any:
+    """The ray module, imported (and Ray started with ``init`` if it is not) on first use."""
+    import ray  # noqa: PLC0415 - Ray is imported on first use, never by `import actorflow`
+
+    if not ray.is_initialized():
+        with _remote_lock:
+            if not ray.is_initialized():
+                _start(ray, init or {})
+    return ray
+
+
+def _start(ray: Any, init: Mapping[str, Any]) -> None:
+    kwargs = dict(init)
+    if kwargs.get("address") is None:
+        os.environ.setdefault(LOOPBACK_ENV, "0")
+    kwargs.setdefault("include_dashboard", False)
+    kwargs.setdefault("configure_logging", False)
+    ray.init(**kwargs)
+
+
+def _actor_class(ray: Any) -> Any:
+    with _remote_lock:
+        cls = _remote.get("actor")
+        if cls is None:
+            cls = _remote["actor"] = ray.remote(max_restarts=0, max_task_retries=0)(_Worker)
+    return cls
+
+
+def _check_task(ray: Any) -> Any:
+    with _remote_lock:
+        task = _remote.get("check")
+        if task is None:
+            task = _remote["check"] = ray.remote(max_retries=0)(_check)
+    return task
