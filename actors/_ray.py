@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
@@ -89,9 +90,11 @@ class RayBackend:
 
     Args:
         options: Ray actor options for every executor's worker (graph-wide
-            defaults): ``num_cpus`` (default 1: one executor per core, so CPU-bound
-            handlers run in parallel), ``num_gpus``, ``memory``, ``resources``
-            (custom), ``runtime_env``, ``scheduling_strategy``, ...
+            defaults): ``num_cpus``, ``num_gpus``, ``memory``, ``resources``
+            (custom), ``runtime_env``, ``scheduling_strategy``, ... Ray's default
+            reserves no CPU for a live actor, so any number of executors fit; a
+            ``num_cpus`` reserves cores for the worker's whole life (a worker that
+            cannot be placed waits until one is free).
         executors: per-executor options, by executor id, merged over ``options``
             (a GPU-bound executor: ``{"embed": {"num_gpus": 1}}``).
         init: keyword arguments for ``ray.init`` if Ray is not initialised when the
@@ -114,7 +117,7 @@ class RayBackend:
         init: Mapping[str, Any] | None = None,
         reserve: int = 16,
     ) -> None:
-        self._options = {"num_cpus": 1, **_checked_options(options or {}, "options")}
+        self._options = _checked_options(options or {}, "options")
         self._executors = {
             eid: {**self._options, **_checked_options(opts, f"executor {eid!r}")}
             for eid, opts in (executors or {}).items()
@@ -454,7 +457,13 @@ _remote_lock = threading.Lock()
 
 
 def _ray(init: Mapping[str, Any] | None = None) -> Any:
-    """The ray module, imported (and Ray started with ``init`` if it is not) on first use."""
+    """The ray module, imported (and Ray started with ``init`` if it is not) on first use.
+
+    Ray reads :data:`LOOPBACK_ENV` when it is imported: a local Ray (no ``address``)
+    stays on loopback only if this is the first import of Ray in the process.
+    """
+    if "ray" not in sys.modules and (init or {}).get("address") is None:
+        os.environ.setdefault(LOOPBACK_ENV, "0")
     import ray  # noqa: PLC0415 - Ray is imported on first use, never by `import actorflow`
 
     if not ray.is_initialized():
@@ -466,8 +475,6 @@ def _ray(init: Mapping[str, Any] | None = None) -> Any:
 
 def _start(ray: Any, init: Mapping[str, Any]) -> None:
     kwargs = dict(init)
-    if kwargs.get("address") is None:
-        os.environ.setdefault(LOOPBACK_ENV, "0")
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("configure_logging", False)
     ray.init(**kwargs)

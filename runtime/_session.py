@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from actorflow.actors import HostPool, encode
+from actorflow.actors import ActorBackend, HostPool, encode
 from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
@@ -88,6 +88,11 @@ class Session:
     def id(self) -> str:
         """The session id (checkpoint lineage key)."""
         return self._id
+
+    @property
+    def backend(self) -> ActorBackend:
+        """Where this session's executors are hosted."""
+        return self._pool.backend
 
     @property
     def last_checkpoint_id(self) -> str | None:
