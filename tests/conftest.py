@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,15 @@ RAY_BACKEND = af.RayBackend(reserve=48)
 """Shared by every Ray test: its reserve of idle workers is what keeps them fast."""
 
 
+@pytest.fixture
+def ray_backend(ray_cluster: Any) -> af.RayBackend:
+    """The shared Ray backend, on the test session's Ray."""
+    return RAY_BACKEND
+
+
 @pytest.fixture(params=["threads", "ray"])
 def backend(request: pytest.FixtureRequest) -> af.ActorBackend:
     """Each backend in turn (parametrize, don't copy)."""
     if request.param == "ray":
-        request.getfixturevalue("ray_cluster")
-        return RAY_BACKEND
+        return typing.cast(af.RayBackend, request.getfixturevalue("ray_backend"))
     return af.ThreadBackend()
