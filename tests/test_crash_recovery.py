@@ -204,6 +204,7 @@ def _config(
     graph: tuple[str, list[int], dict[str, Any]],
     mode: str,
     block: dict[str, Any] | None = None,
+    *,
     ray: str | None = None,
 ) -> dict[str, Any]:
     family, params, kwargs = graph
