@@ -13,7 +13,8 @@ Sub-bases group them by area so callers can catch a whole family:
   :class:`RequestError`).
 - :class:`CheckpointError`: storing or restoring a checkpoint failed
   (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
-  :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`).
+  :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`, and the session leases'
+  :class:`LeaseError`: :class:`SessionOwned`, :class:`LeaseLost`).
 - :class:`BackendError`: a host process of a distributed backend (Ray) died or
   cannot run the workflow's code (:class:`HostLost`, :class:`WorkerImportFailed`).
 
@@ -22,6 +23,12 @@ import from here, never the other way round.
 """
 
 from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actorflow.storage._lease import Lease
 
 __all__ = [
     "ActorflowError",
@@ -38,6 +45,8 @@ __all__ = [
     "GraphMismatch",
     "HostLost",
     "InputNotAccepted",
+    "LeaseError",
+    "LeaseLost",
     "RegistrationError",
     "RequestError",
     "RunCancelled",
@@ -45,6 +54,7 @@ __all__ = [
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
+    "SessionOwned",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkerImportFailed",
@@ -248,6 +258,64 @@ class CheckpointWriteFailed(RunFailed, CheckpointError):
     from the last checkpoint (the session's in-memory state is still consistent)."""
 
 
+class LeaseError(CheckpointError):
+    """A session lease could not be taken, kept or used (see ``docs/sessions.md``)."""
+
+
+class SessionOwned(LeaseError):
+    """Another live lease holds the session: somebody else owns it for writing.
+
+    Raised when opening a session another open session (in this or another process)
+    holds, and by a save made without a lease while one holds. Close the other
+    session, wait for it (``wait=`` seconds when opening), or let its lease expire if
+    its owner died.
+
+    Attributes:
+        holder: the live lease (its owner and ``expires_at``).
+    """
+
+    def __init__(self, holder: Lease, *, doing: str = "cannot open it for writing"):
+        left = holder.expires_at - time.time()
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(holder.expires_at))
+        super().__init__(
+            f"session {holder.session!r} is owned by {holder.owner} (lease token "
+            f"{holder.token}, expires {when}, in {max(left, 0.0):.1f} s unless renewed); "
+            f"{doing}. Close that session first, pass wait=<seconds> to wait for it, or "
+            "resume after its lease expires if its owner is dead."
+        )
+        self.holder = holder
+        self._doing = doing
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_owned, (self.holder, self._doing))
+
+
+def _rebuild_owned(holder: Lease, doing: str) -> SessionOwned:
+    return SessionOwned(holder, doing=doing)
+
+
+class LeaseLost(LeaseError):
+    """The caller's lease is no longer the session's current one (taken over or released).
+
+    Nothing was written. The process no longer owns the session: a run that hits it
+    fails and rolls its superstep back; reopen the session to continue.
+
+    Attributes:
+        lease: the stale lease, when known.
+    """
+
+    def __init__(self, message: str, *, lease: Lease | None = None):
+        super().__init__(message)
+        self.lease = lease
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_lost, (str(self), self.lease))
+
+
+def _rebuild_lost(message: str, lease: Lease | None) -> LeaseLost:
+    return LeaseLost(message, lease=lease)
+
+
 # --- backends ----------------------------------------------------------------------
 
 
@@ -277,3 +345,11 @@ class WorkerImportFailed(BackendError):
     def __init__(self, message: str, *, type_name: str = "") -> None:
         super().__init__(message)
         self.type_name = type_name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised on a worker process and re-raised on the driver: the name travels too.
+        return (_rebuild_import_failed, (str(self), self.type_name))
+
+
+def _rebuild_import_failed(message: str, type_name: str) -> WorkerImportFailed:
+    return WorkerImportFailed(message, type_name=type_name)

@@ -16,6 +16,7 @@ from ._format import (
     encode_checkpoint,
     new_checkpoint_id,
 )
+from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
 from ._sqlite import SQLiteStore
@@ -27,6 +28,7 @@ __all__ = [
     "CheckpointKind",
     "CheckpointStore",
     "FileStore",
+    "Lease",
     "MemoryStore",
     "SQLiteStore",
     "blob_digest",

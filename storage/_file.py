@@ -30,7 +30,9 @@ from ._base import (
     not_found,
     prune_plan,
 )
+from ._file_lease import FileLeases
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, is_blob_digest, verify_blob
+from ._lease import Lease
 from ._pack import (
     RECORD_SUFFIX,
     BlobSource,
@@ -61,6 +63,7 @@ class FileStore(StoreBase):
         packs/<id>.pack           one per save: the record and the blobs it stored first
         packs/<random>.blobs      blobs that outlived the record they came with
         deleted                   ids removed by delete()/prune(), one per line
+        leases/<key>.lease|.lock  session leases (see ``_file_lease``)
         .lock                     flock(2) lock file; holds a token every collection replaces
 
     A save writes ONE file: its record and every blob it references that is not
@@ -107,6 +110,7 @@ class FileStore(StoreBase):
         gc.open_layout(self._root)
         self._index = PackIndex(self._packs)
         self._recent: collections.deque[str] = collections.deque(maxlen=_RECENT_RECORDS)
+        self._leases = FileLeases(self._root)
 
     @staticmethod
     def upgrade(path: str | os.PathLike[str]) -> None:
@@ -131,8 +135,13 @@ class FileStore(StoreBase):
 
     # --- the protocol ------------------------------------------------------------
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save)."""
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save).
+
+        The session's lease lock is held from the fencing check to the commit.
+        """
         record = encode_checkpoint(checkpoint)
         digests = checkpoint.blob_digests()
         given = checked_blobs(checkpoint.id, blobs, digests)
@@ -141,7 +150,10 @@ class FileStore(StoreBase):
             raise CheckpointError(f"checkpoint id {checkpoint.id!r} is not usable as a file name")
         final = self._packs / f"{checkpoint.id}{RECORD_SUFFIX}"
         try:
-            with self._locked(exclusive=False):
+            with (
+                self._leases.fenced(checkpoint.session, lease, checkpoint.id),
+                self._locked(exclusive=False),
+            ):
                 if final.exists():
                     raise already_stored(checkpoint.id)
                 # Only blobs the record needs but was not given force a look at other
@@ -166,6 +178,26 @@ class FileStore(StoreBase):
             raise CheckpointError(
                 f"could not write checkpoint {checkpoint.id} to {self._root}: {exc}"
             ) from exc
+
+    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+        self._check_open()
+        return self._leases.acquire(session, owner, ttl)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a current lease (see CheckpointStore.renew_lease)."""
+        self._check_open()
+        return self._leases.renew(lease, ttl)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
+        self._check_open()
+        self._leases.release(lease)
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live lease of ``session``, or None."""
+        self._check_open()
+        return self._leases.current(session)
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Final
 
@@ -21,6 +22,16 @@ from ._base import (
 )
 from ._cut import Cut, ExecutorDigests
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from ._lease import (
+    Lease,
+    LeaseRow,
+    check_owner,
+    check_ttl,
+    fence,
+    grant,
+    leaseless_check,
+    renewed,
+)
 
 _Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...]]
 """A stored record and what the store indexes about it, taken at save time.
@@ -73,8 +84,12 @@ class MemoryStore(StoreBase):
         self._last_digests = ({}, frozenset(), ())
         self._last_cut_digests: tuple[ExecutorDigests, frozenset[str], tuple[str, ...]]
         self._last_cut_digests = ((), frozenset(), ())
+        self._leases: dict[str, LeaseRow] = {}
+        """Session -> its lease row; kept after release so tokens are never reused."""
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         """Store a record and its new blobs atomically (see CheckpointStore.save)."""
         record = encode_checkpoint(checkpoint)
         # Consecutive records of a lineage mostly name the same blobs: reuse the last
@@ -94,9 +109,9 @@ class MemoryStore(StoreBase):
             checkpoint.parent_id,
             listed,
         )
-        self._insert(checkpoint.id, entry, digests, given)
+        self._insert(checkpoint.id, entry, digests, given, lease)
 
-    def _save_cut(self, cut: Cut, blobs: Mapping[str, bytes]) -> None:
+    def _save_cut(self, cut: Cut, blobs: Mapping[str, bytes], lease: Lease | None = None) -> None:
         """Store a runtime cut as it is; it is encoded when first read (see :mod:`._cut`).
 
         The runtime hands over the same ``executors`` tuple while no snapshot changed,
@@ -117,10 +132,15 @@ class MemoryStore(StoreBase):
             cut.parent_id,
             listed,
         )
-        self._insert(cut.id, entry, digests, given)
+        self._insert(cut.id, entry, digests, given, lease)
 
     def _insert(
-        self, checkpoint_id: str, entry: _Entry, digests: frozenset[str], given: dict[str, bytes]
+        self,
+        checkpoint_id: str,
+        entry: _Entry,
+        digests: frozenset[str],
+        given: dict[str, bytes],
+        lease: Lease | None,
     ) -> None:
         # References are counted per listing: consecutive records of a lineage mostly
         # share one (the same tuple, see save), so a record costs one increment, and the
@@ -129,6 +149,12 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._check_open()
             index, listings = self._index, self._listings
+            # The fencing check, under the same lock as the insert (see CheckpointStore.save).
+            row = self._leases.get(entry[_SESSION]) if self._leases else None
+            if lease is not None:
+                fence(row, lease, entry[_SESSION], checkpoint_id)
+            elif row is not None:
+                leaseless_check(row, entry[_SESSION], checkpoint_id, time.time())
             if checkpoint_id in index:
                 raise already_stored(checkpoint_id)
             holders = listings.get(listed, 0)
@@ -143,6 +169,41 @@ class MemoryStore(StoreBase):
                     refs[digest] = refs.get(digest, 0) + 1
             listings[listed] = holders + 1
             index[checkpoint_id] = entry
+
+    # --- leases (see CheckpointStore.acquire_lease) --------------------------------
+
+    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+        ttl, owner = check_ttl(ttl), check_owner(owner)
+        with self._lock:
+            self._check_open()
+            row = grant(session, self._leases.get(session), owner, ttl, time.time())
+            self._leases[session] = row
+        return row.as_lease(session)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a current lease (see CheckpointStore.renew_lease)."""
+        ttl = check_ttl(ttl)
+        with self._lock:
+            self._check_open()
+            row = renewed(self._leases.get(lease.session), lease, ttl, time.time())
+            self._leases[lease.session] = row
+        return row.as_lease(lease.session)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
+        with self._lock:
+            self._check_open()
+            row = self._leases.get(lease.session)
+            if row is not None and not row.released and row.token == lease.token:
+                self._leases[lease.session] = LeaseRow(row.token, row.owner, row.expires_at, True)
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live lease of ``session``, or None."""
+        with self._lock:
+            self._check_open()
+            row = self._leases.get(session)
+        return row.as_lease(session) if row is not None and row.live(time.time()) else None
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 from ._format import Checkpoint, CheckpointKind
+from ._lease import Lease
 
 
 @runtime_checkable
@@ -29,11 +30,19 @@ class CheckpointStore(Protocol):
     allowed; the kept one's :meth:`history` then stops at it, and :meth:`verify`
     does not report that parent as missing (stores remember deleted ids).
 
+    Ownership of a session: :meth:`acquire_lease` grants one owner at a time a
+    :class:`~actorflow.storage.Lease` whose fencing token every save of that owner
+    carries; the store checks the token in the same atomic step as the write, so two
+    holders can never both extend a lineage. Leases expire by the store's clock
+    (the local wall clock for the built-in stores) unless renewed.
+
     Every method may raise :class:`~actorflow.errors.CheckpointError` for a failure of
     the medium (disk full, database unavailable) or when used after :meth:`close`.
     """
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         """Store a record and the blobs it references, atomically.
 
         Either the record and every new blob are stored, or nothing is. Blobs
@@ -41,16 +50,61 @@ class CheckpointStore(Protocol):
         checkpoints, sessions and forks); blobs the record does not reference are
         checked but not stored.
 
+        Fencing: with a ``lease``, atomically with the write, the session's current
+        token must equal ``lease.token`` (and ``lease.session`` must be the record's
+        session), else nothing is written. Without a lease the save is refused while
+        the session has a live lease, and allowed otherwise (tools, tests, migrations).
+
         Args:
             checkpoint: the record; the store keeps its encoding, not the object.
             blobs: digest -> bytes for blobs that may not be stored yet.
+            lease: the writer's lease of ``checkpoint.session``, if it holds one.
 
         Raises:
             CheckpointCorrupt: a blob does not hash to its key, or the record
                 references a digest that is neither in ``blobs`` nor stored (a
                 store never saves what it could not load).
             CheckpointError: a checkpoint with this id is already stored.
+            LeaseLost: ``lease`` is not the session's current lease.
+            SessionOwned: no ``lease`` was given and a live lease holds the session.
         """
+        ...
+
+    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+        """Take the session: a new lease with a new, greater token.
+
+        Granted if the session has no lease, or its lease expired or was released.
+        Each call is its own owner: the same ``owner`` string holding a live lease
+        is refused like anybody else.
+
+        Args:
+            session: the session id.
+            owner: who asks, for humans (process, host, worker name).
+            ttl: seconds until the lease expires unless renewed.
+
+        Raises:
+            SessionOwned: a live lease holds the session (``holder`` names it).
+            ValueError: ``ttl`` is not > 0, or ``owner`` is empty.
+        """
+        ...
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` to ``ttl`` seconds from now; returns the extended lease.
+
+        Works while its token is current, also past ``expires_at`` if nobody took over.
+
+        Raises:
+            LeaseLost: the token is no longer current (taken over or released).
+            ValueError: ``ttl`` is not > 0.
+        """
+        ...
+
+    def release_lease(self, lease: Lease) -> None:
+        """End ``lease`` if its token is current. Idempotent; never raises for a stale lease."""
+        ...
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live (unexpired, unreleased) lease of ``session``, or ``None``."""
         ...
 
     def load(self, checkpoint_id: str) -> Checkpoint:

@@ -30,6 +30,16 @@ from ._base import (
     prune_plan,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from ._lease import (
+    Lease,
+    LeaseRow,
+    check_owner,
+    check_ttl,
+    fence,
+    grant,
+    leaseless_check,
+    renewed,
+)
 from ._sqlite_sql import SCHEMA_VERSION
 
 
@@ -47,7 +57,9 @@ class SQLiteStore(StoreBase):
       ids: a record names every chunk of every executor; blob collection
       is a reference check inside the deleting transaction), ``deleted`` (ids
       removed by delete/prune, so :meth:`verify` can tell a pruned parent from a
-      never-stored one) and ``actorflow_schema`` (a newer schema is refused).
+      never-stored one), ``leases`` (one row per leased session; a save checks it
+      in its own transaction) and ``actorflow_schema`` (a newer schema is refused;
+      older ones are upgraded in place).
     - Thread-safe: each thread uses its own connection; :meth:`close` closes all.
       Several processes may open the same file (not over a network file system).
 
@@ -87,14 +99,25 @@ class SQLiteStore(StoreBase):
 
     # --- the protocol ------------------------------------------------------------
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        """Store a record and its new blobs in one transaction (see CheckpointStore.save)."""
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        """Store a record and its new blobs in one transaction (see CheckpointStore.save).
+
+        The lease row is read in the same write transaction (BEGIN IMMEDIATE holds the
+        write lock), so no lease change can come between the fencing check and commit.
+        """
         record = encode_checkpoint(checkpoint)
         referenced = checkpoint.blob_digests()
         given = checked_blobs(checkpoint.id, blobs, referenced)
         digests = sorted(referenced)
         cp = checkpoint
         with self._write() as db:
+            holder = sql.lease_row(db, cp.session)
+            if lease is not None:
+                fence(holder, lease, cp.session, cp.id)
+            elif holder is not None:
+                leaseless_check(holder, cp.session, cp.id, time.time())
             # The primary key refuses a second record with this id; no SELECT first.
             try:
                 row = db.execute(
@@ -128,6 +151,39 @@ class SQLiteStore(StoreBase):
                 "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
                 [(row.lastrowid, blob_ids[d]) for d in digests],
             )
+
+    # --- leases (see CheckpointStore.acquire_lease) --------------------------------
+
+    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+        ttl, owner = check_ttl(ttl), check_owner(owner)
+        with self._write() as db:
+            row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
+            sql.put_lease(db, session, row)
+        return row.as_lease(session)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a current lease (see CheckpointStore.renew_lease)."""
+        ttl = check_ttl(ttl)
+        with self._write() as db:
+            row = renewed(sql.lease_row(db, lease.session), lease, ttl, time.time())
+            sql.put_lease(db, lease.session, row)
+        return row.as_lease(lease.session)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
+        with self._write() as db:
+            row = sql.lease_row(db, lease.session)
+            if row is not None and not row.released and row.token == lease.token:
+                sql.put_lease(
+                    db, lease.session, LeaseRow(row.token, row.owner, row.expires_at, True)
+                )
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live lease of ``session``, or None."""
+        with self._read() as db:
+            row = sql.lease_row(db, session)
+        return row.as_lease(session) if row is not None and row.live(time.time()) else None
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
@@ -360,11 +416,13 @@ class SQLiteStore(StoreBase):
                 return
             row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
             version = row[0] if row else None
-            if version == 2:
-                # Upgrading in place is safe while older processes still use the file:
-                # their statements run unchanged without these indexes (only slower).
+            if version in (2, 3):
+                # Upgrading in place keeps older processes' statements working (they run
+                # without the dropped indexes, only slower), but they ignore leases:
+                # upgrade every process that writes to the file.
                 for index in sql.DROPPED_IN_3:
                     db.execute(f"DROP INDEX IF EXISTS {index}")
+                db.execute(f"CREATE TABLE IF NOT EXISTS {sql.LEASES_TABLE[len('CREATE TABLE ') :]}")
                 db.execute("UPDATE actorflow_schema SET version = ?", (SCHEMA_VERSION,))
                 return
         if isinstance(version, int) and version < SCHEMA_VERSION:

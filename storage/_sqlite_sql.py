@@ -11,8 +11,9 @@ from actorflow.errors import CheckpointCorrupt, CheckpointError
 
 from ._base import decode_stored
 from ._format import Checkpoint, CheckpointKind, verify_blob
+from ._lease import LeaseRow
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 30.0
 # Each index is one more page written (and fsynced through the WAL) per save, so only
 # the indexes that a hot path needs exist: records by id (the primary key) and by
@@ -40,10 +41,41 @@ CREATE TABLE refs (
     PRIMARY KEY (checkpoint, blob)
 ) WITHOUT ROWID;
 CREATE TABLE deleted (id TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE leases (
+    session    TEXT PRIMARY KEY,
+    token      INTEGER NOT NULL,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    released   INTEGER NOT NULL
+) WITHOUT ROWID;
 """
+# Schema 3 -> 4 added the leases table (one row per session ever leased; the row
+# outlives release so tokens are never reused) and nothing else.
+LEASES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE leases") :].strip().rstrip(";")
 COLUMNS = "id, session, workflow, kind, record"
 # Schema 2 -> 3 dropped these indexes and nothing else: schema 3 is schema 2 minus them.
 DROPPED_IN_3 = ("checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob")
+
+
+def lease_row(db: sqlite3.Connection, session: str) -> LeaseRow | None:
+    """The session's lease row, read inside the caller's transaction."""
+    row = db.execute(
+        "SELECT token, owner, expires_at, released FROM leases WHERE session = ?", (session,)
+    ).fetchone()
+    if row is None:
+        return None
+    token, owner, expires_at, released = row
+    if not (isinstance(token, int) and isinstance(owner, str) and released in (0, 1)):
+        raise CheckpointCorrupt(f"the lease row of session {session!r} is damaged: {row!r}")
+    return LeaseRow(token, owner, float(expires_at), bool(released))
+
+
+def put_lease(db: sqlite3.Connection, session: str, row: LeaseRow) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO leases (session, token, owner, expires_at, released)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (session, row.token, row.owner, row.expires_at, int(row.released)),
+    )
 
 
 def translate(exc: sqlite3.Error, path: Path) -> CheckpointError:

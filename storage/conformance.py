@@ -21,6 +21,7 @@ from __future__ import annotations
 from ._factories import FileStoreFactory, MemoryStoreFactory, SQLiteStoreFactory
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
+from ._kit_leases import LeaseTests
 from ._kit_stress import StressTests
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, StressTests):
+class StoreConformance(ContractTests, StressTests, LeaseTests):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the

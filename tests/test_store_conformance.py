@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from actorflow.errors import CheckpointError
+from actorflow.storage import MemoryStore
+from actorflow.storage._kit_leases import LeaseTests
 from actorflow.storage.conformance import (
     FileStoreFactory,
     MemoryStoreFactory,
@@ -23,6 +25,8 @@ class TestMemoryStore(StoreConformance):
     # do not apply, so they are not collected for it (rather than collected and skipped).
     test_concurrent_processes_lose_nothing = None
     test_data_survives_close_and_reopen = None
+    test_two_processes_race_one_wins = None
+    test_sigkilled_owner_is_taken_over_after_the_ttl = None
 
     @pytest.fixture
     def store_factory(self) -> StoreFactory:
@@ -53,3 +57,25 @@ class TestSQLiteStore(StoreConformance):
     def store_factory(self, tmp_path: Path) -> StoreFactory:
         """A SQLiteStore in a fresh file."""
         return SQLiteStoreFactory(str(tmp_path / "checkpoints.db"))
+
+
+class _NoLeases:
+    """A store front that lacks the lease methods (a third-party store written before them)."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryStore()
+
+    def __getattr__(self, name: str) -> object:
+        if name.endswith("_lease"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("test", [t for t in dir(LeaseTests) if t.startswith("test_")])
+def test_a_store_without_leases_fails_the_lease_kit(test: str) -> None:
+    """Every lease test of the kit fails (never skips) on a store without leases."""
+    store = _NoLeases()
+    method = getattr(LeaseTests(), test)
+    args = [store] if method.__code__.co_argcount == 2 else [store, MemoryStoreFactory()]
+    with pytest.raises(pytest.fail.Exception, match="does not implement session leases"):
+        method(*args)

@@ -36,6 +36,7 @@ def test_public_names() -> None:
         "CheckpointKind",
         "CheckpointStore",
         "FileStore",
+        "Lease",
         "MemoryStore",
         "SQLiteStore",
         "blob_digest",
@@ -125,6 +126,7 @@ def test_sqlite_store_upgrades_schema_2_in_place(tmp_path: Path) -> None:
         db.execute("CREATE INDEX checkpoints_by_workflow ON checkpoints (workflow, id)")
         db.execute("CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id)")
         db.execute("CREATE INDEX refs_by_blob ON refs (blob)")
+        db.execute("DROP TABLE leases")
         db.execute("UPDATE actorflow_schema SET version = 2")
     with SQLiteStore(tmp_path / "s.db") as store:
         assert store.list() == [first]
@@ -134,9 +136,27 @@ def test_sqlite_store_upgrades_schema_2_in_place(tmp_path: Path) -> None:
         assert store.verify() == []
         assert store.has_blobs(blobs) == set(more)
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
-        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(3,)]
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(4,)]
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert not names & {"checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob"}
+
+
+def test_sqlite_store_upgrades_schema_3_with_a_leases_table(tmp_path: Path) -> None:
+    """A schema-3 file (no leases table) opens upgraded to schema 4, its leases working."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db, db:
+        db.execute("DROP TABLE leases")
+        db.execute("UPDATE actorflow_schema SET version = 3")
+    with SQLiteStore(tmp_path / "s.db") as store:
+        lease = store.acquire_lease("s", "test", ttl=30)
+        second, _ = make_checkpoint(session="s", parent=first, chunks={})
+        store.save(second, {}, lease=lease)
+        assert [cp.id for cp in store.history("s")] == [second.id, first.id]
+        assert store.current_lease("s") == lease
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(4,)]
 
 
 def test_sqlite_store_refuses_memory_paths() -> None:

@@ -1,0 +1,158 @@
+"""Session leases: one owner's hold on a session, as a store grants it.
+
+A lease carries a *fencing token*. Every save the owner makes carries its lease, and
+the store checks, in the same atomic step as the write, that the token is still the
+session's current one: a writer whose lease was taken over (it paused, its host
+lost the network, it was presumed dead) can never add a record to the lineage.
+
+This module holds the type and what the built-in stores share about it: the checks
+of arguments, the grant/renew/release rules on one session's lease row, and the
+errors. Each store keeps the row in its own medium (MemoryStore: a dict under its
+lock; FileStore: a small file under a per-session ``flock``; SQLiteStore: a table
+row inside the save's transaction).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from actorflow.errors import LeaseLost, SessionOwned
+
+__all__ = ["Lease", "LeaseRow", "check_ttl", "fence", "grant", "leaseless_check", "renewed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One owner's hold on a session, as the store granted it.
+
+    Attributes:
+        session: the session held.
+        token: the fencing token; strictly greater than every token this session's
+            lease ever had in this store, never reused, also across release.
+        owner: who holds it, for humans (e.g. ``"pid 4242 on host-a (worker-3)"``).
+        expires_at: epoch seconds by the store's clock; after it another opener
+            may take the session over.
+    """
+
+    session: str
+    token: int
+    owner: str
+    expires_at: float
+
+    def remaining(self, now: float | None = None) -> float:
+        """Seconds until :attr:`expires_at` (negative once expired), by the local clock."""
+        return self.expires_at - (time.time() if now is None else now)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    """What a store keeps per session: the last token granted and whether it still holds.
+
+    ``released`` rows keep their token so the next grant is greater (tokens are never
+    reused, also across release).
+    """
+
+    token: int
+    owner: str
+    expires_at: float
+    released: bool
+
+    def live(self, now: float) -> bool:
+        """Whether the lease holds at ``now`` (unreleased and unexpired)."""
+        return not self.released and self.expires_at > now
+
+    def as_lease(self, session: str) -> Lease:
+        return Lease(session, self.token, self.owner, self.expires_at)
+
+
+def check_ttl(ttl: float) -> float:
+    """``ttl`` as a float; ValueError unless a finite number > 0."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
+        raise ValueError(f"a lease ttl must be a finite number of seconds, got {ttl!r}")
+    if ttl <= 0:
+        raise ValueError(f"a lease ttl must be > 0 seconds, got {ttl!r}")
+    return float(ttl)
+
+
+def check_owner(owner: str) -> str:
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(f"a lease owner must be a non-empty str, got {owner!r}")
+    return owner
+
+
+def grant(session: str, row: LeaseRow | None, owner: str, ttl: float, now: float) -> LeaseRow:
+    """The row after ``acquire_lease``: a new token if the session is free.
+
+    Raises:
+        SessionOwned: a live lease holds the session (whoever its owner is).
+    """
+    if row is not None and row.live(now):
+        raise SessionOwned(row.as_lease(session))
+    token = 1 if row is None else row.token + 1
+    return LeaseRow(token, owner, now + ttl, False)
+
+
+def current(row: LeaseRow | None, lease: Lease) -> bool:
+    """Whether ``lease``'s token is the session's current one (expired or not)."""
+    return row is not None and not row.released and row.token == lease.token
+
+
+def renewed(row: LeaseRow | None, lease: Lease, ttl: float, now: float) -> LeaseRow:
+    """The row after ``renew_lease``.
+
+    Raises:
+        LeaseLost: the token is no longer current (taken over or released).
+    """
+    if not current(row, lease):
+        raise lost(lease, row, "renew")
+    assert row is not None
+    return LeaseRow(row.token, row.owner, now + ttl, False)
+
+
+def fence(row: LeaseRow | None, lease: Lease, session: str, checkpoint_id: str) -> None:
+    """The check of a save made with ``lease`` into ``session``.
+
+    Raises:
+        LeaseLost: the lease is of another session, or its token is not current.
+    """
+    if lease.session != session:
+        raise LeaseLost(
+            f"refusing to save checkpoint {checkpoint_id} of session {session!r} with the "
+            f"lease of session {lease.session!r}; acquire a lease of {session!r}",
+            lease=lease,
+        )
+    if not current(row, lease):
+        raise lost(lease, row, f"save checkpoint {checkpoint_id}")
+
+
+def leaseless_check(row: LeaseRow | None, session: str, checkpoint_id: str, now: float) -> None:
+    """The check of a save made without a lease.
+
+    Raises:
+        SessionOwned: a live lease holds the session.
+    """
+    if row is not None and row.live(now):
+        raise SessionOwned(
+            row.as_lease(session),
+            doing=f"refusing to save checkpoint {checkpoint_id} without a lease",
+        )
+
+
+def lost(lease: Lease, row: LeaseRow | None, doing: str) -> LeaseLost:
+    """The error for a stale ``lease``, saying what happened to the session since."""
+    if row is None:
+        why = "the store has no lease of this session"
+    elif row.token == lease.token:
+        why = "it was released"
+    elif row.released:
+        why = f"a later lease (token {row.token}, {row.owner}) took over and was released"
+    else:
+        why = f"it was taken over by {row.owner} (token {row.token})"
+    return LeaseLost(
+        f"cannot {doing}: the lease of session {lease.session!r} with token {lease.token} "
+        f"({lease.owner}) is no longer current, {why}. Nothing was written; this process "
+        f"no longer owns the session. Reopen it (wf.resume) to continue from the store.",
+        lease=lease,
+    )
