@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -199,3 +200,148 @@ def test_a_class_workers_cannot_import_fails_at_session_start_naming_it(
     assert "'h'" in message and "driver_only.Hidden" in message
     assert "runtime_env" in message and "register_pickle_by_value" in message
     del sys.modules["driver_only"]
+
+
+# --- the rest of the API, the same on both backends ------------------------------------
+
+
+@af.message
+@dataclass
+class Ask:
+    amount: int
+
+
+class Asker(af.Executor):
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.answers: list[list[object]] = []
+
+    @af.handler
+    def on_int(self, amount: int, ctx: af.Context) -> None:
+        ctx.request(Ask(amount), bool)
+
+    @af.response_handler
+    def on_answer(self, request: Ask, ok: bool, ctx: af.Context) -> None:
+        self.answers.append([request.amount, ok])
+        ctx.output(list(self.answers))
+
+
+def test_requests_and_responses(backend: af.ActorBackend) -> None:
+    """A request surfaces to the caller; its answer reaches the response handler."""
+    wf = af.WorkflowBuilder("ask", start=Asker("a")).build()
+    with wf, wf.session(backend=backend) as s:
+        first = s.run(5)
+        assert first.status is af.RunStatus.IDLE_WITH_PENDING_REQUESTS
+        [pending] = first.pending_requests
+        assert pending.value == Ask(5)
+        assert s.respond({pending.request_id: True}).outputs == [[[5, True]]]
+
+
+def _leaf(backend: af.ActorBackend | None = None) -> af.Workflow:
+    return _tally(backend)
+
+
+def _outer(inner: af.Workflow, backend: af.ActorBackend | None = None) -> af.Workflow:
+    sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+    return af.WorkflowBuilder("outer", start=sub).build(backend=backend)
+
+
+def test_sub_workflows_in_both_directions(ray_backend: af.RayBackend) -> None:
+    """A sub-workflow hosted in a Ray worker (its inner run on that worker's threads), and
+    an inner workflow on Ray under a parent on threads, give the all-threads outputs."""
+    with _leaf() as inner, _outer(inner) as wf:
+        expected = wf.run(Work(1)).outputs
+        with wf.session(backend=ray_backend) as s:
+            assert s.run(Work(1)).outputs == expected
+    with _leaf(ray_backend) as inner, _outer(inner) as wf:
+        assert wf.run(Work(1)).outputs == expected
+    assert len(expected) == 6
+
+
+class Slow(af.Executor):
+    """Loops forever, one superstep at a time, outputting a counter."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.count = 0
+
+    @af.handler
+    def on_work(self, work: Work, ctx: af.Context) -> None:
+        self.count += 1
+        ctx.output(self.count)
+        ctx.send(work)
+
+
+@pytest.mark.timeout(60)
+def test_async_stream_cancel_reset_and_close(backend: af.ActorBackend) -> None:
+    """astream yields events; cancel stops at a barrier; a later run continues the state;
+    reset starts over from the blueprint; close gives every worker back."""
+
+    async def scenario(s: af.Session) -> list[Any]:
+        seen: list[Any] = []
+        async for event in s.astream(Work(0)):
+            if isinstance(event, af.OutputEvent):
+                seen.append(event.value)
+                if event.value == 3:
+                    s.cancel()
+            if isinstance(event, af.RunCancelledEvent):
+                seen.append("cancelled")
+        return seen
+
+    wf = af.WorkflowBuilder("slow", start=Slow("slow")).add_edge("slow", "slow").build()
+    with wf, wf.session(backend=backend) as s:
+        seen = asyncio.run(scenario(s))
+        assert seen[:3] == [1, 2, 3] and seen[-1] == "cancelled"
+        last = seen[-2]
+        assert _outputs(s.stream(max_supersteps=2)) == [last + 1, last + 2]
+        s.reset()
+        assert _outputs(s.stream(Work(0), max_supersteps=2)) == [1, 2]
+
+
+# --- placement -------------------------------------------------------------------------
+
+
+class Placed(af.Executor):
+    """Outputs the Ray resources its worker was given."""
+
+    @af.handler
+    def on_work(self, work: Work, ctx: af.Context) -> None:
+        import ray
+
+        ctx.output(ray.get_runtime_context().get_assigned_resources())
+        ctx.send(work)
+
+
+class Sink(af.Executor):
+    @af.handler
+    def on_work(self, work: Work, ctx: af.Context) -> None:
+        import ray
+
+        ctx.output(ray.get_runtime_context().get_assigned_resources())
+
+
+def test_per_executor_options_place_each_worker(ray_cluster: Any) -> None:
+    """Graph-wide defaults apply to every worker; an executor's own options override them."""
+    backend = af.RayBackend(options={"num_cpus": 0}, executors={"heavy": {"num_cpus": 1}})
+    wf = af.WorkflowBuilder("placed", start=Placed("heavy")).add_edge("heavy", Sink("light"))
+    with wf.build(backend=backend) as built:
+        heavy, light = built.run(Work(1)).outputs
+    backend.shutdown()
+    assert heavy == {"CPU": 1.0}
+    assert light == {}
+
+
+def test_restart_and_retry_options_are_refused() -> None:
+    """Ray's own restarts would lose state: the backend refuses them, naming the option."""
+    with pytest.raises(ValueError, match="max_restarts"):
+        af.RayBackend(options={"max_restarts": 3})
+    with pytest.raises(ValueError, match="max_task_retries"):
+        af.RayBackend(executors={"x": {"max_task_retries": 1}})
+
+
+def test_a_kill_fault_is_refused_on_threads() -> None:
+    """Killing the host process of a thread-hosted executor would kill the caller."""
+    from actorflow.testing import inject_fault
+
+    with _tally() as wf, wf.session() as s, pytest.raises(ValueError, match="RayBackend"):
+        inject_fault(s, "t", 1, "kill")
