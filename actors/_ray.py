@@ -133,6 +133,15 @@ class RayBackend:
         # Shipped inside a sub-workflow's program: the settings travel, the live state does not.
         return (_rebuild, (self._options, self._executors, self._init, self._reserve))
 
+    def start(self) -> None:
+        """Start (or connect to) Ray now, with this backend's ``init``, if it is not running.
+
+        Otherwise that happens when the first session starts its hosts, on the
+        supervisor's thread; Ray installs its signal handlers only when started on
+        the main thread, so a program that owns its Ray calls this first.
+        """
+        _ray(self._init)
+
     # --- ActorBackend -------------------------------------------------------------
 
     def options_for(self, executor: str) -> dict[str, Any]:
@@ -225,10 +234,8 @@ class RayBackend:
         with self._lock:
             parked = [h for handles in self._parked.values() for h in handles]
             self._parked = {}
-        if parked:
-            ray = _ray()
-            for handle in parked:
-                ray.kill(handle, no_restart=True)
+        for handle in parked:
+            _kill(handle)
 
 
 def _rebuild(
@@ -296,7 +303,7 @@ class _RayHost:
             if self._state == "lost":
                 return
             self._state = "lost"
-        _ray().kill(self._handle, no_restart=True)
+        _kill(self._handle)
 
     def stop(self) -> None:
         """Idle: unload and park the worker for reuse. Busy (a hung handler): kill it."""
@@ -305,11 +312,11 @@ class _RayHost:
                 return
             self._state = "stopped"
             idle = self._in_flight == 0
-        if idle:
+        if idle and _running() is not None:
             self._handle.handle.remote(("unload",))
             if self._backend.park(self._handle, self._key):
                 return
-        _ray().kill(self._handle, no_restart=True)
+        _kill(self._handle)
 
     @property
     def alive(self) -> bool:
@@ -471,6 +478,22 @@ def _ray(init: Mapping[str, Any] | None = None) -> Any:
             if not ray.is_initialized():
                 _start(ray, init or {})
     return ray
+
+
+def _running() -> Any:
+    """The ray module if Ray is running in this process, else None (never starts it)."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
+
+
+def _kill(handle: Any) -> None:
+    """Kill a worker; nothing to do once Ray is shut down (its workers went with it)."""
+    ray = _running()
+    if ray is not None:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - a worker already gone is what we wanted
+            pass
 
 
 def _start(ray: Any, init: Mapping[str, Any]) -> None:

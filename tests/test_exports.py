@@ -56,3 +56,19 @@ def test_doctests(module: object) -> None:
     result = doctest.testmod(module, verbose=False)  # type: ignore[arg-type]
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_importing_actorflow_never_imports_the_extras() -> None:
+    """`import actorflow` (and building a RayBackend) imports no optional extra: Ray loads
+    only when a Ray backend starts its first worker."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, actorflow as af; af.RayBackend(executors={'x': {'num_cpus': 1}}); "
+        "print(sorted(m for m in ('ray', 'psycopg', 'opentelemetry') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
