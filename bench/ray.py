@@ -53,7 +53,7 @@ class _Echo:
     """A bare Ray actor: decode a msgpack payload and encode it again."""
 
     def echo(self, payload: bytes) -> bytes:
-        return msgpack.packb(msgpack.unpackb(payload))
+        return bytes(msgpack.packb(msgpack.unpackb(payload)))
 
 
 def _echo_actors(ray: Any, count: int) -> list[Any]:
