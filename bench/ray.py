@@ -16,6 +16,11 @@ each against a floor taken in the same run, alternated with it:
   handler at a time. Target: >= 1.6x. ``details`` holds the ceiling: two bare Ray
   actors running the same handler body in parallel, round by round (what the
   machine gives two processes at that moment).
+- **ray_payload_<size>**: where Ray's object store pays. One call carrying a
+  payload of <size> bytes to a bare Ray actor, passed inline as actorflow's hosts
+  pass it (Ray itself moves arguments and results over 100 KiB through its object
+  store), against ``ray.put`` first and the reference passed. A ratio below 1
+  means inline is faster.
 - **restart_cost_ray**: a 401-superstep cycle checkpointed to a MemoryStore, with
   the worker of the executor in step 100, 200, 300 and 400 SIGKILLed mid-step
   (a new worker is started and restored each time). Floor: the same run without
@@ -185,6 +190,53 @@ def _restart_run(session: af.Session, kills: bool) -> float:
     return elapsed
 
 
+class _Sink:
+    def inline(self, payload: bytes) -> int:
+        return len(payload)
+
+    def by_ref(self, refs: list[Any]) -> int:
+        import ray
+
+        return len(ray.get(refs[0]))
+
+
+def _payloads(ray: Any, quick: bool) -> None:
+    """Inline arguments against ``ray.put`` + reference, by payload size."""
+    sink = ray.remote(max_restarts=0)(_Sink).remote()
+    ray.get(sink.inline.remote(b""))
+    for size in (10_000, 100_000, 1_000_000, 8_000_000):
+        data = b"\x01" * size
+        calls = 5 if quick else 20
+
+        def inline(data: bytes = data, calls: int = calls) -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                ray.get(sink.inline.remote(data))
+            return (time.perf_counter() - started) / calls * 1000
+
+        def put(data: bytes = data, calls: int = calls) -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                ray.get(sink.by_ref.remote([ray.put(data)]))
+            return (time.perf_counter() - started) / calls * 1000
+
+        floors, works = alternate(put, inline, 2 if quick else 5, warmup=1, warmup_s=0.0)
+        report(
+            f"ray_payload_{size}",
+            "call_ms",
+            median(works),
+            "ms",
+            floor=median(floors),
+            floor_unit="ms",
+            floor_name="ray.put, then the reference passed",
+            target_op="<=",
+            target_value=1.2,
+            samples=works,
+            quick=quick,
+        )
+    ray.kill(sink)
+
+
 # --- main -----------------------------------------------------------------------------
 
 
@@ -297,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bare_ray_handlers_per_s=round(median(ceilings), 2),
         bare_ray_vs_threads=round(median(ceilings) / median(floors), 3),
     )
+
+    _payloads(ray, quick)
 
     # Restart cost: a worker SIGKILLed every 100 supersteps against no kills.
     store = af.MemoryStore()
