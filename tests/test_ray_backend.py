@@ -345,3 +345,55 @@ def test_a_kill_fault_is_refused_on_threads() -> None:
 
     with _tally() as wf, wf.session() as s, pytest.raises(ValueError, match="RayBackend"):
         inject_fault(s, "t", 1, "kill")
+
+
+_SCRIPT = """
+import sys
+from dataclasses import dataclass
+
+import actorflow as af
+
+
+@af.message
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Mirror(af.Executor):
+    @af.handler
+    def on_point(self, p: Point, ctx: af.Context) -> None:
+        ctx.send(Point(p.y, p.x))
+
+
+class Report(af.Executor):
+    @af.handler
+    def on_point(self, p: Point, ctx: af.Context) -> None:
+        ctx.output([p.x, p.y, type(p).__module__])
+
+
+backend = af.RayBackend(init={"address": sys.argv[1], "log_to_driver": False})
+wf = af.WorkflowBuilder("script", start=Mirror("m")).add_edge("m", Report("r")).build()
+with wf, wf.session(backend=backend) as s:
+    print(s.run(Point(1, 2)).outputs)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_classes_defined_in_a_script_work_on_workers(ray_cluster: Any, tmp_path: Path) -> None:
+    """Executor and message classes of ``__main__`` travel by value; the workers register
+    the message types and decode them."""
+    script = tmp_path / "script.py"
+    script.write_text(_SCRIPT)
+    address = ray_cluster.get_runtime_context().gcs_address
+    done = subprocess.run(
+        [sys.executable, str(script), address],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[[2, 1, '__main__']]"
