@@ -33,8 +33,9 @@ from typing import Any
 
 from actorflow.errors import HostLost, WorkerImportFailed
 
-from ._host import HostedFactory, ProgramSlot
-from ._registry import message, registered
+from ._host import HostedFactory
+from ._ray_worker import CACHED_PROGRAMS, Shipped, Worker, check_programs
+from ._registry import registered
 
 __all__ = ["LOOPBACK_ENV", "RayBackend"]
 
@@ -57,9 +58,6 @@ _OPTION_KEYS = frozenset(
 )
 """Ray actor options a backend passes through. Restart, retry and lifetime options are
 the supervisor's business and refused: see the module docstring."""
-
-_CACHED_PROGRAMS = 256
-"""Programs a worker keeps unpickled (and the driver remembers it keeps), least recent out."""
 
 
 def _checked_options(options: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -176,7 +174,7 @@ class RayBackend:
             with self._lock:
                 if key in self._checked:
                     continue
-            _digest, blob = self.pickled(factory)
+            _digest, blob = self._pickled(factory)
             todo.setdefault(key[1], []).append((executor, _label(factory), blob))
         if not todo:
             return
@@ -203,7 +201,7 @@ class RayBackend:
 
     # --- internals ----------------------------------------------------------------
 
-    def pickled(self, factory: HostedFactory) -> tuple[str, bytes]:
+    def _pickled(self, factory: HostedFactory) -> tuple[str, bytes]:
         """(digest, bytes) of ``factory`` with the by-value message types it may need."""
         ident = id(factory)
         with self._lock:
@@ -212,7 +210,7 @@ class RayBackend:
                 self._blobs.move_to_end(ident)
                 return cached[1], cached[2]
         ray = _ray(self._init)
-        blob = ray.cloudpickle.dumps(_Shipped(factory, _by_value_messages(ray)))
+        blob = ray.cloudpickle.dumps(Shipped(factory, _by_value_messages(ray)))
         digest = hashlib.sha256(blob).hexdigest()
         with self._lock:
             # The factory is held, so its id is never reused while the entry lives.
@@ -221,7 +219,7 @@ class RayBackend:
                 self._blobs.popitem(last=False)
         return digest, blob
 
-    def park(self, handle: Any, key: Hashable) -> bool:
+    def _park(self, handle: Any, key: Hashable) -> bool:
         """Keep an idle worker for the next spawn with this placement; False if full."""
         with self._lock:
             if sum(len(v) for v in self._parked.values()) >= self._reserve:
@@ -265,7 +263,7 @@ class _RayHost:
         return self._send(("call", method, payload))
 
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> _RayFuture:
-        digest, blob = self._backend.pickled(factory)
+        digest, blob = self._backend._pickled(factory)
         with self._lock:
             # The worker's cache sees the same sequence of digests as this mirror.
             if digest in self._known:
@@ -273,7 +271,7 @@ class _RayHost:
                 shipped: bytes | None = None
             else:
                 self._known[digest] = None
-                if len(self._known) > _CACHED_PROGRAMS:
+                if len(self._known) > CACHED_PROGRAMS:
                     self._known.popitem(last=False)
                 shipped = blob
         return self._send(("load_call", (digest, shipped, _label(factory)), method, payload))
@@ -314,7 +312,7 @@ class _RayHost:
             idle = self._in_flight == 0
         if idle and _running() is not None:
             self._handle.handle.remote(("unload",))
-            if self._backend.park(self._handle, self._key):
+            if self._backend._park(self._handle, self._key):
                 return
         _kill(self._handle)
 
@@ -372,21 +370,6 @@ class _RayFuture:
         return exc
 
 
-class _Shipped:
-    """What a worker unpickles: a program factory and the by-value message types it needs."""
-
-    __slots__ = ("factory", "messages")
-
-    def __init__(self, factory: HostedFactory, messages: list[tuple[str, type]]) -> None:
-        self.factory = factory
-        self.messages = messages
-
-    def install(self) -> HostedFactory:
-        for name, cls in self.messages:
-            message(cls, name=name)
-        return self.factory
-
-
 def _by_value_messages(ray: Any) -> list[tuple[str, type]]:
     by_value = set(ray.cloudpickle.list_registry_pickle_by_value())
     return [
@@ -406,57 +389,6 @@ def _label(factory: HostedFactory) -> str:
     executor = getattr(factory, "executor_id", None)
     name = f"{cls.__module__}.{cls.__qualname__}"
     return name if executor is None else f"executor {executor!r} ({name})"
-
-
-def _unpickle(blob: bytes, label: str) -> HostedFactory:
-    """Worker side: rebuild a shipped program, or explain why this worker cannot."""
-    import ray  # noqa: PLC0415 - runs on a worker, where Ray is imported already
-
-    try:
-        shipped = ray.cloudpickle.loads(blob)
-    except (ImportError, AttributeError) as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        raise WorkerImportFailed(
-            f"{label}: a Ray worker cannot import the code it needs ({type(exc).__name__}: "
-            f"{exc}; missing: {missing!r}). Ship it to the workers: install the package on "
-            "every node, pass RayBackend(options={'runtime_env': {'py_modules': [module]}}) "
-            "or {'working_dir': '.'}, or call ray.cloudpickle.register_pickle_by_value(module) "
-            "before building the workflow",
-            type_name=label,
-        ) from exc
-    assert isinstance(shipped, _Shipped)
-    return shipped.install()
-
-
-class _Worker:
-    """The Ray actor: one :class:`ProgramSlot` in a worker process. Worker side."""
-
-    def __init__(self) -> None:
-        self._slot = ProgramSlot()
-        self._programs: OrderedDict[str, HostedFactory] = OrderedDict()
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def handle(self, message: tuple[Any, ...]) -> Any:
-        if message[0] == "load_call":
-            digest, blob, label = message[1]
-            programs = self._programs
-            if blob is None:
-                factory = programs[digest]
-                programs.move_to_end(digest)
-            else:
-                factory = programs[digest] = _unpickle(blob, label)
-                if len(programs) > _CACHED_PROGRAMS:
-                    programs.popitem(last=False)
-            message = ("load_call", factory, message[2], message[3])
-        return self._slot.receive(message)
-
-
-def _check(executors: list[tuple[str, str, bytes]]) -> None:
-    """Ray task: unpickle each program (worker side); raise WorkerImportFailed if one fails."""
-    for _executor, label, blob in executors:
-        _unpickle(blob, label)
 
 
 _remote: dict[str, Any] = {}
@@ -507,7 +439,7 @@ def _actor_class(ray: Any) -> Any:
     with _remote_lock:
         cls = _remote.get("actor")
         if cls is None:
-            cls = _remote["actor"] = ray.remote(max_restarts=0, max_task_retries=0)(_Worker)
+            cls = _remote["actor"] = ray.remote(max_restarts=0, max_task_retries=0)(Worker)
     return cls
 
 
@@ -515,5 +447,5 @@ def _check_task(ray: Any) -> Any:
     with _remote_lock:
         task = _remote.get("check")
         if task is None:
-            task = _remote["check"] = ray.remote(max_retries=0)(_check)
+            task = _remote["check"] = ray.remote(max_retries=0)(check_programs)
     return task
