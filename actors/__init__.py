@@ -16,12 +16,11 @@ from ._chunks import decode_state, encode_state
 from ._codec import encode
 from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
-from ._ray import LOOPBACK_ENV, RayBackend
+from ._ray import RayBackend
 from ._registry import is_registered, message, wire_name
 from ._reply import LeanActor, ReplyFuture, ReplyTimeout, prefer_handoffs
 
 __all__ = [
-    "LOOPBACK_ENV",
     "ActorBackend",
     "ExecutorHost",
     "HandlerAborted",

@@ -37,7 +37,7 @@ from ._host import HostedFactory
 from ._ray_worker import CACHED_PROGRAMS, Shipped, Worker, check_programs
 from ._registry import registered
 
-__all__ = ["LOOPBACK_ENV", "RayBackend"]
+__all__ = ["RayBackend"]
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Set to ``"0"`` before a local ``ray.init``: Ray then binds and advertises 127.0.0.1 only."""
@@ -98,7 +98,7 @@ class RayBackend:
         init: keyword arguments for ``ray.init`` if Ray is not initialised when the
             first worker starts (an ``address`` connects to a cluster). Without an
             address a local Ray is started, on 127.0.0.1 only (see
-            :data:`LOOPBACK_ENV`).
+            :attr:`LOOPBACK_ENV`).
         reserve: idle workers this backend keeps for reuse after their workflow
             let them go (a worker process costs ~0.5 s to start).
 
@@ -106,6 +106,9 @@ class RayBackend:
         ValueError: an option Ray does not take here (restart and retry options
             are refused: actorflow's ``RestartPolicy`` owns failures).
     """
+
+    LOOPBACK_ENV = LOOPBACK_ENV
+    """The environment variable that keeps a local Ray on 127.0.0.1 (set to ``"0"``)."""
 
     def __init__(
         self,

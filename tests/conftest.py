@@ -36,7 +36,7 @@ def _ray_owned(thread: threading.Thread) -> bool:
 _TESTS = Path(__file__).resolve().parent
 
 # Ray reads it when first imported: every socket of a local Ray on 127.0.0.1.
-os.environ[af.actors.LOOPBACK_ENV] = "0"
+os.environ[af.RayBackend.LOOPBACK_ENV] = "0"
 
 
 @pytest.fixture(scope="session")

@@ -406,7 +406,7 @@ def _ray_workers() -> set[int]:
                 title = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if title.startswith(b"ray::_Worker"):
+            if title.startswith(b"ray::Worker"):
                 found.add(int(entry.name))
     return found
 
@@ -423,10 +423,12 @@ def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
     before = _ray_workers()
     block = {"at": "after_save", "superstep": 3}
     killed = Child(_config("sqlite", tmp_path, graph, "run", block, ray=address), tmp_path)
-    killed.expect("BLOCKED", timeout=60)
-    orphans = _ray_workers() - before
+    try:
+        killed.expect("BLOCKED", timeout=60)
+        orphans = _ray_workers() - before
+    finally:
+        killed.kill()
     assert orphans, "the killed driver's executors ran in Ray workers"
-    killed.kill()
     with _open("sqlite", tmp_path) as store:
         latest = check_after_kill(store, killed)
         assert latest is not None and latest.superstep == 3
