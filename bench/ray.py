@@ -31,6 +31,8 @@ Run: ``python -m bench.ray [--quick]``. Needs ``pip install 'actorflow[ray]'``.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +41,8 @@ import msgpack
 
 import actorflow as af
 from actorflow.testing import inject_fault
-from bench._common import alternate, alternate_all, median, parse_options, report
+from bench._common import alternate, alternate_all, median, parse_options
+from bench._common import report as _report
 from bench.w1 import build_w1
 from bench.w2 import EXPECTED, build
 
@@ -49,6 +52,16 @@ BURN = 250_000
 """W5: loop iterations of one handler (~20 ms of pure Python here)."""
 RESTART_LIMIT = 200
 """restart_cost_ray: the cycle stops at n = 200 (401 supersteps)."""
+
+
+_STDOUT = sys.stdout
+
+
+def report(*args: Any, **kwargs: Any) -> None:
+    """``bench._common.report`` onto the real stdout: Ray prints its own warnings
+    (a worker killed on purpose, ...) on stdout, which ``main`` sends to stderr."""
+    with contextlib.redirect_stdout(_STDOUT):
+        _report(*args, **kwargs)
 
 
 # --- floors ---------------------------------------------------------------------------
@@ -252,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "include_dashboard": False,
         }
     )
+    sys.stdout = sys.stderr  # the figures go to _STDOUT; whatever Ray prints, here
     started = time.perf_counter()
     backend.start()
     init_s = time.perf_counter() - started
