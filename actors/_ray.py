@@ -71,6 +71,13 @@ def _checked_options(options: Mapping[str, Any], where: str) -> dict[str, Any]:
     return dict(options)
 
 
+def _reserves(options: Mapping[str, Any]) -> bool:
+    """Whether workers with these options hold resources for their whole life."""
+    return bool(
+        options.get("num_cpus") or options.get("num_gpus") or options.get("memory")
+    ) or bool(options.get("resources"))
+
+
 def _freeze(value: Any) -> Hashable:
     """A hashable key for a JSON-like options value."""
     if isinstance(value, Mapping):
@@ -101,6 +108,11 @@ class RayBackend:
             :attr:`LOOPBACK_ENV`).
         reserve: idle workers this backend keeps for reuse after their workflow
             let them go (a worker process costs ~0.5 s to start).
+        spares: workers kept started ahead, per placement, so that a lost or
+            killed worker is replaced by one that is already running (a new
+            process takes ~1 s to start and import). Each costs a process (~90 MB);
+            none are kept for placements that reserve CPUs, GPUs, memory or custom
+            resources (a spare would hold them).
 
     Raises:
         ValueError: an option Ray does not take here (restart and retry options
@@ -117,6 +129,7 @@ class RayBackend:
         executors: Mapping[str, Mapping[str, Any]] | None = None,
         init: Mapping[str, Any] | None = None,
         reserve: int = 16,
+        spares: int = 1,
     ) -> None:
         self._options = _checked_options(options or {}, "options")
         self._executors = {
@@ -125,6 +138,7 @@ class RayBackend:
         }
         self._init = dict(init or {})
         self._reserve = reserve
+        self._spares = spares
         self._lock = threading.Lock()
         self._parked: dict[Hashable, list[Any]] = {}
         self._blobs: OrderedDict[int, tuple[object, str, bytes]] = OrderedDict()
@@ -132,7 +146,10 @@ class RayBackend:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shipped inside a sub-workflow's program: the settings travel, the live state does not.
-        return (_rebuild, (self._options, self._executors, self._init, self._reserve))
+        return (
+            _rebuild,
+            (self._options, self._executors, self._init, self._reserve, self._spares),
+        )
 
     def start(self) -> None:
         """Start (or connect to) Ray now, with this backend's ``init``, if it is not running.
@@ -158,11 +175,19 @@ class RayBackend:
         key = self.placement(executor)
         with self._lock:
             parked = self._parked.get(key)
-            handle = parked.pop() if parked else None
+            handle = parked.pop(0) if parked else None  # the oldest: the most likely running
+            missing = self._spares - len(parked or ())
+        options = self.options_for(executor)
+        if _reserves(options):
+            missing = 0  # a spare would hold CPUs, GPUs or memory that running workers need
+        ray = _ray(self._init)
+        actor = _actor_class(ray).options(**options)
         if handle is None:
-            ray = _ray(self._init)
-            options = self.options_for(executor)
-            handle = _actor_class(ray).options(**options).remote()
+            handle = actor.remote()
+        for _ in range(missing):
+            # Started now, in the background: the next spawn of this placement (a
+            # replacement after a crash, most likely) finds a running process.
+            self._park(actor.remote(), key, spare=True)
         return _RayHost(self, handle, key)
 
     def check(self, factories: Mapping[str, HostedFactory]) -> None:
@@ -222,10 +247,10 @@ class RayBackend:
                 self._blobs.popitem(last=False)
         return digest, blob
 
-    def _park(self, handle: Any, key: Hashable) -> bool:
+    def _park(self, handle: Any, key: Hashable, *, spare: bool = False) -> bool:
         """Keep an idle worker for the next spawn with this placement; False if full."""
         with self._lock:
-            if sum(len(v) for v in self._parked.values()) >= self._reserve:
+            if not spare and sum(len(v) for v in self._parked.values()) >= self._reserve:
                 return False
             self._parked.setdefault(key, []).append(handle)
             return True
@@ -244,8 +269,11 @@ def _rebuild(
     executors: dict[str, dict[str, Any]],
     init: dict[str, Any],
     reserve: int,
+    spares: int,
 ) -> RayBackend:
-    return RayBackend(options=options, executors=executors, init=init, reserve=reserve)
+    return RayBackend(
+        options=options, executors=executors, init=init, reserve=reserve, spares=spares
+    )
 
 
 class _RayHost:

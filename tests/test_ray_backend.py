@@ -61,7 +61,8 @@ def test_executors_run_in_worker_processes(backend: af.ActorBackend) -> None:
 
 def test_every_socket_is_on_loopback(ray_cluster: Any) -> None:
     """With the loopback setting, every socket of this process and its Ray is on 127.0.0.0/8."""
-    with _workflow(af.RayBackend()) as wf:
+    backend = af.RayBackend()
+    with _workflow(backend) as wf:
         assert wf.run(Work(2)).outputs[0][0] == 4
     listing = subprocess.run(
         ["ss", "-tanp"], check=True, capture_output=True, text=True, timeout=30
@@ -77,6 +78,7 @@ def test_every_socket_is_on_loopback(ray_cluster: Any) -> None:
             host = address.rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:")
             if not host.startswith("127."):
                 offending.append(line)
+    backend.shutdown()
     assert ray_pids - {os.getpid()}, "found Ray's processes"
     assert offending == []
 
