@@ -30,6 +30,8 @@ from actorflow.errors import (
     GraphMismatch,
     HostLost,
     InputNotAccepted,
+    LeaseError,
+    LeaseLost,
     RegistrationError,
     RequestError,
     RunCancelled,
@@ -37,6 +39,9 @@ from actorflow.errors import (
     SessionBroken,
     SessionBusy,
     SessionClosed,
+    SessionExists,
+    SessionOwned,
+    StateMigrationError,
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
@@ -82,7 +87,7 @@ from actorflow.runtime import (
     resource,
     response_handler,
 )
-from actorflow.storage import CheckpointStore, FileStore, MemoryStore, SQLiteStore
+from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
 
 __version__ = "0.1.0"
 
@@ -118,6 +123,9 @@ __all__ = [
     "GraphMismatch",
     "HostLost",
     "InputNotAccepted",
+    "Lease",
+    "LeaseError",
+    "LeaseLost",
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
@@ -143,6 +151,9 @@ __all__ = [
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
+    "SessionExists",
+    "SessionOwned",
+    "StateMigrationError",
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",

@@ -54,7 +54,9 @@ __all__ = [
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
+    "SessionExists",
     "SessionOwned",
+    "StateMigrationError",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkerImportFailed",
@@ -214,6 +216,17 @@ class SessionBroken(WorkflowError):
     """
 
 
+class SessionExists(WorkflowError):
+    """A session id that already has checkpoints was opened as if it were new.
+
+    ``wf.session(id, store=store)`` never silently starts a second lineage under an
+    id: continue it with ``wf.resume(store, session=id)``, or say what you want with
+    ``if_exists="resume"`` (resume or create) or ``if_exists="fresh"`` (start a new
+    lineage; the old one stays readable, its pending requests become unanswerable).
+    A fork (``wf.resume(..., as_session=new_id)``) needs an id without checkpoints.
+    """
+
+
 class RequestError(WorkflowError):
     """A response could not be accepted: unknown request id, a second answer to the
     same request, or a value of the wrong type. Nothing was consumed."""
@@ -314,6 +327,34 @@ class LeaseLost(LeaseError):
 
 def _rebuild_lost(message: str, lease: Lease | None) -> LeaseLost:
     return LeaseLost(message, lease=lease)
+
+
+class StateMigrationError(CheckpointError):
+    """A stored executor state cannot be brought to the current code; the resume failed.
+
+    Raised by ``wf.resume`` before any actor starts. The message names the executor,
+    the stored and current state versions and the fix: declare ``state_version`` and
+    a ``migrate(state, from_version)`` classmethod on the executor class (see
+    ``docs/sessions.md``), or resume with the code that wrote the checkpoint.
+
+    Attributes:
+        executor: the executor id.
+        stored_version: the state version in the checkpoint (1 when none was recorded).
+        current_version: the class's ``state_version``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        executor: str = "",
+        stored_version: int = 0,
+        current_version: int = 0,
+    ):
+        super().__init__(message)
+        self.executor = executor
+        self.stored_version = stored_version
+        self.current_version = current_version
 
 
 # --- backends ----------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any, TypeVar, overload
 
 from actorflow.errors import DecodeError, RegistrationError
 
+from ._naming import stable_name
+
 T = TypeVar("T")
 
 
@@ -41,10 +43,11 @@ _by_type: dict[type, Entry] = {}
 
 
 def qualified_name(tp: type) -> str:
-    """``module.QualName`` of a type (just the name for builtins), as errors show it."""
+    """``module.QualName`` of a type (just the name for builtins), as errors show it;
+    ``__main__`` is resolved to the module's import name (see ``_naming``)."""
     if tp.__module__ == "builtins":
         return tp.__qualname__
-    return f"{tp.__module__}.{tp.__qualname__}"
+    return stable_name(tp)
 
 
 @overload
@@ -106,10 +109,9 @@ def _register(cls: type, name: str | None) -> None:
     with _lock:
         holder = _by_name.get(wire)
         if holder is not None and holder.cls is not cls:
-            if (holder.cls.__module__, holder.cls.__qualname__) != (
-                cls.__module__,
-                cls.__qualname__,
-            ):
+            # The same class seen twice (a reloaded module, a script that is also
+            # imported under its module name) replaces its earlier self.
+            if stable_name(holder.cls) != stable_name(cls):
                 raise RegistrationError(
                     f"wire name {wire!r} is already registered to {qualified_name(holder.cls)}:"
                     f" pass name=... to register {qualified_name(cls)} under a distinct name"

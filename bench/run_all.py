@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, str] = {
     "w3": "W3: 8-executor ring, 100 supersteps checkpointed (file, sqlite)",
     "w4": "W4: fresh setup resumes W3's last checkpoint and runs superstep 101",
     "restart_cost": "Restart cost: W1 checkpointed to a MemoryStore, a fault every 100 supersteps",
+    "takeover": "Leases: takeover after kill -9 (default TTL), a lease's cost per save",
     "soak": "Soak: 100 sessions x 1,000 runs of a 3-step workflow on 8 threads; RSS, threads",
 }
 

@@ -8,6 +8,7 @@ from typing import Any
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, RequestError
 
+from ._lineage import Lineage
 from ._runner import RESPONSE_SOURCE
 from ._state import RunState
 from ._types import type_label
@@ -16,7 +17,9 @@ from ._wire import RESPONSE
 __all__ = ["queue_answers"]
 
 
-def queue_answers(state: RunState, answers: Mapping[str, Any]) -> bool:
+def queue_answers(
+    state: RunState, answers: Mapping[str, Any], lineage: Lineage | None = None
+) -> bool:
     """Deliver ``answers`` to the requesting executors' inboxes; True if any was queued.
 
     Every answer is checked before any is queued, so a bad one consumes nothing.
@@ -29,11 +32,16 @@ def queue_answers(state: RunState, answers: Mapping[str, Any]) -> bool:
     for request_id, answer in answers.items():
         entry = state.pending.get(request_id)
         if entry is None:
-            why = (
-                "was already answered"
-                if request_id in state.answered
-                else "is not a pending request of this session"
-            )
+            if request_id in state.answered:
+                why = "was already answered"
+            elif lineage is not None and not lineage.holds(request_id):
+                why = (
+                    "belongs to an abandoned lineage of this session (one left behind by "
+                    "reset(), by starting the session afresh, or by resuming an older "
+                    "checkpoint); it can no longer be answered, nothing was consumed"
+                )
+            else:
+                why = "is not a pending request of this session"
             raise RequestError(
                 f"request {request_id!r} {why}; pending: {sorted(state.pending) or 'none'}"
             )

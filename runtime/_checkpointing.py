@@ -11,21 +11,30 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
-from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, new_checkpoint_id
+from actorflow.storage import (
+    BlobBatchReader,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStore,
+    Lease,
+    new_checkpoint_id,
+)
 from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metadata
 
 from ._graph import GraphSpec, explain_mismatch
+from ._lineage import Lineage
+from ._migration import prepare_snapshots, version_entries
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
 
-__all__ = ["Checkpointer", "Restored", "load_for_resume"]
+__all__ = ["Checkpointer", "Restored", "check_runtime", "check_runtime_bytes", "load_for_resume"]
 
 _KINDS = frozenset(kind.value for kind in CheckpointKind)
 
@@ -41,6 +50,8 @@ class Checkpointer:
         policy: CheckpointPolicy,
         *,
         parent: Checkpoint | None = None,
+        lease: Lease | None = None,
+        lineage: Lineage | None = None,
     ) -> None:
         self.store = store
         self.spec = spec
@@ -58,9 +69,12 @@ class Checkpointer:
         # The newest checkpoint known to be in the store: the lineage falls back to it
         # when a background write fails, so no record ever names a parent never stored.
         self._confirmed_id = self.last_id
-        self._packed_graph = PackedEntries({"graph": pack(spec.description)})
+        entries = {"graph": pack(spec.description), **version_entries(spec.programs)}
+        if lineage is not None:
+            entries.update(lineage.entries())
+        self._packed_graph = PackedEntries(entries)
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
-        self._save = cut_saver(store)
+        self._save = cut_saver(store, lease)
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()
@@ -69,6 +83,8 @@ class Checkpointer:
         self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self.queued = False
+        """Whether the last :meth:`write` only queued its cut (async durability)."""
 
     def due(self, superstep: int) -> bool:
         """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
@@ -117,8 +133,10 @@ class Checkpointer:
         if self._sync or kind == "entry":
             self._save(cut, blobs)
             self._confirmed_id = cut.id
+            self.queued = False
         else:
             self._enqueue(cut, blobs)
+            self.queued = True
         self._stored = referenced
         self.last_id = cut.id
         return cut.id
@@ -183,6 +201,7 @@ class Checkpointer:
         if self._queue is not None:
             self._queue.join()
         self.raise_failure()
+        self.queued = False
 
     def raise_failure(self) -> None:
         """Re-raise a background write failure (once), resetting the lineage to what is stored."""
@@ -305,7 +324,52 @@ def load_for_resume(
     state, extra = RunState.from_bytes(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
-    return Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+    restored = Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
+    # Every snapshot is read, migrated and checked now: a state the current code
+    # cannot restore fails the resume, not the first handler.
+    migrated = prepare_snapshots(spec.programs, extra, restored.snapshots, _reader(store))
+    for executor in migrated:
+        restored.completed.pop(executor, None)  # a crashed superstep's part: re-run it
+    return restored
+
+
+def _reader(store: CheckpointStore) -> Callable[[list[str]], Mapping[str, bytes]]:
+    if isinstance(store, BlobBatchReader):
+        return store.load_blobs
+    return lambda digests: {d: store.load_blob(d) for d in digests}
+
+
+def check_runtime(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A record's ``runtime`` field, decoded and shape-checked as a resume does it.
+
+    Returns the runtime map of a cut, or ``{"partial": executor, "report":
+    [sends, outputs, requests]}`` for a partial record. Used by resume and by the
+    CLI (``verify`` checks every record with it).
+
+    Raises:
+        CheckpointCorrupt: the field is not what the supervisor writes.
+    """
+    if checkpoint.kind is CheckpointKind.PARTIAL:
+        executor, (report, _) = next(iter(_partial_of(checkpoint).items()))
+        return {"partial": executor, "report": report}
+    return decode_runtime(checkpoint.runtime)
+
+
+def check_runtime_bytes(runtime: bytes) -> dict[str, Any]:
+    """:func:`check_runtime` for a bare field: a partial record's if it names one.
+
+    Raises:
+        CheckpointCorrupt: the field is neither a cut's nor a partial record's.
+    """
+    try:
+        body = msgpack.unpackb(runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
+        executor = body["partial"] if type(body) is dict and "partial" in body else None
+    except Exception as exc:
+        raise CheckpointCorrupt(f"the runtime field is malformed: {exc}") from exc
+    if executor is None:
+        return decode_runtime(runtime)
+    executor, report = _partial_body(runtime, "record")
+    return {"partial": executor, "report": report}
 
 
 def _blueprint_chunks(spec: GraphSpec) -> dict[str, bytes]:
@@ -341,22 +405,48 @@ def _newest_cut(store: CheckpointStore, orphan: Checkpoint) -> Checkpoint:
 
 def _partial_of(part: Checkpoint) -> dict[str, tuple[list[Any], list[str]]]:
     """Decode a partial record (plain msgpack, shape-checked)."""
+    executor, report = _partial_body(part.runtime, part.id)
+    if list(part.executors) != [executor]:
+        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed")
+    return {executor: (report, list(part.executors[executor]))}
+
+
+def _partial_body(runtime: bytes, name: str) -> tuple[str, list[Any]]:
+    """The executor and ``[sends, outputs, requests]`` of a partial record's runtime field."""
     try:
-        body = msgpack.unpackb(part.runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
+        body = msgpack.unpackb(runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
         executor = body["partial"]
         sends, outputs, requests = body["report"]
         valid = (
-            isinstance(executor, str)
-            and list(part.executors) == [executor]
-            and all(isinstance(s, list) and len(s) == 3 and isinstance(s[2], bytes) for s in sends)
-            and all(isinstance(o, bytes) for o in outputs)
-            and all(isinstance(r, list) and len(r) == 3 for r in requests)
+            type(body) is dict
+            and set(body) == {"partial", "report"}
+            and type(executor) is str
+            and type(sends) is list
+            and all(
+                type(s) is list
+                and len(s) == 3
+                and type(s[0]) is str
+                and type(s[1]) is int
+                and type(s[2]) is bytes
+                for s in sends
+            )
+            and type(outputs) is list
+            and all(type(o) is bytes for o in outputs)
+            and type(requests) is list
+            and all(
+                type(r) is list
+                and len(r) == 3
+                and type(r[0]) is str
+                and type(r[1]) is bytes
+                and type(r[2]) is str
+                for r in requests
+            )
         )
     except Exception as exc:
-        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed: {exc}") from exc
+        raise CheckpointCorrupt(f"partial checkpoint {name} is malformed: {exc}") from exc
     if not valid:
-        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed")
-    return {executor: ([sends, outputs, requests], list(part.executors[executor]))}
+        raise CheckpointCorrupt(f"partial checkpoint {name} is malformed")
+    return executor, [sends, outputs, requests]
 
 
 def _refuse(code: int, data: bytes) -> Any:

@@ -126,6 +126,11 @@ class Executor:
 
     __slots__ = ("__dict__", "_af_id", "_af_live", "_af_timeout")
 
+    state_version: ClassVar[int] = 1
+    """The version of this class's state shape. Raise it when the state changes shape
+    (an attribute added, renamed or retyped) and define :meth:`migrate`; resuming a
+    checkpoint of an older version migrates its snapshot first."""
+
     _af_handlers: ClassVar[tuple[HandlerInfo, ...] | None] = None
     _af_resource_table: ClassVar[dict[str, Resource[Any]] | None] = None
 
@@ -165,6 +170,20 @@ class Executor:
         attributes = vars(self)
         attributes.clear()
         attributes.update(state)
+
+    @classmethod
+    def migrate(cls, state: dict[str, Any], from_version: int) -> dict[str, Any]:
+        """Return ``state``, a snapshot of version ``from_version``, in the current shape.
+
+        Called on resume, in the resuming thread, before any actor starts, for every
+        snapshot older than :attr:`state_version` (``from_version`` < it). ``state``
+        is the caller's own dict. Override it together with ``state_version``; the
+        default raises (a version bump without a migration fails the resume).
+
+        Raises:
+            NotImplementedError: not overridden.
+        """
+        raise NotImplementedError(f"{cls.__qualname__} defines no migrate()")
 
     def __repr__(self) -> str:
         return f"<{type(self).__qualname__} {self._af_id!r}>"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from actorflow.actors._naming import stable_name
 from actorflow.errors import GraphMismatch
 
 from ._edges import Accepts
@@ -69,7 +70,7 @@ def describe(
     executors: dict[str, Any] = {}
     for eid, p in sorted(programs.items()):
         entry: dict[str, Any] = {
-            "type": f"{p.cls.__module__}.{p.cls.__qualname__}",
+            "type": stable_name(p.cls),
             "handlers": sorted(
                 ("response:" if h.is_response else "") + "|".join(h.spec.labels())
                 for h in infos[eid]
@@ -123,7 +124,9 @@ def _differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[
             lines.append(f"executor {eid!r} is in this graph but not in the checkpoint")
         elif old_ex[eid]["type"] != new_ex[eid]["type"]:
             lines.append(
-                f"executor {eid!r} was a {old_ex[eid]['type']}, now a {new_ex[eid]['type']}"
+                f"executor {eid!r} was a {old_ex[eid]['type']}, now a {new_ex[eid]['type']} "
+                "(if the class only moved or was renamed, declare __actorflow_name__ = "
+                f"{old_ex[eid]['type']!r} on it to keep its stored name)"
             )
         elif old_ex[eid]["handlers"] != new_ex[eid]["handlers"]:
             lines.append(

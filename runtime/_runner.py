@@ -130,10 +130,14 @@ def _immutable(value: object, depth: int = 0) -> bool:
 class StepBuffer:
     """What one superstep of one executor produced, before it is framed as bytes."""
 
-    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "superstep")
+    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "suffix", "superstep")
 
-    def __init__(self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int) -> None:
+    def __init__(
+        self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int, suffix: str = ""
+    ) -> None:
         self.executor_id = executor_id
+        self.suffix = suffix
+        """Appended to default request ids: the lineage's tag (see ``_lineage``)."""
         self.edges = edges
         self.superstep = superstep
         self.sends: list[list[Any]] = []
@@ -153,7 +157,7 @@ class StepBuffer:
 
     def request(self, value: object, response_type: type, request_id: str | None) -> str:
         if request_id is None:
-            request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}"
+            request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}{self.suffix}"
         self.requests.append(
             [request_id, self._encode(value, "request"), type_label(response_type)]
         )
@@ -266,8 +270,10 @@ class ExecutorRunner:
         return None
 
     def _step(self, payload: bytes) -> bytes:
-        superstep, deliveries, want_snapshot, fault = unpack(payload)
-        buffer = StepBuffer(self._program.executor_id, self._program.edges, superstep)
+        superstep, deliveries, want_snapshot, fault, *suffix = unpack(payload)
+        buffer = StepBuffer(
+            self._program.executor_id, self._program.edges, superstep, suffix[0] if suffix else ""
+        )
         for source, group, body in deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:

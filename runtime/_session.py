@@ -25,7 +25,7 @@ from actorflow.errors import (
     SessionBusy,
     SessionClosed,
 )
-from actorflow.storage import CheckpointStore
+from actorflow.storage import CheckpointStore, Lease
 
 from . import _events as ev
 from ._answers import queue_answers
@@ -33,6 +33,8 @@ from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
 from ._delivery import AsyncSink, End, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
+from ._lineage import Lineage
+from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._supervisor import Driver
 from ._types import type_label
@@ -64,10 +66,16 @@ class Session:
         checkpoint: CheckpointPolicy | None = None,
         restored: Restored | None = None,
         restart: RestartPolicy | None = None,
+        ownership: Ownership | None = None,
+        lineage: Lineage | None = None,
         pool: HostPool | None = None,
     ) -> None:
         self._workflow = workflow
         self._pool = pool if pool is not None else workflow._pool
+        self._ownership = ownership
+        self._lineage = lineage if lineage is not None else Lineage()
+        if ownership is not None:
+            ownership.release_with(self)
         self._restart = restart if restart is not None else workflow._restart
         self._id = session_id or os.urandom(16).hex()  # the shape of uuid4().hex, cheaper
         self._store = store
@@ -93,6 +101,11 @@ class Session:
     def backend(self) -> ActorBackend:
         """Where this session's executors are hosted."""
         return self._pool.backend
+
+    @property
+    def lease(self) -> Lease | None:
+        """The store lease this session holds (None without a store): owner, token, expiry."""
+        return self._ownership.lease if self._ownership is not None else None
 
     @property
     def last_checkpoint_id(self) -> str | None:
@@ -141,7 +154,7 @@ class Session:
 
     def _queue_answers(self, answers: Mapping[str, Any]) -> None:
         """Check every answer first, then queue them all (caller holds the busy lock)."""
-        if queue_answers(self._driver.state, answers):
+        if queue_answers(self._driver.state, answers, self._lineage):
             self._answers_queued = True
 
     # --- running ------------------------------------------------------------------
@@ -305,6 +318,7 @@ class Session:
                 self._driver.checkpointer.close()
             self._restored = None
             self._last_checkpoint = None
+            self._lineage = Lineage.fresh()  # request ids never repeat those of the old lineage
             self._driver = self._new_driver(None)
         finally:
             self._busy.release()
@@ -330,6 +344,8 @@ class Session:
             if self._supervisor is not None:
                 self._workflow._release_supervisor(self._supervisor)
                 self._supervisor = None
+            if self._ownership is not None:
+                self._ownership.release()  # after the checkpointer drained its writes
 
     def __enter__(self) -> Session:
         return self
@@ -352,6 +368,8 @@ class Session:
                 self._id,
                 self._policy,
                 parent=restored.checkpoint if restored else None,
+                lease=self._ownership.first if self._ownership is not None else None,
+                lineage=self._lineage,
             )
         driver = Driver(
             spec,
@@ -364,6 +382,7 @@ class Session:
         if restored is not None:
             driver.state = restored.state
             driver.completed = dict(restored.completed)
+        driver.request_suffix = (self._lineage.suffix,) if self._lineage.suffix else ()
         return driver
 
     def _recyclable(self) -> bool:

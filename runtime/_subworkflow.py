@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 # Not re-exported by actorflow.actors: only the codec and this lookup need it.
+from actorflow.actors._naming import main_module_name
 from actorflow.actors._registry import entry_named
 from actorflow.errors import CheckpointCorrupt, DecodeError, RequestError
 from actorflow.storage import MemoryStore, blob_digest, decode_checkpoint, encode_checkpoint
@@ -36,6 +37,8 @@ from ._context import Context
 from ._events import RequestEvent, RunResult
 from ._executor import Executor, handler, response_handler
 from ._graph import explain_mismatch
+from ._migration import prepare_snapshots
+from ._opening import open_private
 from ._policy import CheckpointPolicy
 from ._wire import unpack
 
@@ -50,7 +53,10 @@ OutputMode = Literal["send", "output"]
 out-edges (``"send"``) or emit them as parent outputs (``"output"``)."""
 
 _RECORD = "checkpoint"
-"""Snapshot attribute holding the nested record; every other attribute is a blob."""
+"""Snapshot attribute holding the nested record; every other attribute but one is a blob."""
+_ASKED = "asked"
+"""Snapshot attribute mapping the parent's ids of open inner requests that carry the
+parent's lineage tag to the inner ids (present only when some do)."""
 
 # The inner run is checkpointed only when it goes idle: the parent snapshots the
 # WorkflowExecutor between deliveries, never in the middle of an inner run.
@@ -104,7 +110,7 @@ class WorkflowExecutor(Executor):
         timeout: per-superstep limit of the whole inner run, as for any executor.
     """
 
-    __slots__ = ("_af_blobs", "_af_code", "_af_nested")
+    __slots__ = ("_af_asked", "_af_blobs", "_af_code", "_af_nested")
 
     def __init__(
         self,
@@ -120,6 +126,7 @@ class WorkflowExecutor(Executor):
         self._af_code = _Inner(workflow, outputs)
         self._af_nested: bytes | None = None
         self._af_blobs: dict[str, bytes] = {}
+        self._af_asked: dict[str, str] = {}
 
     @property
     def workflow(self) -> Workflow:
@@ -135,6 +142,8 @@ class WorkflowExecutor(Executor):
         snapshots store an unchanged (large) inner executor state only once.
         """
         state: dict[str, Any] = {_RECORD: self._af_nested}
+        if self._af_asked:
+            state[_ASKED] = dict(self._af_asked)
         for digest in sorted(self._af_blobs):
             state[digest] = self._af_blobs[digest]
         return state
@@ -147,11 +156,13 @@ class WorkflowExecutor(Executor):
             GraphMismatch: the record was taken on another inner graph (names the path).
         """
         record = state.get(_RECORD)
-        blobs = {k: v for k, v in state.items() if k != _RECORD}
+        asked = state.get(_ASKED) or {}
+        blobs = {k: v for k, v in state.items() if k not in (_RECORD, _ASKED)}
         if record is not None:
             self._check(record, blobs)
         self._af_nested = record
         self._af_blobs = blobs
+        self._af_asked = dict(asked)
 
     def _check(self, record: bytes, blobs: dict[str, bytes]) -> None:
         where = f"the nested checkpoint of sub-workflow {self.id!r}"
@@ -168,6 +179,18 @@ class WorkflowExecutor(Executor):
         if checkpoint.graph_signature != inner.signature:
             stored = unpack(checkpoint.runtime).get("graph", {})
             raise explain_mismatch(stored, inner.describe(), path=f"sub-workflow {self.id!r}")
+        # The inner states must fit the inner classes too (they migrate when the
+        # inner session resumes); checked now so a resume fails, not a later delivery.
+        snapshots: dict[str, list[tuple[str, bytes | None]]] = {
+            eid: [(d, blobs[d]) for d in digests] for eid, digests in checkpoint.executors.items()
+        }
+        prepare_snapshots(
+            inner._spec.programs,
+            unpack(checkpoint.runtime),
+            snapshots,
+            lambda digests: {d: blobs[d] for d in digests},
+            where=f"in sub-workflow {self.id!r}: ",
+        )
 
     # --- handlers -------------------------------------------------------------------
 
@@ -187,7 +210,7 @@ class WorkflowExecutor(Executor):
                 f"sub-workflow {self.id!r} received an answer to {request_id!r}, which it "
                 "did not ask for"
             )
-        inner_id = request_id[len(prefix) :]
+        inner_id = self._af_asked.pop(request_id, None) or request_id[len(prefix) :]
         self._advance(ctx, lambda session: session.respond({inner_id: response}))
 
     # --- internals ------------------------------------------------------------------
@@ -212,25 +235,28 @@ class WorkflowExecutor(Executor):
             else:
                 ctx.output(value)
         open_ids = {p.request_id for p in result.pending_requests}
+        # The parent's lineage tag (after a reset, a fresh start or time travel) goes on
+        # the surfaced ids too: the inner ids start over with the nested state.
+        suffix = ctx._buffer.suffix
         for event in result.events:
             # Only requests made in this inner run: older ones were surfaced already.
             if isinstance(event, RequestEvent) and event.request_id in open_ids:
-                ctx.request(
-                    event.value,
-                    _type_named(event.response_type),
-                    request_id=f"{self.id}/{event.request_id}",
-                )
+                outer_id = f"{self.id}/{event.request_id}{suffix}"
+                if suffix:
+                    self._af_asked[outer_id] = event.request_id
+                ctx.request(event.value, _type_named(event.response_type), request_id=outer_id)
         self._af_nested = encode_checkpoint(dataclasses.replace(latest, parent_id=None))
         self._af_blobs = blobs
 
     def _open(self, store: MemoryStore) -> Session:
         """A session on the inner workflow, continuing the nested checkpoint if any."""
         inner = self._af_code.workflow
+        inner._check_open()
         if self._af_nested is None:
-            return inner.session(self.id, store=store, checkpoint=_INNER_POLICY)
+            return open_private(inner, store, self.id, None, _INNER_POLICY)
         checkpoint = decode_checkpoint(self._af_nested)
         store.save(checkpoint, self._af_blobs)
-        return inner.resume(store, checkpoint_id=checkpoint.id, checkpoint=_INNER_POLICY)
+        return open_private(inner, store, self.id, checkpoint.id, _INNER_POLICY)
 
 
 def _type_named(label: str) -> type:
@@ -263,7 +289,10 @@ def _loaded(label: str) -> object:
     """``module.qualname`` resolved in already-imported modules only (None if absent)."""
     parts = label.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        found: object = sys.modules.get(".".join(parts[:cut]))
+        module = ".".join(parts[:cut])
+        if module == main_module_name():  # the script's classes live in __main__
+            module = "__main__" if module not in sys.modules else module
+        found: object = sys.modules.get(module)
         for name in parts[cut:] if found is not None else ():
             found = getattr(found, name, None)
         if isinstance(found, type):

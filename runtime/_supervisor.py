@@ -75,6 +75,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         self._unloaded: set[str] = set()
         self.completed: dict[str, tuple[list[Any], list[str]]] = {}
         """Executor -> (report, snapshot digests) of a partly finished superstep (resume)."""
+        self.request_suffix: tuple[str, ...] = ()
+        """``(suffix,)`` when this lineage tags its request ids (see ``_lineage``), else ()."""
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._unwritten = False
@@ -454,7 +456,9 @@ class Driver(CheckpointSteps, RecoverySteps):
             mode = fault.kind if fault is not None else ""
             if mode == "death":
                 self.hosts[target].stop()
-            request = pack([superstep, inbox[target], want_snapshot or bool(mode), mode])
+            request = pack(
+                [superstep, inbox[target], want_snapshot or bool(mode), mode, *self.request_suffix]
+            )
             futures[target] = self._call(target, "step", request)
         if on_sent is not None:
             on_sent()

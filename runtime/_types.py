@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actorflow.actors import wire_name
+from actorflow.actors._naming import stable_name
 
 __all__ = ["TypeSpec", "parse_type_spec", "type_label"]
 
@@ -85,4 +86,4 @@ def type_label(tp: type) -> str:
         return name
     if tp.__module__ == "builtins":
         return tp.__qualname__
-    return f"{tp.__module__}.{tp.__qualname__}"
+    return stable_name(tp)

@@ -14,9 +14,10 @@ from actorflow.errors import SessionClosed
 from actorflow.storage import CheckpointStore
 
 from . import _events as ev
-from ._checkpointing import load_for_resume
 from ._graph import GraphSpec
 from ._job import SupervisorActor
+from ._opening import IfExists, open_session, resume_session
+from ._ownership import DEFAULT_LEASE_TTL
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
 
@@ -152,9 +153,15 @@ class Workflow:
         store: CheckpointStore | None = None,
         checkpoint: CheckpointPolicy | None = None,
         restart: RestartPolicy | None = None,
+        if_exists: IfExists = "error",
+        wait: float = 0.0,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
         backend: ActorBackend | None = None,
     ) -> Session:
         """Open a long-lived session: actors and executor state persist between runs.
+
+        With a store the session is opened for writing: it takes the session's lease
+        (see ``docs/sessions.md``), renewed while it is open and released by ``close()``.
 
         Args:
             session_id: lineage key for checkpoints (default: a fresh id).
@@ -165,17 +172,31 @@ class Workflow:
                 (``WorkflowBuilder(restart=...)``); per-executor overrides
                 (``set_restart``) still apply. ``RestartPolicy(max_restarts=0)``
                 makes the session fail fast.
+            if_exists: when ``session_id`` already has checkpoints in ``store``:
+                ``"error"`` (raise :class:`SessionExists`), ``"resume"`` (continue its
+                latest checkpoint, as :meth:`resume`) or ``"fresh"`` (a new lineage;
+                the old one stays readable, its pending requests become unanswerable).
+            wait: seconds to wait for another owner of the session to let go.
+            lease_ttl: seconds the lease outlives this process if it dies (the
+                takeover time after a crash); renewed every third of it.
             backend: where this session's executors are hosted (default: the
                 workflow's, ``build(backend=...)``), e.g. ``RayBackend()``. A
                 checkpoint taken on one backend resumes on any other.
+
+        Raises:
+            SessionOwned: another open session (any process) holds the session.
+            SessionExists: ``session_id`` has checkpoints and ``if_exists="error"``.
         """
         self._check_open()
-        return Session(
+        return open_session(
             self,
             session_id,
             store=store,
             checkpoint=checkpoint,
             restart=restart,
+            if_exists=if_exists,
+            wait=wait,
+            lease_ttl=lease_ttl,
             pool=self._pool_for(backend),
         )
 
@@ -188,33 +209,49 @@ class Workflow:
         checkpoint: CheckpointPolicy | None = None,
         responses: Mapping[str, Any] | None = None,
         restart: RestartPolicy | None = None,
+        as_session: str | None = None,
+        wait: float = 0.0,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
         backend: ActorBackend | None = None,
     ) -> Session:
         """Open a session restored from a checkpoint (the session's latest, or ``checkpoint_id``).
 
         Every executor's private state, in-flight messages, fan-in buffers, pending
         requests and the superstep counter are restored; call ``run()`` (no input)
-        to continue. Resuming from an older checkpoint forks a new branch: history
-        is never overwritten.
+        to continue. The session is opened for writing: it holds the session's lease
+        until closed (see :meth:`session`). Resuming from an older checkpoint
+        (time travel) starts a new branch of the session: history is never
+        overwritten, and the new records name that checkpoint as their parent.
 
         ``responses`` answers pending requests (as :meth:`Session.respond` would);
-        they are handled by the next ``run()``. ``restart`` and ``backend`` are as for
-        :meth:`session`.
+        they are handled by the next ``run()``. ``restart``, ``wait``, ``lease_ttl``
+        and ``backend`` are as for :meth:`session`.
+
+        Args:
+            as_session: fork into this new session id (it must have no checkpoints)
+                instead of continuing the resumed session; the original lineage is
+                untouched.
 
         Raises:
             CheckpointNotFound: nothing to resume.
             GraphMismatch: the checkpoint was taken on a different graph.
+            StateMigrationError: an executor's stored state cannot be brought to its
+                current ``state_version``.
             RequestError: a response does not fit a pending request.
+            SessionOwned: another open session holds the session (``as_session``'s).
+            SessionExists: ``as_session`` already has checkpoints.
         """
         self._check_open()
-        restored = load_for_resume(store, self._spec, session=session, checkpoint_id=checkpoint_id)
-        resumed = Session(
+        resumed = resume_session(
             self,
-            session or restored.checkpoint.session,
-            store=store,
+            store,
+            session=session,
+            checkpoint_id=checkpoint_id,
             checkpoint=checkpoint,
-            restored=restored,
             restart=restart,
+            as_session=as_session,
+            wait=wait,
+            lease_ttl=lease_ttl,
             pool=self._pool_for(backend),
         )
         if responses:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from ._format import Checkpoint, CheckpointKind, _plain_copy
+from ._lease import Lease
 from ._protocol import CheckpointStore
 
 __all__ = ["Cut", "CutSaver", "ExecutorDigests", "cut_saver", "packed_metadata"]
@@ -71,22 +72,36 @@ CutSaver = Callable[[Cut, Mapping[str, bytes]], None]
 """Saves a cut and its new blobs, with the semantics of ``CheckpointStore.save``."""
 
 
-def cut_saver(store: CheckpointStore) -> CutSaver:
+def cut_saver(store: CheckpointStore, lease: Lease | None = None) -> CutSaver:
     """How to save cuts into ``store``: as they are if it takes them, else as checkpoints.
 
     Only a class that defines ``save`` and ``_save_cut`` together takes cuts, so a
     subclass or a proxy that changes ``save`` (to count, fail or forward saves)
-    still sees every record through its own ``save``.
+    still sees every record through its own ``save``. Every save carries ``lease``
+    when given (the session's fencing token, see ``CheckpointStore.save``).
     """
     owner = next((c for c in type(store).__mro__ if "save" in c.__dict__), None)
     if owner is not None and "_save_cut" in owner.__dict__:
-        takes: CutSaver = store._save_cut  # type: ignore[attr-defined]  # checked above
-        return takes
+        takes: Callable[..., None] = store._save_cut  # type: ignore[attr-defined]  # checked above
+        if lease is None:
+            return takes
 
-    def save(cut: Cut, blobs: Mapping[str, bytes]) -> None:
-        store.save(cut.checkpoint(), blobs)
+        def save_cut(cut: Cut, blobs: Mapping[str, bytes]) -> None:
+            takes(cut, blobs, lease)
 
-    return save
+        return save_cut
+
+    if lease is None:
+
+        def save(cut: Cut, blobs: Mapping[str, bytes]) -> None:
+            store.save(cut.checkpoint(), blobs)
+
+        return save
+
+    def save_leased(cut: Cut, blobs: Mapping[str, bytes]) -> None:
+        store.save(cut.checkpoint(), blobs, lease=lease)
+
+    return save_leased
 
 
 EMPTY_METADATA = b"\x80"

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graphs  # found via the sys.path entry above, as in the parent
 
 import actorflow as af
-from actorflow.storage import Checkpoint
+from actorflow.storage import Checkpoint, Lease
 from actorflow.storage import _file as file_store
 
 _STUCK_SECONDS = 60.0  # the parent kills us long before this; it only bounds a lost parent
@@ -96,7 +96,9 @@ class GatedStore:
         self._block = block or {}
         self._arm_in_save = arm_in_save
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         if checkpoint.kind == "partial":
             # An executor's finished part, saved mid-superstep: its events come at the barrier.
             self._progress.wait_for(checkpoint.superstep - 1)
@@ -105,12 +107,18 @@ class GatedStore:
         hit = checkpoint.kind == "step" and checkpoint.superstep == self._block.get("superstep")
         if hit and self._block.get("at") == "in_save":
             self._arm_in_save.set()
-        self._inner.save(checkpoint, blobs)
+        self._inner.save(checkpoint, blobs, lease=lease)
         if hit and self._block.get("at") == "after_save":
             _stop_here()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+LEASE_TTL = 0.5
+"""Seconds a killed child's lease outlives it (short: the next process waits that long)."""
+LEASE_WAIT = 30.0
+"""Bound on waiting for a killed process's lease to expire."""
 
 
 def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
@@ -168,10 +176,19 @@ def main() -> None:
         init = {"address": config["ray"], "log_to_driver": False, "configure_logging": False}
         backend = af.RayBackend(init={**init, "runtime_env": {"env_vars": {"PYTHONPATH": path}}})
     if config["mode"] == "run":
-        session = workflow.session(config["session"], store=store, backend=backend)
+        # A short lease: the parent takes the session over soon after killing us.
+        session = workflow.session(
+            config["session"], store=store, lease_ttl=LEASE_TTL, backend=backend
+        )
         value: Any = case.input
     else:
-        session = workflow.resume(store, session=config["session"], backend=backend)
+        session = workflow.resume(
+            store,
+            session=config["session"],
+            wait=LEASE_WAIT,
+            lease_ttl=LEASE_TTL,
+            backend=backend,
+        )
         value = None
         # Supersteps up to the resumed cut were logged by the process that ran them.
         latest = inner.latest(session=config["session"])

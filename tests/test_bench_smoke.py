@@ -31,6 +31,12 @@ EXPECTED_FIGURES = {
     ("soak", "rss_end_mb"),
     ("soak", "threads_max"),
     ("soak", "correct_outputs"),
+    ("takeover_file", "takeover_after_kill9_s"),
+    ("takeover_sqlite", "takeover_after_kill9_s"),
+    ("lease_save_file", "save_with_lease_us"),
+    ("lease_save_sqlite", "save_with_lease_us"),
+    ("lease_check_file", "fencing_check_us"),
+    ("lease_check_sqlite", "fencing_check_us"),
 }
 
 KEYS = {

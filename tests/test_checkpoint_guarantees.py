@@ -25,6 +25,7 @@ from actorflow.actors import decode_state, encode
 from actorflow.storage import (
     Checkpoint,
     CheckpointKind,
+    Lease,
     blob_digest,
     encode_checkpoint,
     new_checkpoint_id,
@@ -465,14 +466,13 @@ def _crafted_store(
 def test_close_after_a_resume_that_could_not_restore_leaves_no_actor_thread(
     tmp_path: Path,
 ) -> None:
-    """A resume whose snapshot cannot be decoded fails its run; close() then stops every actor."""
+    """A resume whose snapshot cannot be decoded fails before any actor starts; none is left."""
     before = set(threading.enumerate())
     case = graphs.build("chain", 3)
     store, crafted = _crafted_store(case, "snapshot-is-a-pickle", tmp_path / "sentinel")
-    resumed = case.workflow.resume(store, checkpoint_id=crafted.id)
-    with pytest.raises(af.DecodeError):
-        resumed.run()
-    resumed.close()
+    with pytest.raises(af.DecodeError, match="stored state cannot be decoded"):
+        case.workflow.resume(store, checkpoint_id=crafted.id)
+    assert store.current_lease(crafted.session) is None
     case.workflow.close()
     leftover = [t for t in threading.enumerate() if t not in before]
     deadline = time.monotonic() + 2
@@ -588,11 +588,13 @@ class FailingStore:
         self.fails = fails
         self.failed = threading.Event()
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         if self.fails(checkpoint):
             self.failed.set()
             raise OSError(f"disk full (simulated) at superstep {checkpoint.superstep}")
-        self.inner.save(checkpoint, blobs)
+        self.inner.save(checkpoint, blobs, lease=lease)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -654,6 +656,41 @@ def test_with_async_durability_a_failed_write_fails_the_run_at_the_next_barrier(
     assert not [e for e in events if isinstance(e, af.RunCompletedEvent)]
     completed = [e.superstep for e in events if isinstance(e, af.SuperstepCompletedEvent)]
     assert max(completed) == failed[0].superstep
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("durability", [af.Durability.SYNC, af.Durability.ASYNC])
+def test_a_checkpointed_event_not_marked_queued_names_a_stored_record(
+    durability: af.Durability,
+) -> None:
+    """CheckpointedEvent means written unless ``queued``; with ASYNC a step cut is only queued,
+    and the ids of queued cuts whose write failed never appear in the store."""
+    store = FailingStore(lambda cp: cp.kind == "step" and cp.superstep >= 3)
+
+    def hold_step_4(executor: str, superstep: int) -> None:
+        if superstep == 4:  # the write of step 3 has been attempted first
+            assert store.failed.wait(10)
+
+    graphs.HOOK = hold_step_4
+    try:
+        case = graphs.build("ring", 3, 10)
+        policy = af.CheckpointPolicy(durability=durability)
+        with case.workflow as wf, wf.session("s", store=store, checkpoint=policy) as s:
+            events, _ = _stream_until_failure(s, case.input)
+    finally:
+        graphs.HOOK = None
+    checkpointed = [e for e in events if isinstance(e, af.CheckpointedEvent)]
+    stored = {cp.id for cp in store.inner.list()}
+    assert checkpointed
+    for event in checkpointed:
+        if not event.queued:
+            assert event.checkpoint_id in stored, event
+    queued = [e for e in checkpointed if e.queued]
+    if durability is af.Durability.SYNC:
+        assert not queued
+    else:
+        assert queued and all(e.kind in ("step", "response") for e in queued)
+        assert [e for e in queued if e.checkpoint_id not in stored]  # a queued id never written
 
 
 @pytest.mark.timeout(30)

@@ -13,7 +13,7 @@ from actorflow.runtime._lastgood import LastGood
 from actorflow.runtime._policy import CheckpointPolicy
 from actorflow.runtime._state import PackedEntries, RunState
 from actorflow.runtime._wire import pack
-from actorflow.storage import Checkpoint, MemoryStore, blob_digest
+from actorflow.storage import Checkpoint, Lease, MemoryStore, blob_digest
 
 
 class Idle(af.Executor):
@@ -72,9 +72,11 @@ class Keeping(MemoryStore):
         super().__init__()
         self.given: list[Checkpoint] = []
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         self.given.append(checkpoint)
-        super().save(checkpoint, blobs)
+        super().save(checkpoint, blobs, lease=lease)
 
 
 def test_records_of_one_lineage_share_no_container() -> None:

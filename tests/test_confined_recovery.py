@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import actorflow as af
-from actorflow.storage import CheckpointKind
+from actorflow.storage import CheckpointKind, Lease
 
 INVOKED: list[str] = []
 GATE = threading.Event()
@@ -83,6 +83,7 @@ def test_only_unfinished_executors_run_again_after_a_crash(tmp_path: Path) -> No
         assert all(cp.parent_id == store.load(partials[0].parent_id or "").id for cp in partials)
         SLOW.clear()
         INVOKED.clear()
+        _die(store, crashed)
         with build() as fresh, fresh.resume(store, session="s") as resumed:
             result = resumed.run()
         assert INVOKED == ["w2"], "a worker that had finished ran again"
@@ -112,12 +113,24 @@ class CountingStore(af.SQLiteStore):
         self._wanted = partials_wanted
         PARTIALS_SAVED.clear()
 
-    def save(self, checkpoint: af.storage.Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        super().save(checkpoint, blobs)
+    def save(
+        self,
+        checkpoint: af.storage.Checkpoint,
+        blobs: Mapping[str, bytes],
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        super().save(checkpoint, blobs, lease=lease)
         if checkpoint.kind is CheckpointKind.PARTIAL:
             self._wanted -= 1
             if self._wanted == 0:
                 PARTIALS_SAVED.set()
+
+
+def _die(store: af.CheckpointStore, crashed: af.Session) -> None:
+    """End the "crashed" session's ownership as its death would (its lease ends)."""
+    assert crashed.lease is not None
+    store.release_lease(crashed.lease)
 
 
 @pytest.mark.timeout(30)
@@ -137,6 +150,7 @@ def test_partial_records_whose_cut_was_deleted_give_a_clear_error(tmp_path: Path
             if cp.kind is not CheckpointKind.PARTIAL:
                 store.delete(cp.id)
         assert {cp.kind for cp in store.list(session="s")} == {CheckpointKind.PARTIAL}
+        _die(store, crashed)
         with build() as fresh, pytest.raises(af.CheckpointNotFound, match="no longer stored"):
             fresh.resume(store, session="s")
     finally:

@@ -282,10 +282,11 @@ def resume_here(store: Any, graph: tuple[str, list[int], dict[str, Any]]) -> lis
     case = graphs.build(family, *params, **kwargs)
     with case.workflow as wf:
         if store.latest(session=SESSION) is None:
-            session = wf.session(SESSION, store=store)
+            session = wf.session(SESSION, store=store, wait=30)
             events = list(session.stream(case.input))
         else:
-            session = wf.resume(store, session=SESSION)
+            # The killed process's lease expires within its TTL (see crash_child).
+            session = wf.resume(store, session=SESSION, wait=30)
             events = list(session.stream())
         session.close()
     assert isinstance(events[-1], af.RunCompletedEvent)

@@ -15,6 +15,7 @@ from actorflow.errors import CheckpointCorrupt
 from actorflow.storage import (
     Checkpoint,
     FileStore,
+    Lease,
     MemoryStore,
     blob_digest,
     encode_checkpoint,
@@ -52,9 +53,11 @@ class Counting(MemoryStore):
         super().__init__()
         self.saved: list[Checkpoint] = []
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         self.saved.append(checkpoint)
-        super().save(checkpoint, blobs)
+        super().save(checkpoint, blobs, lease=lease)
 
 
 class Proxy:
@@ -64,9 +67,11 @@ class Proxy:
         self.inner = MemoryStore()
         self.saved: list[str] = []
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
         self.saved.append(checkpoint.id)
-        self.inner.save(checkpoint, blobs)
+        self.inner.save(checkpoint, blobs, lease=lease)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -212,13 +212,13 @@ def test_a_corrupt_changed_chunk_still_fails_the_resume(tmp_path: Path) -> None:
         blueprint = set(probe._spec.programs["h"].blueprint_digests)
     changed = [d for d in stored.executors["h"] if d not in blueprint]
     FileStoreFactory(str(tmp_path)).corrupt_blob(changed[-1], lambda b: b[:-1] + b"\x00")
+    # Resuming reads and checks every snapshot before any actor starts.
     with (
         FileStore(tmp_path) as store,
         _holder_workflow() as wf,
-        wf.resume(store, session="s") as s,
         pytest.raises(CheckpointCorrupt),
     ):
-        s.run(2)
+        wf.resume(store, session="s")
 
 
 @pytest.mark.parametrize(

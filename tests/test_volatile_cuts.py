@@ -21,7 +21,7 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode_state
-from actorflow.storage import Checkpoint, CheckpointKind
+from actorflow.storage import Checkpoint, CheckpointKind, Lease
 from actorflow.storage._cut import Cut
 from actorflow.testing import run_to_idle
 
@@ -41,13 +41,15 @@ class HeldStore(af.MemoryStore):
         super().__init__()
         self.on_cut: Any = None
 
-    def save(self, checkpoint: Checkpoint, blobs: Mapping[str, bytes]) -> None:
-        super().save(checkpoint, blobs)
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        super().save(checkpoint, blobs, lease=lease)
 
-    def _save_cut(self, cut: Cut, blobs: Mapping[str, bytes]) -> None:
+    def _save_cut(self, cut: Cut, blobs: Mapping[str, bytes], lease: Lease | None = None) -> None:
         if self.on_cut is not None and cut.kind == "step":
             self.on_cut(cut)
-        super()._save_cut(cut, blobs)
+        super()._save_cut(cut, blobs, lease)
 
 
 def assert_latest_is_step_cut(store: af.MemoryStore, superstep: int) -> None:

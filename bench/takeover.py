@@ -1,0 +1,203 @@
+"""Session leases: how long a takeover after ``kill -9`` takes, and what a lease costs a save.
+
+Takeover (per store kind, FileStore and SQLiteStore in temp dirs): a child process
+opens a session with the default lease TTL (``DEFAULT_LEASE_TTL``, 10 s; 1 s with
+``--quick``), runs until the workflow asks a question and blocks; the parent
+SIGKILLs it and times ``wf.resume(store, session=..., wait=...)`` until it owns the
+session. Floor: the TTL itself (a takeover cannot come sooner: the lease was
+renewed up to a third of a TTL before the kill, so it lands between 2/3 and 1
+TTL plus the polling step). Target: <= 1.1 x TTL.
+
+Lease cost per save (per store kind): saving small records of one lineage with
+the session's lease (the fencing check in the same transaction / under the same
+lock) against the same saves of another session without any lease, alternated.
+Floor: the lease-less save. Target: <= 1.3 x.
+
+Run: ``python -m bench.takeover [--quick]``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+import actorflow as af
+from actorflow.runtime._ownership import DEFAULT_LEASE_TTL
+from actorflow.storage.conformance import make_checkpoint
+from bench._common import median, parse_options, report
+
+SESSION = "takeover"
+
+
+class Asker(af.Executor):
+    """Asks once and waits for the answer."""
+
+    @af.handler
+    def on_int(self, n: int, ctx: af.Context) -> None:
+        ctx.request(n, bool)
+
+    @af.response_handler
+    def on_answer(self, n: int, ok: bool, ctx: af.Context) -> None:
+        ctx.output(ok)
+
+
+def build() -> af.Workflow:
+    return af.WorkflowBuilder("takeover", start=Asker("asker")).build()
+
+
+def open_store(kind: str, folder: str) -> af.CheckpointStore:
+    if kind == "file":
+        return af.FileStore(os.path.join(folder, "store"))
+    return af.SQLiteStore(os.path.join(folder, "store.db"))
+
+
+def hold(kind: str, folder: str, ttl: float) -> None:
+    """Child: own the session, pause on the request, report, block until killed."""
+    store = open_store(kind, folder)
+    wf = build()
+    session = wf.session(SESSION, store=store, lease_ttl=ttl)
+    session.run(1)
+    print("HELD", flush=True)
+    threading.Event().wait(10 * ttl + 60)
+
+
+def takeover_seconds(kind: str, ttl: float) -> float:
+    with tempfile.TemporaryDirectory() as folder:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "bench.takeover", "hold", kind, folder, str(ttl)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "HELD"
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(timeout=60)
+            killed = time.perf_counter()
+            store = open_store(kind, folder)
+            with build() as wf, wf.resume(store, session=SESSION, wait=10 * ttl + 60) as s:
+                took = time.perf_counter() - killed
+                assert s.respond({"asker:1:0": True}).outputs == [True]
+            store.close()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=60)
+            if child.stdout is not None:
+                child.stdout.close()
+        return took
+
+
+@dataclass(frozen=True, slots=True)
+class SaveTimes:
+    leased: list[float]
+    plain: list[float]
+    check: list[float]
+
+
+def save_costs(kind: str, rounds: int, per_round: int) -> SaveTimes:
+    """Per-save seconds of leased and lease-less saves (interleaved one by one, so the
+    machine's drift hits both alike), and of the fencing check alone."""
+    leased: list[float] = []
+    plain: list[float] = []
+    check: list[float] = []
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_store(kind, folder)
+        lease = store.acquire_lease("leased", "bench", 600)
+        parents: dict[str, af.storage.Checkpoint | None] = {"leased": None, "plain": None}
+        for _ in range(rounds):
+            spent = {"leased": 0.0, "plain": 0.0}
+            for n in range(per_round):
+                # Which goes first alternates: a save right after another may pay for
+                # its predecessor (a WAL checkpoint, a folder fsync).
+                for session in ("plain", "leased") if n % 2 else ("leased", "plain"):
+                    checkpoint, blobs = make_checkpoint(session=session, parent=parents[session])
+                    parents[session] = checkpoint
+                    given = lease if session == "leased" else None
+                    started = time.perf_counter()
+                    store.save(checkpoint, blobs, lease=given)
+                    spent[session] += time.perf_counter() - started
+            leased.append(spent["leased"] / per_round)
+            plain.append(spent["plain"] / per_round)
+            check.append(fencing_check_seconds(store, lease, per_round))
+        store.release_lease(lease)
+        store.close()
+    return SaveTimes(leased, plain, check)
+
+
+def fencing_check_seconds(store: af.CheckpointStore, lease: af.Lease, count: int) -> float:
+    """Seconds of the lease check a save makes, alone (the store's own code path)."""
+    started = time.perf_counter()
+    if isinstance(store, af.FileStore):
+        for _ in range(count):
+            with store._leases.fenced(lease.session, lease, "bench"):
+                pass
+    else:
+        assert isinstance(store, af.SQLiteStore)
+        from actorflow.storage import _sqlite_sql as sql
+
+        for _ in range(count):
+            with store._write() as db:
+                sql.lease_row(db, lease.session)
+    return (time.perf_counter() - started) / count
+
+
+def main() -> None:
+    options = parse_options(__doc__ or "")
+    ttl = 1.0 if options.quick else DEFAULT_LEASE_TTL
+    for kind in ("file", "sqlite"):
+        took = takeover_seconds(kind, ttl)
+        report(
+            f"takeover_{kind}",
+            "takeover_after_kill9_s",
+            took,
+            "s",
+            floor=ttl,
+            floor_unit="s",
+            floor_name="the lease TTL",
+            target_op="<=",
+            target_value=1.1,
+            quick=options.quick,
+            ttl_s=ttl,
+        )
+        costs = save_costs(kind, 3 if options.quick else 9, 20 if options.quick else 50)
+        report(
+            f"lease_save_{kind}",
+            "save_with_lease_us",
+            median(costs.leased) * 1e6,
+            "us",
+            floor=median(costs.plain) * 1e6,
+            floor_unit="us",
+            floor_name="the same save without a lease",
+            target_op="<=",
+            target_value=1.3,
+            samples=[s * 1e6 for s in costs.leased],
+            quick=options.quick,
+            floor_samples=[s * 1e6 for s in costs.plain],
+        )
+        report(
+            f"lease_check_{kind}",
+            "fencing_check_us",
+            median(costs.check) * 1e6,
+            "us",
+            floor=median(costs.plain) * 1e6,
+            floor_unit="us",
+            floor_name="a save without a lease (the budget is 0.3 of it: 1.3x)",
+            target_op="<=",
+            target_value=0.3,
+            samples=[s * 1e6 for s in costs.check],
+            quick=options.quick,
+        )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["hold"]:
+        hold(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    else:
+        main()

@@ -1,0 +1,219 @@
+"""State versions: bringing executor snapshots written by older code to the current class.
+
+An executor class declares the version of its state (``state_version = 2``) and
+how to bring an older snapshot up to it (a ``migrate(state, from_version)``
+classmethod returning the new state dict). Checkpoints record the version of
+every executor whose class declares one other than 1 (the runtime field
+``"versions"``).
+
+On resume, before any actor starts, :func:`prepare_snapshots` reads every
+executor's stored state, migrates the ones of an older version, and restores each
+into a scratch instance of the current class (``restore()`` as the runner calls
+it, no resources), which must then have every attribute a freshly built instance
+has. A snapshot that fails any of this fails the resume with
+:class:`~actorflow.errors.StateMigrationError`, naming the executor, both versions
+and the fix, instead of the first handler failing with an ``AttributeError``.
+Sub-workflows check their nested states the same way when restored, and migrate
+them when their inner session resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from actorflow.actors import decode_state, encode_state
+from actorflow.actors._naming import stable_name
+from actorflow.errors import DecodeError, StateMigrationError
+
+from ._executor import Executor
+from ._runner import ExecutorProgram
+from ._wire import pack
+
+__all__ = ["prepare_snapshots", "version_entries"]
+
+Chunks = list[tuple[str, bytes | None]]
+Reader = Callable[[list[str]], Mapping[str, bytes]]
+
+
+def version_of(cls: type[Executor]) -> int:
+    version = getattr(cls, "state_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise StateMigrationError(
+            f"{stable_name(cls)}.state_version must be an int >= 1, got {version!r}"
+        )
+    return version
+
+
+def version_entries(programs: Mapping[str, ExecutorProgram]) -> dict[str, bytes]:
+    """The ``"versions"`` runtime field for these executors (none if every version is 1)."""
+    versions = {eid: version_of(p.cls) for eid, p in sorted(programs.items())}
+    declared = {eid: v for eid, v in versions.items() if v != 1}
+    return {"versions": pack(declared)} if declared else {}
+
+
+def prepare_snapshots(
+    programs: Mapping[str, ExecutorProgram],
+    extra: Mapping[str, Any],
+    snapshots: dict[str, Chunks],
+    read: Reader,
+    *,
+    where: str = "",
+) -> set[str]:
+    """Check (and migrate, in place) every snapshot in ``snapshots`` against its class.
+
+    Args:
+        programs: executor id -> its program (the current code).
+        extra: the checkpoint's runtime fields (``"versions"`` among them).
+        snapshots: executor id -> its chunks, bytes or None (read through ``read``);
+            replaced by chunks that all hold bytes, migrated where needed.
+        read: digest list -> bytes, for the chunks not in hand.
+        where: prefix for error messages (a sub-workflow's path).
+
+    Returns:
+        The executors whose state was migrated.
+
+    Raises:
+        StateMigrationError: a snapshot cannot be decoded, migrated or restored.
+    """
+    stored_versions = extra.get("versions", {})
+    if not isinstance(stored_versions, dict):
+        stored_versions = {}
+    missing = sorted({d for chunks in snapshots.values() for d, c in chunks if c is None})
+    got = read(missing) if missing else {}
+    migrated: set[str] = set()
+    for eid in sorted(snapshots):
+        program = programs.get(eid)
+        if program is None:
+            continue  # the graph check reports executors the graph lacks
+        chunks = [(d, c if c is not None else got[d]) for d, c in snapshots[eid]]
+        current = version_of(program.cls)
+        stored = stored_versions.get(eid, 1)
+        state = _decoded(program, chunks, where)
+        if stored != current:
+            state = _migrated(program, state, stored, current, where)
+            encoded = encode_state(state)
+            snapshots[eid] = [(hashlib.sha256(c).hexdigest(), c) for c in encoded]
+            migrated.add(eid)
+        else:
+            snapshots[eid] = list(chunks)
+        _check_restores(program, state, stored, current, where)
+    return migrated
+
+
+def _error(
+    program: ExecutorProgram, stored: int, current: int, what: str, fix: str, *, where: str
+) -> StateMigrationError:
+    name = stable_name(program.cls)
+    return StateMigrationError(
+        f"{where}executor {program.executor_id!r} ({name}): {what} (stored state version "
+        f"{stored}, current state_version {current}); {fix}",
+        executor=program.executor_id,
+        stored_version=stored,
+        current_version=current,
+    )
+
+
+_HOW = (
+    "declare state_version = {next} on the class and a classmethod migrate(cls, state, "
+    "from_version) that returns the state in the new shape, or give restore() defaults"
+)
+
+
+def _decoded(
+    program: ExecutorProgram, chunks: list[tuple[str, bytes]], where: str
+) -> dict[str, Any]:
+    try:
+        return decode_state([c for _, c in chunks])
+    except DecodeError as exc:
+        raise DecodeError(
+            f"{where}executor {program.executor_id!r} ({stable_name(program.cls)}): its "
+            f"stored state cannot be decoded: {exc}"
+        ) from exc
+
+
+def _migrated(
+    program: ExecutorProgram, state: dict[str, Any], stored: int, current: int, where: str
+) -> dict[str, Any]:
+    cls = program.cls
+    if stored > current:
+        raise _error(
+            program,
+            stored,
+            current,
+            "the checkpoint was written by newer code",
+            "resume it with the code that wrote it (state is never migrated backwards)",
+            where=where,
+        )
+    mro = cls.__mro__
+    if not any("migrate" in vars(k) for k in mro[: mro.index(Executor)]):
+        raise _error(
+            program,
+            stored,
+            current,
+            "the class declares a new state version but no migrate()",
+            "define a classmethod migrate(cls, state, from_version) returning the state "
+            "of the current version",
+            where=where,
+        )
+    try:
+        new = cls.migrate(dict(state), stored)
+    except Exception as exc:
+        raise _error(
+            program,
+            stored,
+            current,
+            f"migrate() raised {type(exc).__name__}: {exc}",
+            "fix migrate() for this version, or resume with the code that wrote it",
+            where=where,
+        ) from exc
+    if not isinstance(new, dict) or not all(isinstance(k, str) for k in new):
+        raise _error(
+            program,
+            stored,
+            current,
+            f"migrate() returned a {type(new).__name__}, not a dict of attributes",
+            "return the migrated state dict",
+            where=where,
+        )
+    return new
+
+
+def _check_restores(
+    program: ExecutorProgram, state: dict[str, Any], stored: int, current: int, where: str
+) -> None:
+    """Restore ``state`` into a scratch instance as the runner would; it must be complete."""
+    cls = program.cls
+    instance = cls.__new__(cls)
+    instance._af_id = program.executor_id
+    instance._af_timeout = program.timeout
+    instance._af_live = None
+    if program.code is not None:
+        program.code.attach(instance)
+    try:
+        instance.restore(dict(state))
+    except StateMigrationError:
+        raise
+    except Exception as exc:
+        raise _error(
+            program,
+            stored,
+            current,
+            f"restore() of the current class raised {type(exc).__name__}: {exc}",
+            _HOW.format(next=current + 1),
+            where=where,
+        ) from exc
+    mro = cls.__mro__
+    if any("snapshot" in vars(k) for k in mro[: mro.index(Executor)]):
+        return  # a custom snapshot: its keys need not be attributes
+    lacking = sorted(k for k in program.initial_state() if k not in vars(instance))
+    if lacking:
+        raise _error(
+            program,
+            stored,
+            current,
+            f"its stored state lacks attribute(s) {', '.join(lacking)} that the current class has",
+            _HOW.format(next=current + 1),
+            where=where,
+        )

@@ -1,0 +1,238 @@
+"""Opening a session for writing: its lease, and which lineage it continues or starts.
+
+``Workflow.session`` and ``Workflow.resume`` delegate here. With a store, the
+session's lease is taken *before* the store is read, so what the opener reads is
+the head of a lineage nobody else can extend meanwhile. Then:
+
+- ``wf.session(id, store=...)`` on an id without checkpoints starts its first
+  lineage. On an id with checkpoints it raises :class:`SessionExists` (naming
+  ``wf.resume``) unless told what to do: ``if_exists="resume"`` continues the
+  lineage, ``if_exists="fresh"`` starts a new one beside it (the old one stays
+  readable; its pending requests can no longer be answered).
+- ``wf.resume(store, session=id)`` continues the session's latest checkpoint;
+  with ``checkpoint_id=`` an older one (time travel: the new records name that
+  checkpoint as parent, a branch of the same session, made by its owner).
+- ``wf.resume(..., as_session=new_id)`` forks into a new session id, which must
+  have no checkpoints yet; the source lineage is untouched (its lease is not taken).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Literal
+
+from actorflow.actors import HostPool
+from actorflow.errors import CheckpointNotFound, SessionExists
+from actorflow.storage import Checkpoint, CheckpointStore
+
+from ._checkpointing import Restored, load_for_resume
+from ._lineage import Lineage
+from ._ownership import Ownership, acquire
+from ._policy import CheckpointPolicy, RestartPolicy
+from ._session import Session
+
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+__all__ = ["IfExists", "open_private", "open_session", "resume_session"]
+
+IfExists = Literal["error", "resume", "fresh"]
+"""What ``wf.session(id, store=...)`` does when ``id`` already has checkpoints."""
+
+_IF_EXISTS = ("error", "resume", "fresh")
+
+
+def open_session(
+    wf: Workflow,
+    session_id: str | None,
+    *,
+    store: CheckpointStore | None,
+    checkpoint: CheckpointPolicy | None,
+    restart: RestartPolicy | None,
+    if_exists: IfExists,
+    wait: float,
+    lease_ttl: float,
+    pool: HostPool | None = None,
+) -> Session:
+    """See :meth:`Workflow.session` (``pool``: the hosts of the session's backend)."""
+    if if_exists not in _IF_EXISTS:
+        raise ValueError(f"if_exists= must be one of {', '.join(_IF_EXISTS)}; got {if_exists!r}")
+    if store is None:
+        return Session(wf, session_id, checkpoint=checkpoint, restart=restart, pool=pool)
+    sid = session_id or os.urandom(16).hex()
+    ownership = acquire(store, sid, ttl=lease_ttl, wait=wait)
+    try:
+        head = store.latest(session=sid) if session_id is not None else None
+        if head is None:
+            return Session(
+                wf,
+                sid,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                ownership=ownership,
+                pool=pool,
+            )
+        if if_exists == "resume":
+            restored = load_for_resume(store, wf._spec, session=sid, checkpoint_id=None)
+            return _session_on(
+                wf,
+                session_id=sid,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                restored=restored,
+                ownership=ownership,
+                branch=False,
+                pool=pool,
+            )
+        if if_exists == "fresh":
+            return Session(
+                wf,
+                sid,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                ownership=ownership,
+                lineage=Lineage.fresh(),
+                pool=pool,
+            )
+        raise _exists(sid, head, store)
+    except BaseException:
+        ownership.release()
+        raise
+
+
+def resume_session(
+    wf: Workflow,
+    store: CheckpointStore,
+    *,
+    session: str | None,
+    checkpoint_id: str | None,
+    checkpoint: CheckpointPolicy | None,
+    restart: RestartPolicy | None,
+    as_session: str | None,
+    wait: float,
+    lease_ttl: float,
+    pool: HostPool | None = None,
+) -> Session:
+    """See :meth:`Workflow.resume` (``pool``: the hosts of the session's backend)."""
+    source = session
+    if source is None:
+        if checkpoint_id is not None:
+            source = store.load(checkpoint_id).session
+        else:
+            latest = store.latest(workflow=wf.name)
+            if latest is None:
+                raise CheckpointNotFound(
+                    f"no checkpoint of workflow {wf.name!r} in the store; run a session with "
+                    "this store first, or pass session= or checkpoint_id="
+                )
+            source = latest.session
+    if as_session is not None and (not isinstance(as_session, str) or not as_session):
+        raise ValueError(f"as_session= must be a non-empty session id, got {as_session!r}")
+    if as_session == source:
+        raise ValueError(
+            f"as_session={as_session!r} is the session resumed; a fork needs a new session id"
+        )
+    target = as_session or source
+    ownership = acquire(store, target, ttl=lease_ttl, wait=wait)
+    try:
+        if as_session is not None:
+            head = store.latest(session=as_session)
+            if head is not None:
+                raise _exists(as_session, head, store, fork=True)
+        restored = load_for_resume(store, wf._spec, session=source, checkpoint_id=checkpoint_id)
+        if restored.checkpoint.session != source:
+            raise ValueError(
+                f"checkpoint {restored.checkpoint.id} belongs to session "
+                f"{restored.checkpoint.session!r}, not {source!r}; to continue it under "
+                f"another id, pass as_session={source!r} and session="
+                f"{restored.checkpoint.session!r}"
+            )
+        branch = False
+        if as_session is None and checkpoint_id is not None:
+            head = store.latest(session=source)
+            if head is not None and checkpoint_id not in (head.id, head.parent_id):
+                branch = True  # time travel: a new branch of this session
+        return _session_on(
+            wf,
+            session_id=target,
+            store=store,
+            checkpoint=checkpoint,
+            restart=restart,
+            restored=restored,
+            ownership=ownership,
+            branch=branch,
+            pool=pool,
+        )
+    except BaseException:
+        ownership.release()
+        raise
+
+
+def open_private(
+    wf: Workflow,
+    store: CheckpointStore,
+    session_id: str,
+    checkpoint_id: str | None,
+    policy: CheckpointPolicy,
+) -> Session:
+    """A session on a store nobody else sees (a sub-workflow's): no lease, no checks."""
+    if checkpoint_id is None:
+        return Session(wf, session_id, store=store, checkpoint=policy)
+    restored = load_for_resume(store, wf._spec, session=None, checkpoint_id=checkpoint_id)
+    return _session_on(
+        wf,
+        session_id=restored.checkpoint.session,
+        store=store,
+        checkpoint=policy,
+        restart=None,
+        restored=restored,
+        ownership=None,
+        branch=False,
+    )
+
+
+def _session_on(
+    wf: Workflow,
+    *,
+    session_id: str,
+    store: CheckpointStore,
+    checkpoint: CheckpointPolicy | None,
+    restart: RestartPolicy | None,
+    restored: Restored,
+    ownership: Ownership | None,
+    branch: bool,
+    pool: HostPool | None = None,
+) -> Session:
+    lineage = Lineage.of(restored.extra)
+    return Session(
+        wf,
+        session_id,
+        store=store,
+        checkpoint=checkpoint,
+        restored=restored,
+        restart=restart,
+        ownership=ownership,
+        lineage=lineage.branch() if branch else lineage,
+        pool=pool,
+    )
+
+
+def _exists(
+    session_id: str, head: Checkpoint, store: CheckpointStore, *, fork: bool = False
+) -> SessionExists:
+    where = f"session {session_id!r} already has checkpoints in {store!r} (latest {head.id}, "
+    where += f"superstep {head.superstep})"
+    if fork:
+        return SessionExists(
+            f"cannot fork into {where}; a fork needs a new session id: pass another as_session="
+        )
+    return SessionExists(
+        f"{where}; wf.session() would start a second lineage under the same id. To continue "
+        f"it, use wf.resume(store, session={session_id!r}); to continue it if it exists and "
+        "create it otherwise, pass if_exists='resume'; to start afresh beside it (the old "
+        "lineage stays readable, its pending requests can no longer be answered), pass "
+        "if_exists='fresh'"
+    )

@@ -1,0 +1,341 @@
+"""One owner per session: leases taken at open, renewed, released, and enforced on save."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import actorflow as af
+from actorflow.errors import LeaseLost
+from actorflow.runtime._ownership import _RENEWER
+from actorflow.storage import CheckpointKind, CheckpointStore
+
+sys.path.insert(0, str(Path(__file__).parent))
+import owners
+from owners import Order
+
+STORES: dict[str, Callable[[Path], CheckpointStore]] = {
+    "memory": lambda _: af.MemoryStore(),
+    "file": lambda tmp: af.FileStore(tmp / "store"),
+    "sqlite": lambda tmp: af.SQLiteStore(tmp / "store.db"),
+}
+WAIT_S = 30.0
+
+
+@pytest.fixture(params=sorted(STORES))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
+    opened = STORES[request.param](tmp_path)
+    yield opened
+    opened.close()
+
+
+def heads(store: CheckpointStore, session: str) -> set[str]:
+    """Records of ``session`` that no other record names as parent (partials aside)."""
+    records = [cp for cp in store.list(session=session) if cp.kind is not CheckpointKind.PARTIAL]
+    parents = {cp.parent_id for cp in store.list()}
+    return {cp.id for cp in records if cp.id not in parents}
+
+
+def until(condition: Callable[[], bool], bound: float = WAIT_S) -> None:
+    """Wait (polling) until ``condition()`` holds; fail after ``bound`` seconds."""
+    deadline = time.monotonic() + bound
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+# --- in one process ------------------------------------------------------------------
+
+
+def test_a_second_opener_is_refused_naming_the_owner(store: CheckpointStore) -> None:
+    """While a session is open, opening it again (session or resume) raises SessionOwned."""
+    with owners.build() as wf, wf.session("s1", store=store) as first:
+        first.run(Order(1))
+        assert first.lease is not None and first.lease.session == "s1"
+        assert f"pid {os.getpid()}" in first.lease.owner
+        with pytest.raises(af.SessionOwned, match=rf"pid {os.getpid()} on .*expires") as caught:
+            wf.resume(store, session="s1")
+        assert caught.value.holder.token == first.lease.token
+        with pytest.raises(af.SessionOwned):
+            wf.session("s1", store=store, if_exists="resume")
+    assert store.current_lease("s1") is None  # released on close
+
+
+def test_wait_takes_over_when_the_owner_closes(store: CheckpointStore) -> None:
+    """wait= blocks the second opener until the first closes, then grants a greater token."""
+    with owners.build() as wf:
+        first = wf.session("s1", store=store)
+        first.run(Order(1))
+        assert first.lease is not None
+        token = first.lease.token
+        closer = threading.Timer(0.2, first.close)  # the owner lets go while we wait
+        closer.start()
+        try:
+            with wf.resume(store, session="s1", wait=WAIT_S) as second:
+                assert second.lease is not None and second.lease.token > token
+                assert [p.request_id for p in second.pending_requests] == ["desk:1:0"]
+        finally:
+            closer.join(timeout=WAIT_S)
+
+
+def test_the_lease_is_renewed_while_the_session_lives(store: CheckpointStore) -> None:
+    """One renewer thread keeps every open session's lease alive past its TTL."""
+    with owners.build() as wf:
+        sessions = [wf.session(f"s{n}", store=store, lease_ttl=0.6) for n in range(3)]
+        try:
+            first = [s.lease for s in sessions]
+            assert all(lease is not None for lease in first)
+            renewers = [t for t in threading.enumerate() if t.name == "actorflow-lease-renewer"]
+            assert len(renewers) == 1
+            horizon = max(lease.expires_at for lease in first if lease is not None) + 0.3
+            until(lambda: time.time() > horizon)
+            for s, lease in zip(sessions, first, strict=True):
+                assert lease is not None and s.lease is not None
+                assert s.lease.token == lease.token and s.lease.expires_at > lease.expires_at
+                assert store.current_lease(s.id) is not None
+        finally:
+            for s in sessions:
+                s.close()
+    assert not _RENEWER.active()
+    assert all(store.current_lease(f"s{n}") is None for n in range(3))
+
+
+@pytest.mark.parametrize("durability", [af.Durability.SYNC, af.Durability.ASYNC])
+def test_a_writer_whose_lease_was_taken_over_adds_nothing(
+    store: CheckpointStore, durability: af.Durability
+) -> None:
+    """After a takeover the old owner's next save raises LeaseLost, its run fails and rolls back."""
+    policy = af.CheckpointPolicy(durability=durability)
+    with owners.build() as wf, wf.session("s1", store=store, checkpoint=policy) as old:
+        old.run(Order(1))
+        assert old.lease is not None
+        store.release_lease(old.lease)  # as if it had expired while the owner stalled
+        thief = store.acquire_lease("s1", "another worker", 60)
+        before = store.list(session="s1")
+        [pending] = old.pending_requests
+        with pytest.raises(af.CheckpointWriteFailed, match="another worker") as caught:
+            old.respond({pending.request_id: True})
+        chain: BaseException | None = caught.value
+        while chain is not None and not isinstance(chain, LeaseLost):
+            chain = chain.__cause__
+        assert isinstance(chain, LeaseLost)
+        assert store.list(session="s1") == before
+        store.release_lease(thief)
+    with owners.build() as wf, wf.resume(store, session="s1") as new:
+        [pending] = new.pending_requests
+        assert new.respond({pending.request_id: True}).outputs == [[1, True]]
+    assert len(heads(store, "s1")) == 1
+
+
+# --- no silent second lineage --------------------------------------------------------
+
+
+def test_opening_an_existing_id_as_new_names_resume(store: CheckpointStore) -> None:
+    """wf.session(id, store=) on an id with checkpoints raises SessionExists naming the fix."""
+    with owners.build() as wf:
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+        count = len(store.list(session="s1"))
+        with pytest.raises(af.SessionExists, match=r"wf\.resume\(store, session='s1'\)"):
+            wf.session("s1", store=store)
+        with pytest.raises(af.SessionExists, match="if_exists='fresh'"):
+            wf.run(Order(2), store=store, session="s1")
+        assert len(store.list(session="s1")) == count
+        assert store.current_lease("s1") is None  # the refused opener let go
+        with pytest.raises(ValueError, match="if_exists"):
+            wf.session("s1", store=store, if_exists="maybe")  # type: ignore[arg-type]
+
+
+def test_if_exists_resume_continues_or_creates(store: CheckpointStore) -> None:
+    """if_exists='resume' continues the latest checkpoint, or starts a new session."""
+    with owners.build() as wf:
+        with wf.session("new", store=store, if_exists="resume") as s:
+            s.run(Order(1))
+            head = s.last_checkpoint_id
+        with wf.session("new", store=store, if_exists="resume") as s:
+            assert [p.request_id for p in s.pending_requests] == ["desk:1:0"]
+            assert s.respond({"desk:1:0": True}).outputs == [[1, True]]
+        assert store.history("new")[-1].parent_id is None
+        assert head in {cp.id for cp in store.history("new")}
+        assert len(heads(store, "new")) == 1
+
+
+def test_if_exists_fresh_abandons_the_old_lineage(store: CheckpointStore) -> None:
+    """A fresh lineage beside the old: old records readable, old requests unanswerable."""
+    with owners.build() as wf:
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+        old = store.list(session="s1")
+        with wf.session("s1", store=store, if_exists="fresh") as s:
+            [fresh] = s.run(Order(2)).pending_requests
+            assert fresh.request_id != "desk:1:0" and fresh.request_id.startswith("desk:1:0#")
+            with pytest.raises(af.RequestError, match="abandoned lineage"):
+                s.respond({"desk:1:0": True})
+            assert s.respond({fresh.request_id: False}).outputs == [[2, False]]
+        assert all(store.load(cp.id) == cp for cp in old)
+        assert len(heads(store, "s1")) == 2  # two lineages, asked for explicitly
+    with (
+        owners.build() as wf,
+        wf.resume(store, session="s1") as s,
+        pytest.raises(af.RequestError, match="abandoned lineage"),
+    ):
+        s.respond({"desk:1:0": True})
+
+
+def test_request_ids_never_repeat_across_resets() -> None:
+    """After reset() the same executor and superstep make another id; old ids are refused."""
+    with owners.build() as wf, wf.session() as s:
+        [first] = s.run(Order(1)).pending_requests
+        s.reset()
+        [second] = s.run(Order(2)).pending_requests
+        s.reset()
+        [third] = s.run(Order(3)).pending_requests
+        assert len({first.request_id, second.request_id, third.request_id}) == 3
+        for stale in (first, second):
+            with pytest.raises(af.RequestError, match="abandoned lineage"):
+                s.respond({stale.request_id: True})
+        assert s.respond({third.request_id: True}).outputs == [[3, True]]
+
+
+# --- forks and time travel -----------------------------------------------------------
+
+
+def test_time_travel_by_the_owner_branches_with_new_request_ids(store: CheckpointStore) -> None:
+    """Resuming an older checkpoint continues from it; the branch's request ids are new."""
+    with owners.build() as wf:
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+            entry = store.list(session="s1")[0]
+            s.respond({"desk:1:0": True})
+        with wf.resume(store, session="s1", checkpoint_id=entry.id) as s:
+            [again] = s.run().pending_requests
+            assert again.request_id.startswith("desk:1:0#")
+            with pytest.raises(af.RequestError, match=r"not a pending request|already"):
+                s.respond({"desk:1:0": True})
+            assert s.respond({again.request_id: False}).outputs == [[1, False]]
+        branch = store.history("s1")
+        assert branch[-1].id == entry.id  # the new records descend from the older checkpoint
+
+
+def test_fork_into_a_new_session_leaves_the_original_untouched(store: CheckpointStore) -> None:
+    """as_session= continues a checkpoint under a new id; the source lineage is unchanged."""
+    with owners.build() as wf:
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+            paused = s.last_checkpoint_id
+        original = store.list(session="s1")
+        with wf.resume(store, session="s1", checkpoint_id=paused, as_session="s1-retry") as f:
+            assert f.id == "s1-retry"
+            assert f.respond({"desk:1:0": False}).outputs == [[1, False]]
+        assert store.list(session="s1") == original
+        forked = store.history("s1-retry")
+        assert forked[0].session == "s1-retry" and paused in {cp.id for cp in forked}
+        with pytest.raises(af.SessionExists, match="another as_session"):
+            wf.resume(store, session="s1", as_session="s1-retry")
+        with pytest.raises(ValueError, match="new session id"):
+            wf.resume(store, session="s1", as_session="s1")
+        assert store.current_lease("s1-retry") is None
+
+
+# --- across processes ----------------------------------------------------------------
+
+CHILD = [sys.executable, str(Path(__file__).parent / "owners.py")]
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=WAIT_S)
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+def _line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line, f"child exited early with {proc.wait(timeout=WAIT_S)}"
+    return line
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_two_processes_racing_to_answer_one_owns_it(tmp_path: Path, kind: str) -> None:
+    """Two worker processes resume one paused session at once: one owns and answers, the
+    other is refused naming the owner; the lineage has one head."""
+    path = str(tmp_path / ("store" if kind == "file" else "store.db"))
+    subprocess.run([*CHILD, kind, path, "s1", "pause"], check=True, timeout=WAIT_S)
+    racers = [_spawn(kind, path, "s1", "answer") for _ in range(2)]
+    try:
+        first = sorted(_line(p) for p in racers)
+        for p in racers:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        rest = [p.communicate(timeout=WAIT_S)[0].strip() for p in racers]
+    finally:
+        for p in racers:
+            _reap(p)
+    assert [line.split()[0] for line in first] == ["OWNED", "REFUSED"]
+    assert "pid " in first[1]
+    assert sorted(rest) == ["", "DONE [[1, True]]"]
+    with STORES[kind](tmp_path) as store:
+        responses = store.list(session="s1", kind=CheckpointKind.RESPONSE)
+        assert len(responses) == 1
+        assert len(heads(store, "s1")) == 1
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_killed_owner_is_taken_over_after_its_ttl(tmp_path: Path, kind: str) -> None:
+    """kill -9 of the owner: its session is refused until the lease's TTL ends, then resumed."""
+    path = str(tmp_path / ("store" if kind == "file" else "store.db"))
+    ttl = 1.0
+    holder = _spawn(kind, path, "s1", "hold", str(ttl))
+    try:
+        dead_token = int(_line(holder).split()[1])
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=WAIT_S)
+    finally:
+        _reap(holder)
+    killed = time.monotonic()
+    with STORES[kind](tmp_path) as store, owners.build() as wf:
+        lease = store.current_lease("s1")
+        assert lease is not None and lease.token == dead_token
+        with pytest.raises(af.SessionOwned):
+            wf.resume(store, session="s1")
+        with wf.resume(store, session="s1", wait=WAIT_S) as s:
+            took = time.monotonic() - killed
+            assert s.lease is not None and s.lease.token > dead_token
+            assert s.respond({"desk:1:0": True}).outputs == [[1, True]]
+        assert took < ttl + WAIT_S / 2  # bounded by the TTL (a figure, see bench.takeover)
+        assert len(heads(store, "s1")) == 1
+
+
+def test_nested_request_ids_never_repeat_across_resets() -> None:
+    """A sub-workflow's surfaced requests carry the parent's lineage too: a reset makes new ids."""
+    inner = owners.build()
+    outer = af.WorkflowBuilder(
+        "outer", start=af.WorkflowExecutor(inner, "sub", outputs="output")
+    ).build()
+    with inner, outer, outer.session() as s:
+        [first] = s.run(Order(1)).pending_requests
+        assert first.request_id == "sub/desk:1:0"
+        s.reset()
+        [second] = s.run(Order(2)).pending_requests
+        assert second.request_id.startswith("sub/desk:1:0#")
+        with pytest.raises(af.RequestError, match="abandoned lineage"):
+            s.respond({first.request_id: True})
+        assert s.respond({second.request_id: False}).outputs == [[2, False]]
