@@ -316,15 +316,8 @@ class _RayHost:
             if state == "live":
                 self._in_flight += 1
         if state != "live":
-            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            future.set_exception(HostLost(f"the Ray worker was {state}"))
-            return _RayFuture(self, future, counted=False)
-        ref = self._handle.handle.remote(message)
-        return _RayFuture(self, ref.future())
-
-    def done(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
+            return _RayFuture.failed(self, HostLost(f"the Ray worker was {state}"))
+        return _RayFuture(self, self._handle.handle.remote(message))
 
     def lost(self) -> None:
         """The worker died: never call it again, and kill what may remain of it."""
@@ -357,38 +350,66 @@ class _RayHost:
 
 
 class _RayFuture:
-    """A pending answer from a worker, a :class:`~._backend.HostFuture`."""
+    """A pending answer from a worker, a :class:`~._backend.HostFuture`.
 
-    __slots__ = ("_future", "_host")
+    ``get`` waits with ``ray.get`` itself; a ``concurrent.futures`` twin (a thread
+    hop per answer) is made only when someone asks for a callback.
+    """
 
-    def __init__(
-        self, host: _RayHost, future: concurrent.futures.Future[Any], *, counted: bool = True
-    ) -> None:
+    __slots__ = ("_error", "_future", "_host", "_ref", "_settled")
+
+    def __init__(self, host: _RayHost, ref: Any, error: BaseException | None = None) -> None:
         self._host = host
-        self._future = future
-        if counted:
-            future.add_done_callback(self._landed)
+        self._ref = ref
+        self._error = error
+        self._future: concurrent.futures.Future[Any] | None = None
+        self._settled = error is not None  # a call never sent is not in flight
 
-    def _landed(self, _future: concurrent.futures.Future[Any]) -> None:
-        self._host.done()
+    @classmethod
+    def failed(cls, host: _RayHost, error: BaseException) -> _RayFuture:
+        """A call that was never sent (the worker was stopped or lost)."""
+        return cls(host, None, error)
 
     def get(self, *, timeout: float | None = None) -> Any:
         """The answer, or what the call raised (the handler's own exception; a dead
         worker as :class:`HostLost`); ``TimeoutError`` after ``timeout`` s."""
+        if self._error is not None:
+            raise self._error
+        ray = _ray()
         try:
-            return self._future.result(timeout)
-        except Exception as exc:
-            if not self._future.done():
-                raise  # the wait timed out; the call goes on
-            raise self._translate(exc) from None
+            value = ray.get(self._ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise  # a TimeoutError: the wait timed out, the call goes on
+        except Exception as exc:  # noqa: BLE001 - every failure of the call is translated, raised
+            self._settle()
+            raise self._translate(ray, exc) from None
+        self._settle()
+        return value
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
-        self._future.add_done_callback(lambda _f: callback())
+        if self._error is not None:
+            callback()
+            return
+        future = self._future
+        if future is None:
+            future = self._future = self._ref.future()
 
-    def _translate(self, exc: Exception) -> BaseException:
-        if isinstance(exc, HostLost):
-            return exc
-        ray = _ray()
+        def landed(_future: concurrent.futures.Future[Any]) -> None:
+            self._settle()
+            callback()
+
+        future.add_done_callback(landed)
+
+    def _settle(self) -> None:
+        """The call is over: the worker no longer counts it (once, from any thread)."""
+        host = self._host
+        with host._lock:
+            if self._settled:
+                return
+            self._settled = True
+            host._in_flight -= 1
+
+    def _translate(self, ray: Any, exc: Exception) -> BaseException:
         if isinstance(exc, ray.exceptions.RayTaskError):
             cause = exc.cause
             if isinstance(cause, BaseException):

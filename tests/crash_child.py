@@ -174,7 +174,8 @@ def main() -> None:
         tests = str(Path(__file__).resolve().parent)
         path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
         init = {"address": config["ray"], "log_to_driver": False, "configure_logging": False}
-        backend = af.RayBackend(init={**init, "runtime_env": {"env_vars": {"PYTHONPATH": path}}})
+        env = {"runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+        backend = af.RayBackend(init={**init, **env}, spares=0)
     if config["mode"] == "run":
         # A short lease: the parent takes the session over soon after killing us.
         session = workflow.session(

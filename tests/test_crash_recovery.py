@@ -412,7 +412,7 @@ def _ray_workers() -> set[int]:
     return found
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
     ray_cluster: Any, tmp_path: Path
 ) -> None:
@@ -439,6 +439,7 @@ def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
         threading.Event().wait(0.1)
     assert not orphans & _ray_workers(), "a worker of the dead driver survived"
     resumed = Child(_config("sqlite", tmp_path, graph, "resume", ray=address), tmp_path)
+    resumed.expect("DONE", timeout=120)  # a new driver connects and starts its workers
     resumed.finish()
     resumed_outputs, _, end = resumed.facts()
     assert end == "completed"
