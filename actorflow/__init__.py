@@ -14,6 +14,8 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 ['HI']
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from actorflow.actors import ActorBackend, RayBackend, ThreadBackend, message
 from actorflow.errors import (
     ActorflowError,
@@ -89,6 +91,9 @@ from actorflow.runtime import (
 )
 from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
 
+if _TYPE_CHECKING:
+    from actorflow.storage import PostgresStore
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -129,6 +134,7 @@ __all__ = [
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
+    "PostgresStore",
     "RayBackend",
     "RegistrationError",
     "RequestError",
@@ -171,3 +177,13 @@ __all__ = [
     "resource",
     "response_handler",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The extra's store is imported on first use (``af.PostgresStore``): importing
+    # actorflow never imports psycopg.
+    if name == "PostgresStore":
+        from actorflow import storage  # noqa: PLC0415  # resolved lazily, see above
+
+        return storage.PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

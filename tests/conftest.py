@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import typing
 from collections.abc import Iterator
@@ -12,6 +13,10 @@ from typing import Any
 import pytest
 
 import actorflow as af
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pg  # tests/ is on sys.path
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +30,13 @@ def no_thread_outlives_the_test() -> Iterator[None]:
         thread.join(timeout=5)
     alive = [t.name for t in leftover if t.is_alive()]
     assert not alive, f"threads outlived the test: {alive}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[pg.Durable]:
+    """A fresh durable store shared across processes: SQLite, then PostgreSQL."""
+    with pg.durable(request.param, str(tmp_path / "store.db")) as found:
+        yield found
 
 
 def _ray_owned(thread: threading.Thread) -> bool:

@@ -58,6 +58,21 @@ def test_doctests(module: object) -> None:
     assert result.failed == 0
 
 
+def test_import_actorflow_imports_no_optional_extra() -> None:
+    """`import actorflow` (and actorflow.storage) never imports psycopg; af.PostgresStore does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, actorflow, actorflow.storage, actorflow.storage.conformance\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_pool')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_importing_actorflow_never_imports_the_extras() -> None:
     """`import actorflow` (and building a RayBackend) imports no optional extra: Ray loads
     only when a Ray backend starts its first worker."""
