@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg import Durable  # tests/ is on sys.path (conftest)
 
 import actorflow as af
 from actorflow.actors import decode_state
@@ -138,14 +139,14 @@ def _outputs(events: Iterator[af.Event]) -> list[Any]:
 
 @pytest.mark.timeout(60)
 def test_a_checkpoint_moves_from_threads_to_ray_and_back(
-    ray_backend: af.RayBackend, tmp_path: Path
+    ray_backend: af.RayBackend, durable: Durable
 ) -> None:
-    """Paused on threads, continued on Ray, paused again and finished on threads (SQLite):
-    the outputs and final state of one uninterrupted run."""
+    """Paused on threads, continued on Ray, paused again and finished on threads (SQLite,
+    PostgreSQL): the outputs and final state of one uninterrupted run."""
     with _tally() as wf:
         expected = wf.run(Work(1)).outputs
         assert len(expected) == 6
-        with af.SQLiteStore(tmp_path / "runs.db") as store:
+        with durable.open() as store:
             with wf.session("moving", store=store) as s:
                 got = _outputs(s.stream(Work(1), max_supersteps=2))
             with wf.resume(store, session="moving", backend=ray_backend) as s:
@@ -162,10 +163,10 @@ def test_a_checkpoint_moves_from_threads_to_ray_and_back(
 
 @pytest.mark.timeout(60)
 def test_a_checkpoint_taken_on_ray_resumes_on_threads(
-    ray_backend: af.RayBackend, tmp_path: Path
+    ray_backend: af.RayBackend, durable: Durable
 ) -> None:
-    """A session run on Ray (SQLite) and stopped at its limit finishes on threads."""
-    with _tally(ray_backend) as wf, af.SQLiteStore(tmp_path / "runs.db") as store:
+    """A session run on Ray (SQLite, PostgreSQL) and stopped at its limit finishes on threads."""
+    with _tally(ray_backend) as wf, durable.open() as store:
         with wf.session("from-ray", store=store) as s:
             got = _outputs(s.stream(Work(1), max_supersteps=3))
         with wf.resume(store, session="from-ray", backend=af.ThreadBackend()) as s:
