@@ -16,9 +16,10 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from actorflow.actors import message
+from actorflow.actors import ActorBackend, RayBackend, ThreadBackend, message
 from actorflow.errors import (
     ActorflowError,
+    BackendError,
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
@@ -31,6 +32,7 @@ from actorflow.errors import (
     GraphError,
     GraphMismatch,
     HandlerReturnedValue,
+    HostLost,
     InputNotAccepted,
     LeaseError,
     LeaseLost,
@@ -47,6 +49,7 @@ from actorflow.errors import (
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
+    WorkerImportFailed,
     WorkflowError,
 )
 from actorflow.runtime import (
@@ -97,7 +100,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RUN_INPUT",
+    "ActorBackend",
     "ActorflowError",
+    "BackendError",
     "Backoff",
     "Case",
     "CheckpointCorrupt",
@@ -125,6 +130,7 @@ __all__ = [
     "GraphError",
     "GraphMismatch",
     "HandlerReturnedValue",
+    "HostLost",
     "InputNotAccepted",
     "Lease",
     "LeaseError",
@@ -133,6 +139,7 @@ __all__ = [
     "OutputEvent",
     "PendingRequest",
     "PostgresStore",
+    "RayBackend",
     "RegistrationError",
     "RequestError",
     "RequestEvent",
@@ -160,8 +167,10 @@ __all__ = [
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",
+    "ThreadBackend",
     "UnroutableMessage",
     "UnsupportedFormat",
+    "WorkerImportFailed",
     "Workflow",
     "WorkflowBuilder",
     "WorkflowError",

@@ -143,6 +143,11 @@ def has_registered_subclass(tp: type) -> bool:
     return any(issubclass(cls, tp) for cls in list(_by_type))
 
 
+def registered() -> list[tuple[str, type]]:
+    """Every (wire name, class) registered in this process (a snapshot)."""
+    return [(entry.name, cls) for cls, entry in list(_by_type.items())]
+
+
 def entry_for(tp: type) -> Entry | None:
     """The registration of exactly ``tp`` (never of a base class), or None."""
     return _by_type.get(tp)

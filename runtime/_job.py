@@ -27,7 +27,8 @@ class Fault:
     superstep: int
     """Superstep (lineage-wide count) in which to fail."""
     kind: str = "exception"
-    """``exception`` (after the handlers ran), ``timeout`` or ``death`` (actor stopped)."""
+    """``exception`` (after the handlers ran), ``timeout``, ``death`` (actor stopped) or
+    ``kill`` (the host process killed mid-step)."""
 
 
 @dataclass(slots=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -335,6 +337,9 @@ class ExecutorRunner:
             limit = self._program.timeout or 0.0
             threading.Event().wait(limit * 2 + 0.05)
             return
+        if fault == "kill":
+            # A crashed host process (only injected where hosts are processes of their own).
+            os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFault(f"injected {fault} in {where}")
 
     def _snapshot(self) -> list[list[Any]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from actorflow.actors import encode
+from actorflow.actors import ActorBackend, HostPool, encode
 from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
@@ -68,8 +68,10 @@ class Session(AsyncRuns):
         restart: RestartPolicy | None = None,
         ownership: Ownership | None = None,
         lineage: Lineage | None = None,
+        pool: HostPool | None = None,
     ) -> None:
         self._workflow = workflow
+        self._pool = pool if pool is not None else workflow._pool
         self._ownership = ownership
         self._lineage = lineage if lineage is not None else Lineage()
         if ownership is not None:
@@ -97,6 +99,11 @@ class Session(AsyncRuns):
     def id(self) -> str:
         """The session id (checkpoint lineage key)."""
         return self._id
+
+    @property
+    def backend(self) -> ActorBackend:
+        """Where this session's executors are hosted."""
+        return self._pool.backend
 
     @property
     def lease(self) -> Lease | None:
@@ -324,7 +331,7 @@ class Session(AsyncRuns):
             )
         driver = Driver(
             spec,
-            self._workflow._pool,
+            self._pool,
             session=self._id,
             restart=self._restart,
             restart_overrides=self._workflow._restart_overrides,

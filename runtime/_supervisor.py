@@ -124,7 +124,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         """Borrow hosts for every executor; restore ``initial`` snapshots into them now,
         and let the others load their blueprint with their first call."""
         ids = sorted(self.spec.programs)
-        hosts = self.pool.acquire(len(ids))
+        self.pool.backend.check(self.spec.programs)
+        hosts = self.pool.acquire(ids)
         self.hosts = dict(zip(ids, hosts, strict=True))
         try:
             self._load_programs(ids, initial)
@@ -178,7 +179,7 @@ class Driver(CheckpointSteps, RecoverySteps):
         # A host stuck in a hung handler is abandoned, never pooled: the next
         # borrower would wait behind the handler.
         for target in self._hung & set(owned):
-            owned.pop(target).stop()
+            self.pool.forget(owned.pop(target))
         self._hung.clear()
         hosts = list(owned.values())
         if not wait:
@@ -193,7 +194,7 @@ class Driver(CheckpointSteps, RecoverySteps):
                 future.get(timeout=30)
                 healthy.append(host)
             except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
-                host.stop()
+                self.pool.forget(host)
         self.pool.release(healthy)
 
     # --- the run ------------------------------------------------------------------
