@@ -15,7 +15,7 @@ BOUND = 10.0
 
 @af.message
 @dataclass
-class Ask:
+class NumberQuery:
     what: str
 
 
@@ -24,10 +24,10 @@ class Asks(af.Executor):
 
     @af.handler
     def on_text(self, text: str, ctx: af.Context[None]) -> None:
-        ctx.request(Ask(text), int, request_id=f"ask-{text}")
+        ctx.request(NumberQuery(text), int, request_id=f"ask-{text}")
 
     @af.response_handler
-    def on_answer(self, request: Ask, answer: int, ctx: af.Context[None]) -> None:
+    def on_answer(self, request: NumberQuery, answer: int, ctx: af.Context[None]) -> None:
         ctx.output(f"{request.what}={answer + 1}")
 
 
