@@ -121,7 +121,9 @@ def child(db: str, mode: str) -> None:
     store = af.SQLiteStore(db)
     with build() as wf:
         if mode == "start":
-            with wf.session("ledger-1", store=store) as session:
+            # A short lease: after this process dies, another may take the session
+            # over within 2 s (the default is 10 s; see docs/sessions.md).
+            with wf.session("ledger-1", store=store, lease_ttl=2.0) as session:
                 for event in session.stream(0):
                     if isinstance(event, af.RunRestartedEvent):
                         print(
@@ -130,7 +132,8 @@ def child(db: str, mode: str) -> None:
                         )
             print("    [child] finished without crashing?!")
         else:
-            with wf.resume(store, session="ledger-1") as session:
+            # The crashed process's lease holds the session until it expires: wait for it.
+            with wf.resume(store, session="ledger-1", wait=30) as session:
                 result = session.run()
                 print(json.dumps(result.outputs[0]))
 
