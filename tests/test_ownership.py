@@ -339,3 +339,40 @@ def test_nested_request_ids_never_repeat_across_resets() -> None:
         with pytest.raises(af.RequestError, match="abandoned lineage"):
             s.respond({first.request_id: True})
         assert s.respond({second.request_id: False}).outputs == [[2, False]]
+
+
+def test_lease_errors_survive_pickling() -> None:
+    """Lease and migration errors keep their fields across processes (pickle)."""
+    import pickle
+
+    holder = af.Lease("s1", 3, "pid 1 on h (w)", time.time() + 5)
+    owned = pickle.loads(pickle.dumps(af.SessionOwned(holder)))
+    assert owned.holder == holder and "pid 1 on h (w)" in str(owned)
+    lost = pickle.loads(pickle.dumps(LeaseLost("gone", lease=holder)))
+    assert lost.lease == holder and str(lost) == "gone"
+    error = af.StateMigrationError("m", executor="e", stored_version=1, current_version=2)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.executor, copy.stored_version, copy.current_version, str(copy)) == (
+        "e",
+        1,
+        2,
+        "m",
+    )
+
+
+class _Unleased:
+    """A store written before leases existed (everything but the lease methods)."""
+
+    def __init__(self) -> None:
+        self._inner = af.MemoryStore()
+
+    def __getattr__(self, name: str) -> object:
+        if name.endswith("_lease"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_store_without_leases_is_refused_clearly() -> None:
+    """Opening a session for writing on a store without leases names what it lacks."""
+    with owners.build() as wf, pytest.raises(af.CheckpointError, match="session leases"):
+        wf.session("s1", store=_Unleased())  # type: ignore[arg-type]
