@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit examples bench clean
+.PHONY: demo test lint typecheck unit examples bench fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy -p actorflow
-	$(BIN)/mypy --allow-any-generics examples bench  # examples write plain `af.Context`, as users do
+	$(BIN)/mypy --allow-any-generics examples bench fuzz  # examples write plain `af.Context`, as users do
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -36,6 +36,11 @@ test: lint typecheck unit examples
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# The long fuzz run (docs/fuzzing.md); failing inputs land in tests/fuzz_corpus/.
+FUZZ_INPUTS ?= 100000
+fuzz: $(STAMP)
+	nice $(BIN)/python -m fuzz.run --inputs $(FUZZ_INPUTS) --json fuzz-report.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

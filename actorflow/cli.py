@@ -22,16 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
-from actorflow.errors import ActorflowError
+from actorflow.errors import ActorflowError, CheckpointError
 from actorflow.runtime import Workflow
-from actorflow.storage import Checkpoint, CheckpointStore, FileStore, SQLiteStore
+from actorflow.runtime._checkpointing import check_runtime, check_runtime_bytes
+from actorflow.storage import Checkpoint, FileStore, SQLiteStore
 
 __all__ = ["main"]
 
 
-def open_store(path: str) -> CheckpointStore:
+def open_store(path: str) -> FileStore | SQLiteStore:
     """A folder is a FileStore; anything else a SQLite file (created if missing)."""
     return FileStore(path) if Path(path).is_dir() else SQLiteStore(path)
 
@@ -49,8 +48,11 @@ def _summary(cp: Checkpoint) -> dict[str, Any]:
 
 
 def _describe_runtime(runtime: bytes) -> dict[str, Any]:
-    """The runtime blob with payloads shown as sizes (never decoded as values)."""
-    body = msgpack.unpackb(runtime, raw=False, strict_map_key=False)
+    """The runtime blob with payloads shown as sizes (never decoded as values).
+
+    Decoded and checked as a resume does it (CheckpointCorrupt if malformed).
+    """
+    body = check_runtime_bytes(runtime)
     if "partial" in body:  # one executor's finished part of an unfinished superstep
         sends, outputs, requests = body["report"]
         return {
@@ -71,6 +73,21 @@ def _size(payload: Any) -> str:
     if isinstance(payload, list):
         return f"{len(payload)} items"
     return type(payload).__name__
+
+
+def _runtime_problems(store: FileStore | SQLiteStore, ids: list[str]) -> list[str]:
+    """The records whose runtime field a resume would refuse (stores cannot tell)."""
+    problems = []
+    for checkpoint_id in ids:
+        try:
+            cp = store.load(checkpoint_id)
+        except CheckpointError:
+            continue  # damaged (store.verify() reported it) or deleted meanwhile
+        try:
+            check_runtime(cp)
+        except CheckpointError as exc:
+            problems.append(f"checkpoint {checkpoint_id}: {exc}")
+    return problems
 
 
 def _upgrade(path: str) -> int:
@@ -103,9 +120,11 @@ def _checkpoints(args: argparse.Namespace) -> int:
             print(json.dumps(shown, indent=2, default=str))
         elif args.action == "verify":
             problems = store.verify()
+            ids = store.ids()  # counts damaged records too, where list() would raise
+            problems += _runtime_problems(store, ids)
             for problem in problems:
                 print(problem)
-            print(f"{len(problems)} problem(s) in {len(store.list())} checkpoint(s)")
+            print(f"{len(problems)} problem(s) in {len(ids)} checkpoint(s)")
             return 1 if problems else 0
         elif args.action == "prune":
             removed = store.prune(args.session, args.keep)

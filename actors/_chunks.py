@@ -118,9 +118,13 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
     if type(manifest) is not list or len(manifest) != 2 or type(manifest[1]) is not list:
         raise DecodeError("malformed snapshot manifest")
     version, entries = manifest
-    if version != STATE_FORMAT or type(version) is not int:
+    # The type first: comparing a Decimal sNaN raises, and a huge int has no repr.
+    if type(version) is not int or version != STATE_FORMAT:
+        shown = (
+            version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
+        )
         raise DecodeError(
-            f"unsupported snapshot format {version!r} (this build reads {STATE_FORMAT})"
+            f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})"
         )
     if not all(_valid_entry(entry) for entry in entries):
         raise DecodeError("malformed snapshot manifest entry")

@@ -50,13 +50,25 @@ Dataclass fields are matched by name, so bytes written before a field (with a
 default) was added still decode, and bytes naming a field the class no longer has
 raise DecodeError. Enum members travel by name, so changing values is safe.
 
-A ``ZoneInfo`` is rebuilt with ``zoneinfo.ZoneInfo(key)`` after checking that the
-key is a plain relative name; on a system without a time zone database the stdlib
-then reads the ``tzdata`` package (a fixed name, never one taken from the bytes).
+A ``ZoneInfo`` is rebuilt with ``zoneinfo.ZoneInfo(key)`` only after checking that
+the key is a plain relative name naming a file of the system time zone database
+(``zoneinfo.TZPATH``), or, when the application has imported the ``tzdata``
+package itself, a zone that package lists. Never otherwise: for a key it cannot
+find, ``zoneinfo`` imports ``tzdata.zoneinfo.<parts of the key>`` from
+``sys.path``, which would let the bytes choose a module to run.
+
+Canonical encodings: a bigint ext holds an int outside the msgpack range, in as
+few bytes as it takes; anything else is a DecodeError.
 
 Limits: each declared length is bounded by the input's size, so a short input can
 never make the decoder allocate a large object, and there is no smaller cap (a
-64 MB bin decodes). Nesting is bounded: msgpack allows 1024 list/dict levels in
+64 MB bin decodes). Work is bounded too: CPython does not randomise the hashes of
+ints, Decimals, UUIDs, tuples and the like, so bytes can hold thousands of set
+items or map keys that share one hash, and building the set or map would compare
+each with all the others (seconds from under 1 MB). A set, frozenset or map whose
+keys have more than MAX_SHARED_HASH equal hashes is a DecodeError; the hashes are
+checked before it is built (for maps, only at a nesting level that produced more
+than a few dozen such keys, so ordinary maps keep msgpack's C path). Nesting is bounded: msgpack allows 1024 list/dict levels in
 one ext payload (its packer accepts 1025: that single extra level is the one value
 that encodes but does not decode), and at most MAX_DEPTH ext values nest; beyond
 _C_DEPTH ext levels the pure-Python msgpack takes over, so the C stack stays small.
@@ -103,6 +115,9 @@ EXT_DATACLASS = 12
 MAX_DEPTH = 100
 """Most ext values (tuples, sets, dataclasses...) that may nest inside one another."""
 
+MAX_SHARED_HASH = 32
+"""Most items of one decoded set or map (keys) that may share one hash value."""
+
 # The C unpacker keeps a ~40 KB parse stack on the C stack for each nested call, and
 # the C packer recurses natively; past this many ext levels the pure-Python msgpack
 # takes over, whose recursion Python bounds (RecursionError) instead of the C stack.
@@ -146,6 +161,9 @@ class _ThreadState(threading.local):
         self.pack_depth = 0
         self.unpack_depth = 0
         self.packers: list[Any] = []
+        # Per unpack level: how many ext values with a hash the bytes can choose it
+        # produced (-1: that level builds its maps through the hash check).
+        self.hashed = [0] * (MAX_DEPTH + 1)
 
 
 _state = _ThreadState()

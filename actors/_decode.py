@@ -12,9 +12,11 @@ import decimal
 import enum
 import functools
 import operator
+import os
+import sys
 import uuid
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
@@ -38,6 +40,7 @@ from ._codec import (
     EXT_TUPLE,
     EXT_UUID,
     MAX_DEPTH,
+    MAX_SHARED_HASH,
     _state,
 )
 from ._registry import Entry, entry_named, qualified_name
@@ -47,11 +50,35 @@ __all__ = ["decode"]
 # --- decoding ------------------------------------------------------------------------
 
 
+class _Flood(Exception):
+    """Internal: one unpack level made many keys whose hash the bytes choose."""
+
+
+# An ext value whose hash the bytes can choose (not a str-like hash, which CPython
+# randomises per process). Past this many at one level, that level is decoded again
+# with every map built through :func:`_checked_map`: the wasted work is at most
+# this many values, and until then at most this many keys could have collided.
+_FLOOD_EXTS = 64
+_PLAIN_KEYS = (str, bytes)
+
+
 def _unpack_with(unpackb: Callable[..., Any], data: bytes) -> Any:
+    hashed = _state.hashed
+    depth = _state.unpack_depth
+    hashed[depth] = 0
+    try:
+        return _unpackb(unpackb, data, None)
+    except _Flood:
+        hashed[depth] = -1  # counted no more: this level's maps are checked instead
+        return _unpackb(unpackb, data, _checked_map)
+
+
+def _unpackb(unpackb: Callable[..., Any], data: bytes, pairs_hook: Any) -> Any:
     size = len(data)
     return unpackb(
         data,
         ext_hook=_ext_hook,
+        object_pairs_hook=pairs_hook,
         strict_map_key=False,
         timestamp=3,
         max_str_len=size,
@@ -60,6 +87,40 @@ def _unpack_with(unpackb: Callable[..., Any], data: bytes) -> Any:
         max_map_len=size,
         max_ext_len=size,
     )
+
+
+def check_hashes(keys: Iterable[object], what: str) -> None:
+    """Refuse keys of which more than MAX_SHARED_HASH share one hash (see ._codec).
+
+    Raises:
+        DecodeError: they do (or one is unhashable).
+    """
+    counts: dict[int, int] = {}
+    for key in keys:
+        if type(key) in _PLAIN_KEYS:
+            continue  # randomised hashes: no input can make them collide
+        h = hash(key)
+        n = counts.get(h, 0) + 1
+        if n > MAX_SHARED_HASH:
+            raise DecodeError(
+                f"refusing a {what} in which more than {MAX_SHARED_HASH} keys share one hash:"
+                " such data makes decoding quadratic (a hash-flooding input), and actorflow"
+                " never writes it"
+            )
+        counts[h] = n
+
+
+def _checked_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    if len(pairs) > MAX_SHARED_HASH:
+        check_hashes([k for k, _ in pairs], "map")
+    return dict(pairs)
+
+
+def _checked_items(data: bytes, what: str) -> list[Any]:
+    items = _unpack_list(data, None, what)
+    if len(items) > MAX_SHARED_HASH:
+        check_hashes(items, what)
+    return items
 
 
 def _unpack(data: bytes) -> Any:
@@ -144,11 +205,45 @@ def _decode_tz(tz: object) -> dt.tzinfo | None:
     if type(tz) is list and len(tz) == 2 and type(tz[0]) is int and type(tz[1]) is str:
         return dt.timezone(dt.timedelta(microseconds=tz[0]), tz[1])
     if type(tz) is str and _ZONE_KEY.fullmatch(tz):
+        if not _known_zone(tz):
+            raise DecodeError(
+                f"unknown time zone {tz!r}: not in the system time zone database"
+                f" ({', '.join(zoneinfo.TZPATH) or 'zoneinfo.TZPATH is empty'}); install the"
+                " system's tzdata, or import the tzdata package before decoding"
+            )
         try:
             return zoneinfo.ZoneInfo(tz)
-        except Exception as exc:  # not found, a directory, unreadable: all bad data
+        except Exception as exc:  # not a TZif file, unreadable: all bad data
             raise DecodeError(f"unknown time zone {tz!r}: {exc}") from exc
     raise DecodeError(f"malformed time zone payload {tz!r}")
+
+
+def _known_zone(key: str) -> bool:
+    """Whether ``ZoneInfo(key)`` finds ``key`` without importing anything.
+
+    ``zoneinfo`` looks for the key's file in ``TZPATH`` first (what this checks,
+    the same way) and only then imports ``tzdata.zoneinfo.<parts of key>``. That
+    fallback is allowed only when the application imported ``tzdata`` itself, and
+    only for a zone its own ``zones`` list names, so the import stays inside the
+    installed package's folder.
+    """
+    for folder in zoneinfo.TZPATH:
+        if os.path.isfile(os.path.join(folder, key)):
+            return True
+    tzdata = sys.modules.get("tzdata")
+    return tzdata is not None and key in _tzdata_zones(tuple(getattr(tzdata, "__path__", ())))
+
+
+@functools.cache
+def _tzdata_zones(folders: tuple[str, ...]) -> frozenset[str]:
+    """The zones an imported ``tzdata`` package lists (read as a file, not imported)."""
+    for folder in folders:
+        try:
+            with open(os.path.join(folder, "zones"), encoding="utf-8") as f:
+                return frozenset(line.strip() for line in f if line.strip())
+        except OSError:
+            continue
+    return frozenset()
 
 
 def _decode_datetime(data: bytes) -> dt.datetime:
@@ -161,11 +256,18 @@ def _decode_time(data: bytes) -> dt.time:
     return dt.time(h, mi, s, us, _decode_tz(tz), fold=fold)
 
 
+def _decode_bigint(data: bytes) -> int:
+    n = int.from_bytes(data, "big", signed=True)
+    if -(1 << 63) <= n < 1 << 64 or len(data) != (n.bit_length() + 8) // 8:
+        raise DecodeError("non-canonical bigint payload: actorflow never writes it")
+    return n
+
+
 _DECODERS: dict[int, Callable[[bytes], object]] = {
     EXT_TUPLE: lambda data: tuple(_unpack_list(data, None, "tuple")),
-    EXT_SET: lambda data: set(_unpack_list(data, None, "set")),
-    EXT_FROZENSET: lambda data: frozenset(_unpack_list(data, None, "frozenset")),
-    EXT_BIGINT: lambda data: int.from_bytes(data, "big", signed=True),
+    EXT_SET: lambda data: set(_checked_items(data, "set")),
+    EXT_FROZENSET: lambda data: frozenset(_checked_items(data, "frozenset")),
+    EXT_BIGINT: _decode_bigint,
     EXT_DATETIME: _decode_datetime,
     EXT_DATE: lambda data: dt.date(*_unpack_list(data, 3, "date")),
     EXT_TIME: _decode_time,
@@ -177,11 +279,37 @@ _DECODERS: dict[int, Callable[[bytes], object]] = {
 }
 
 
+# Ext values that may be map keys with a hash chosen by the bytes: everything
+# hashable but Enum members (hashed by name, a str) and sets (unhashable).
+_CHOSEN_HASH = frozenset(
+    {
+        EXT_TUPLE,
+        EXT_FROZENSET,
+        EXT_BIGINT,
+        EXT_DATETIME,
+        EXT_DATE,
+        EXT_TIME,
+        EXT_TIMEDELTA,
+        EXT_UUID,
+        EXT_DECIMAL,
+    }
+)
+
+
 def _ext_hook(code: int, data: bytes) -> object:
     decoder = _DECODERS.get(code)
     if decoder is None:
         raise DecodeError(f"unknown ext type code {code}: not actorflow's wire format")
-    return decoder(data)
+    value = decoder(data)
+    if code in _CHOSEN_HASH or (code == EXT_DATACLASS and type(value).__hash__ is not None):
+        hashed = _state.hashed
+        depth = _state.unpack_depth
+        count = hashed[depth]
+        if count >= 0:
+            if count >= _FLOOD_EXTS:
+                raise _Flood
+            hashed[depth] = count + 1
+    return value
 
 
 def decode(data: bytes) -> Any:

@@ -81,7 +81,9 @@ class CheckpointSteps:
                 superstep=self.state.superstep,
             ) from exc
         job.emit(
-            ev.CheckpointedEvent(job.run_id, state.superstep, time.time(), checkpoint_id, kind)
+            ev.CheckpointedEvent(
+                job.run_id, state.superstep, time.time(), checkpoint_id, kind, checkpointer.queued
+            )
         )
 
     def _persist_partial(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:

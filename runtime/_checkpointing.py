@@ -34,7 +34,7 @@ from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
 
-__all__ = ["Checkpointer", "Restored", "load_for_resume"]
+__all__ = ["Checkpointer", "Restored", "check_runtime", "check_runtime_bytes", "load_for_resume"]
 
 _KINDS = frozenset(kind.value for kind in CheckpointKind)
 
@@ -83,6 +83,8 @@ class Checkpointer:
         self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self.queued = False
+        """Whether the last :meth:`write` only queued its cut (async durability)."""
 
     def due(self, superstep: int) -> bool:
         """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
@@ -131,8 +133,10 @@ class Checkpointer:
         if self._sync or kind == "entry":
             self._save(cut, blobs)
             self._confirmed_id = cut.id
+            self.queued = False
         else:
             self._enqueue(cut, blobs)
+            self.queued = True
         self._stored = referenced
         self.last_id = cut.id
         return cut.id
@@ -197,6 +201,7 @@ class Checkpointer:
         if self._queue is not None:
             self._queue.join()
         self.raise_failure()
+        self.queued = False
 
     def raise_failure(self) -> None:
         """Re-raise a background write failure (once), resetting the lineage to what is stored."""
@@ -334,6 +339,39 @@ def _reader(store: CheckpointStore) -> Callable[[list[str]], Mapping[str, bytes]
     return lambda digests: {d: store.load_blob(d) for d in digests}
 
 
+def check_runtime(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A record's ``runtime`` field, decoded and shape-checked as a resume does it.
+
+    Returns the runtime map of a cut, or ``{"partial": executor, "report":
+    [sends, outputs, requests]}`` for a partial record. Used by resume and by the
+    CLI (``verify`` checks every record with it).
+
+    Raises:
+        CheckpointCorrupt: the field is not what the supervisor writes.
+    """
+    if checkpoint.kind is CheckpointKind.PARTIAL:
+        executor, (report, _) = next(iter(_partial_of(checkpoint).items()))
+        return {"partial": executor, "report": report}
+    return decode_runtime(checkpoint.runtime)
+
+
+def check_runtime_bytes(runtime: bytes) -> dict[str, Any]:
+    """:func:`check_runtime` for a bare field: a partial record's if it names one.
+
+    Raises:
+        CheckpointCorrupt: the field is neither a cut's nor a partial record's.
+    """
+    try:
+        body = msgpack.unpackb(runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
+        executor = body["partial"] if type(body) is dict and "partial" in body else None
+    except Exception as exc:
+        raise CheckpointCorrupt(f"the runtime field is malformed: {exc}") from exc
+    if executor is None:
+        return decode_runtime(runtime)
+    executor, report = _partial_body(runtime, "record")
+    return {"partial": executor, "report": report}
+
+
 def _blueprint_chunks(spec: GraphSpec) -> dict[str, bytes]:
     """Digest -> bytes of every blueprint chunk of the graph.
 
@@ -367,22 +405,48 @@ def _newest_cut(store: CheckpointStore, orphan: Checkpoint) -> Checkpoint:
 
 def _partial_of(part: Checkpoint) -> dict[str, tuple[list[Any], list[str]]]:
     """Decode a partial record (plain msgpack, shape-checked)."""
+    executor, report = _partial_body(part.runtime, part.id)
+    if list(part.executors) != [executor]:
+        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed")
+    return {executor: (report, list(part.executors[executor]))}
+
+
+def _partial_body(runtime: bytes, name: str) -> tuple[str, list[Any]]:
+    """The executor and ``[sends, outputs, requests]`` of a partial record's runtime field."""
     try:
-        body = msgpack.unpackb(part.runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
+        body = msgpack.unpackb(runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
         executor = body["partial"]
         sends, outputs, requests = body["report"]
         valid = (
-            isinstance(executor, str)
-            and list(part.executors) == [executor]
-            and all(isinstance(s, list) and len(s) == 3 and isinstance(s[2], bytes) for s in sends)
-            and all(isinstance(o, bytes) for o in outputs)
-            and all(isinstance(r, list) and len(r) == 3 for r in requests)
+            type(body) is dict
+            and set(body) == {"partial", "report"}
+            and type(executor) is str
+            and type(sends) is list
+            and all(
+                type(s) is list
+                and len(s) == 3
+                and type(s[0]) is str
+                and type(s[1]) is int
+                and type(s[2]) is bytes
+                for s in sends
+            )
+            and type(outputs) is list
+            and all(type(o) is bytes for o in outputs)
+            and type(requests) is list
+            and all(
+                type(r) is list
+                and len(r) == 3
+                and type(r[0]) is str
+                and type(r[1]) is bytes
+                and type(r[2]) is str
+                for r in requests
+            )
         )
     except Exception as exc:
-        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed: {exc}") from exc
+        raise CheckpointCorrupt(f"partial checkpoint {name} is malformed: {exc}") from exc
     if not valid:
-        raise CheckpointCorrupt(f"partial checkpoint {part.id} is malformed")
-    return {executor: ([sends, outputs, requests], list(part.executors[executor]))}
+        raise CheckpointCorrupt(f"partial checkpoint {name} is malformed")
+    return executor, [sends, outputs, requests]
 
 
 def _refuse(code: int, data: bytes) -> Any:

@@ -139,12 +139,22 @@ class RequestEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointedEvent(Event):
-    """A checkpoint was written."""
+    """A checkpoint was written, or (``queued``) handed to the background writer.
+
+    With ``Durability.SYNC`` (the default) every such event means the record is in
+    the store. With ``Durability.ASYNC`` a ``step`` or ``response`` cut is only
+    queued when the event is emitted (``queued=True``): if its write then fails,
+    the run fails at the next barrier with a :class:`CheckpointFailedEvent`, and
+    that id never appears in the store. ``entry`` and ``final`` cuts are written
+    before their event even then (``queued=False``).
+    """
 
     checkpoint_id: str = ""
     """Its id in the store."""
     kind: str = ""
     """``entry``, ``step``, ``response`` or ``final``."""
+    queued: bool = False
+    """True: only queued for writing (``Durability.ASYNC``), not known to be stored yet."""
 
 
 @dataclass(frozen=True, slots=True)

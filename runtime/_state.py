@@ -140,60 +140,117 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"ext type {code} is not allowed in a runtime record")
 
 
+MAX_SUPERSTEP = (1 << 62) - 1
+"""The largest superstep a runtime record may hold: a run can go on from it (the
+counter and the ids derived from it stay within msgpack's 64-bit ints)."""
+_MAX_GROUP = (1 << 31) - 1
+_OWN_KEYS = frozenset({"superstep", "inbox", "fan_in", "pending", "answered"})
+_EXTRA_KEYS = frozenset({"graph"})
+_SINGLE, _RESPONSE = -1, -2  # as in ._wire (SINGLE, RESPONSE)
+
+
 def decode_runtime(data: bytes) -> dict[str, Any]:
     """Decode and shape-check a checkpoint's ``runtime`` bytes; never runs code.
 
+    Accepts exactly what :meth:`RunState.to_bytes` writes: the five entries of the
+    run state plus the graph description, every key a str, every count within
+    the bounds a run can continue from, every payload bytes in the shape its
+    delivery group implies, fan-in group keys as canonical decimal numbers.
+
     Raises:
-        CheckpointCorrupt: anything but the plain structure :meth:`RunState.to_bytes` writes.
+        CheckpointCorrupt: anything else (plain msgpack only: an ext type, a
+            pickle or a wrong shape is refused).
     """
     try:
         body = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
-        _check(isinstance(body, dict), "not a map")
-        _check(isinstance(body.get("superstep"), int), "superstep")
-        for target, deliveries in _items(body, "inbox"):
-            _check(isinstance(deliveries, list), f"inbox of {target}")
-            for delivery in deliveries:
-                _check(isinstance(delivery, list) and len(delivery) == 3, f"delivery to {target}")
-                source, group, payload = delivery
-                _check(isinstance(source, str) and isinstance(group, int), f"delivery to {target}")
-                _check(_payload_ok(payload), f"payload to {target}")
-        for group, sources in _items(body, "fan_in"):
-            _check(isinstance(sources, dict), f"fan-in group {group}")
-            for source, payloads in sources.items():
-                _check(isinstance(payloads, list), f"fan-in {group}/{source}")
-                _check(all(isinstance(p, bytes) for p in payloads), f"fan-in {group}/{source}")
-        for request_id, entry in _items(body, "pending"):
-            _check(isinstance(entry, list) and len(entry) == 3, f"request {request_id}")
-            _check(
-                isinstance(entry[0], str) and isinstance(entry[1], bytes), f"request {request_id}"
-            )
-            _check(isinstance(entry[2], str), f"request {request_id}")
-        _check(isinstance(body.get("answered"), list), "answered")
-        _check(all(isinstance(a, str) for a in body["answered"]), "answered")
-    except CheckpointCorrupt:
-        raise
     except Exception as exc:
         raise CheckpointCorrupt(
             f"the checkpoint's runtime record is malformed ({type(exc).__name__}: {exc}); "
             "restore an older checkpoint or run `actorflow checkpoints verify`"
         ) from exc
+    _check(type(body) is dict and all(type(k) is str for k in body), "not a map")
+    keys = set(body)
+    _check(_OWN_KEYS <= keys <= _OWN_KEYS | _EXTRA_KEYS, "its entries")
+    superstep = body["superstep"]
+    _check(type(superstep) is int and 0 <= superstep <= MAX_SUPERSTEP, "superstep")
+    for target, deliveries in _items(body, "inbox"):
+        _check(type(deliveries) is list, f"inbox of {target}")
+        for delivery in deliveries:
+            _check(type(delivery) is list and len(delivery) == 3, f"delivery to {target}")
+            source, group, payload = delivery
+            _check(type(source) is str and _delivery_ok(group, payload), f"delivery to {target}")
+    for group, sources in _items(body, "fan_in"):
+        _check(group.isdigit() and group.isascii() and str(int(group)) == group, "fan_in")
+        _check(int(group) <= _MAX_GROUP and type(sources) is dict, f"fan-in group {group}")
+        for source, payloads in sources.items():
+            _check(type(source) is str and type(payloads) is list, f"fan-in {group}/{source}")
+            _check(all(type(p) is bytes for p in payloads), f"fan-in {group}/{source}")
+    for request_id, entry in _items(body, "pending"):
+        _check(type(entry) is list and len(entry) == 3, f"request {request_id}")
+        _check(
+            type(entry[0]) is str and type(entry[1]) is bytes and type(entry[2]) is str,
+            f"request {request_id}",
+        )
+    answered = body["answered"]
+    _check(type(answered) is list and all(type(a) is str for a in answered), "answered")
+    if "graph" in body:
+        _check(_graph_ok(body["graph"], 0), "graph")
     result: dict[str, Any] = body
     return result
 
 
+def _delivery_ok(group: object, payload: object) -> bool:
+    if type(group) is not int:
+        return False
+    if group == _SINGLE:
+        return type(payload) is bytes
+    if group == _RESPONSE:
+        return (
+            type(payload) is list
+            and len(payload) == 3
+            and type(payload[0]) is str
+            and type(payload[1]) is bytes
+            and type(payload[2]) is bytes
+        )
+    return (
+        0 <= group <= _MAX_GROUP
+        and type(payload) is list
+        and all(type(p) is bytes for p in payload)
+    )
+
+
+def _graph_ok(graph: object, depth: int) -> bool:
+    """The shape of :func:`._graph.describe` (sub-workflows nest under ``nested``)."""
+    if type(graph) is not dict or depth > 64:
+        return False
+    executors = graph.get("executors", {})
+    if not (
+        type(graph.get("start", "")) is str
+        and type(executors) is dict
+        and type(graph.get("edges", [])) is list
+        and type(graph.get("fan_in", [])) is list
+    ):
+        return False
+    for entry in executors.values():
+        if not (
+            type(entry) is dict
+            and type(entry.get("type")) is str
+            and type(entry.get("handlers")) is list
+            and all(type(h) is str for h in entry["handlers"])
+            and ("nested" not in entry or _graph_ok(entry["nested"], depth + 1))
+        ):
+            return False
+    return all(
+        type(edge) is list and all(type(part) in (str, list, bool) for part in edge)
+        for edge in graph.get("edges", [])
+    )
+
+
 def _items(body: dict[str, Any], key: str) -> list[tuple[str, Any]]:
     section = body.get(key)
-    _check(isinstance(section, dict), key)
+    _check(type(section) is dict and all(type(k) is str for k in section), key)
     assert isinstance(section, dict)
-    return [(str(k), v) for k, v in section.items()]
-
-
-def _payload_ok(payload: Any) -> bool:
-    if isinstance(payload, bytes):
-        return True
-    if isinstance(payload, list):
-        return all(isinstance(p, bytes | str | list) for p in payload)
-    return False
+    return list(section.items())
 
 
 def _check(ok: bool, what: str) -> None:

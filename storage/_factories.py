@@ -75,6 +75,13 @@ class FileStoreFactory:
             if not pack.name.startswith("."):
                 mutate_pack(pack, blob=(digest, mutate))
 
+    def corrupt_header(self, mutate: Mutation) -> None:
+        """Rewrite the prefix and header of every record pack with ``mutate(those bytes)``."""
+        for pack in sorted((Path(self.path) / "packs").glob("*.pack")):
+            data = pack.read_bytes()
+            end = 16 + int.from_bytes(data[8:12], "big") if len(data) >= 16 else len(data)
+            pack.write_bytes(mutate(data[:end]) + data[end:])
+
 
 @dataclass(frozen=True)
 class SQLiteStoreFactory:
@@ -94,6 +101,18 @@ class SQLiteStoreFactory:
     def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
         """Rewrite a blob row's bytes with ``mutate(its bytes)``."""
         self._mutate("blobs", "data", "digest", digest, mutate)
+
+    def corrupt_header(self, mutate: Mutation) -> None:
+        """Rewrite the 100-byte database header with ``mutate(its bytes)`` (the WAL folded in first)."""
+        try:
+            with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.DatabaseError:
+            pass  # damaged already (an earlier call): the header is in the file itself
+        with open(self.path, "r+b") as f:
+            header = f.read(100)
+            f.seek(0)
+            f.write(mutate(header)[:100].ljust(100, b"\0"))
 
     def _mutate(self, table: str, column: str, key: str, value: str, mutate: Mutation) -> None:
         with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:

@@ -224,14 +224,14 @@ class FileStore(StoreBase):
                 raise CheckpointNotFound(f"no blob {d!r} in this store")
         found = self._read_blobs(wanted)
         if found is None:  # a pack moved under us (a collection ran): look again, locked
-            with self._locked(exclusive=False):
+            with self._locked(exclusive=False, write=False):
                 self._index.scan()
                 found = self._read_blobs(wanted)
         if found is None:
             raise CheckpointError(f"the packs of {self._root} kept changing while being read")
         missing = [d for d in wanted if d not in found]
         if missing:
-            with self._locked(exclusive=False):
+            with self._locked(exclusive=False, write=False):
                 self._stored(set(missing))
                 more = self._read_blobs(missing)
             found.update(more or {})
@@ -244,7 +244,7 @@ class FileStore(StoreBase):
         """The subset of ``digests`` that is stored."""
         self._check_open()
         wanted = {d for d in digests if is_blob_digest(d)}
-        with self._locked(exclusive=False):
+        with self._locked(exclusive=False, write=False):
             return self._stored(wanted)
 
     def list(
@@ -287,6 +287,7 @@ class FileStore(StoreBase):
         if not isinstance(checkpoint_id, str) or not _SAFE_ID.fullmatch(checkpoint_id):
             raise not_found(str(checkpoint_id))
         with self._locked(exclusive=True) as lock:
+            assert lock is not None  # a write section has its lock, or raised
             if not (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
                 raise not_found(checkpoint_id)
             self._forget([checkpoint_id], lock)
@@ -296,6 +297,7 @@ class FileStore(StoreBase):
         check_keep(keep)
         self._check_open()
         with self._locked(exclusive=True) as lock:
+            assert lock is not None  # a write section has its lock, or raised
             doomed = prune_plan(
                 (
                     (cp.id, cp.kind.value, cp.parent_id)
@@ -308,11 +310,20 @@ class FileStore(StoreBase):
                 self._forget(doomed, lock)
             return len(doomed)
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts, and
+        how it reaches the records that :meth:`list` cannot decode around.
+        """
+        self._check_open()
+        return self._ids()
+
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""
         self._check_open()
         problems: builtins.list[str] = []
-        with self._locked(exclusive=False):
+        with self._locked(exclusive=False, write=False):
             self._index.scan()
             damaged = dict(self._index.damaged)
         problems += [
@@ -322,7 +333,9 @@ class FileStore(StoreBase):
         ]
         ids = self._ids()
         stored = set(ids)
-        deleted = self._read_deleted()
+        deleted, unreadable = self._read_deleted()
+        if unreadable:
+            problems.append(f"{self._deleted} is damaged: {unreadable}")
         blob_state: dict[str, str] = {}
         for checkpoint_id in ids:
             try:
@@ -345,18 +358,51 @@ class FileStore(StoreBase):
     # --- internals -----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self, *, exclusive: bool) -> Iterator[int]:
-        """Hold the store lock; yields its fd. The pack index is synced on entry."""
+    def _locked(self, *, exclusive: bool, write: bool = True) -> Iterator[int | None]:
+        """Hold the store lock; yields its fd. The pack index is synced on entry.
+
+        ``write=False`` (a section that only reads) also works on a read-only file
+        system: the lock file is opened read-only, and if it cannot be (it was never
+        created, or cannot be opened there) no lock is taken: nothing can collect
+        on a read-only file system, and what the lock guards against is a collection.
+
+        Raises:
+            CheckpointError: the lock cannot be taken (for a write: a read-only or
+                full file system, permissions), naming the cause.
+        """
         # A fresh open file description per call: flock(2) locks held through
         # different descriptions conflict even within one process, so threads
         # of this process are serialised exactly like other processes.
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            self._index.sync(fd)
+            fd: int | None = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            fd = None if write else self._read_only_lock()
+            if write:
+                raise CheckpointError(
+                    f"cannot lock the FileStore {self._root} for writing: {exc}; a store on a"
+                    " read-only file system can only be read"
+                ) from exc
+        try:
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                self._index.sync(fd)
+            except OSError as exc:  # e.g. a folder named .lock
+                raise CheckpointError(
+                    f"cannot use the lock file {self._lock_path}: {exc}; it must be a regular file"
+                ) from exc
             yield fd
         finally:
-            os.close(fd)  # closing the description releases the lock
+            if fd is not None:
+                os.close(fd)  # closing the description releases the lock
+
+    def _read_only_lock(self) -> int | None:
+        try:
+            return os.open(self._lock_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(f"cannot open {self._lock_path}: {exc}") from exc
 
     def _stored(self, digests: AbstractSet[str], also: AbstractSet[str] = frozenset()) -> set[str]:
         """Which of ``digests`` (and of ``also``, as far as indexed) some pack holds.
@@ -382,8 +428,8 @@ class FileStore(StoreBase):
         for name in reversed(list(self._recent)):  # a copy: other threads append
             try:
                 _, hinted = read_pack_hints(os.path.join(self._packs, name))
-            except (FileNotFoundError, CheckpointCorrupt):
-                continue  # gone or damaged: the scan below decides
+            except (FileNotFoundError, CheckpointError):
+                continue  # gone, damaged or unreadable: the scan below decides
             self._index.read_named([name, *hinted])
             if len(self._index.known(digests)) == len(digests):
                 return
@@ -457,11 +503,17 @@ class FileStore(StoreBase):
             return "corrupt"
         return "ok"
 
-    def _read_deleted(self) -> set[str]:
+    def _read_deleted(self) -> tuple[set[str], str]:
+        """The ids in ``deleted``, and what is wrong with the file ("" if nothing)."""
         try:
-            return set(self._deleted.read_text().split())
+            data = self._deleted.read_bytes()
         except FileNotFoundError:
-            return set()
+            return set(), ""
+        except OSError as exc:
+            return set(), f"it cannot be read ({exc})"
+        ids = {word.decode("ascii", "replace") for word in data.split()}
+        bad = {i for i in ids if not _SAFE_ID.fullmatch(i)}
+        return ids - bad, f"it holds {len(bad)} line(s) that are not checkpoint ids" if bad else ""
 
     def _forget(self, ids: builtins.list[str], lock: int) -> None:
         """Delete these records and collect. Caller holds the exclusive lock (``lock``)."""

@@ -14,6 +14,7 @@ import pytest
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound
 
 from ._format import (
+    Checkpoint,
     CheckpointKind,
     blob_digest,
     decode_checkpoint,
@@ -37,8 +38,28 @@ class ContractTests(KitBase):
     # --- round trips and ownership ---------------------------------------------
 
     def test_is_a_checkpoint_store(self, store: CheckpointStore) -> None:
-        """The store satisfies the CheckpointStore protocol at runtime."""
+        """The store satisfies the CheckpointStore protocol, and each method behaves as
+        one: the types it returns, its keyword filters, and what a save makes visible."""
         assert isinstance(store, CheckpointStore)
+        assert store.list() == [] and store.sessions() == [] and store.verify() == []
+        assert store.latest() is None
+        first = save_new(store, session="s", workflow="w", chunks={"e": [b"one"]})
+        loaded = store.load(first.id)
+        assert type(loaded) is Checkpoint and loaded == first
+        listed = store.list(workflow="w", session="s", kind=first.kind)
+        assert type(listed) is list and listed == [first]
+        assert store.latest(workflow="w", session="s") == first
+        assert store.sessions() == ["s"] and type(store.sessions()[0]) is str
+        digest = blob_digest(b"one")
+        found = store.has_blobs([digest, "0" * 64])
+        assert type(found) is set and found == {digest}
+        assert type(store.load_blob(digest)) is bytes and store.load_blob(digest) == b"one"
+        assert store.history(first.id) == [first]
+        problems = store.verify()
+        assert type(problems) is list and problems == []
+        removed = store.prune("s", keep=0)
+        assert type(removed) is int and removed == 1
+        assert store.list() == [] and store.has_blobs([digest]) == set()
 
     def test_roundtrip_every_field(self, store: CheckpointStore) -> None:
         """Every field of every kind of record comes back equal and correctly typed."""

@@ -227,13 +227,27 @@ class StressTests(KitBase):
     def test_second_handle_sees_saves(
         self, store: CheckpointStore, store_factory: StoreFactory
     ) -> None:
-        """A second store from the factory reads and writes the same data."""
-        first = save_new(store)
+        """A second store from the factory, opened before and used after saves through the
+        first, reads and writes the same data (stores that cannot have a second handle, like
+        MemoryStore, leave this test out)."""
         other = store_factory()
         try:
+            assert other is not store, (
+                "the factory returned the same object: a store with no second handle should"
+                " leave test_second_handle_sees_saves out (set it to None in its test class)"
+            )
+            assert other.latest() is None
+            first = save_new(store, chunks={"e": [b"from the first handle"]})
+            assert other.latest() == first
             assert other.load(first.id) == first
+            assert (
+                other.load_blob(blob_digest(b"from the first handle")) == b"from the first handle"
+            )
             second = save_new(other, parent=first)
+            assert store.latest() == second
             assert store.load(second.id) == second
+            store.delete(first.id)
+            assert [cp.id for cp in other.list()] == [second.id]
         finally:
             other.close()
 
@@ -257,7 +271,7 @@ class StressTests(KitBase):
 
     # --- damage ------------------------------------------------------------------------
 
-    def testtruncated_record_raises_corrupt(
+    def test_truncated_record_raises_corrupt(
         self, store: CheckpointStore, store_factory: StoreFactory
     ) -> None:
         """A truncated record raises CheckpointCorrupt from load, list and latest."""

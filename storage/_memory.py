@@ -286,6 +286,16 @@ class MemoryStore(StoreBase):
                 self._delete(checkpoint_id)
             return len(doomed)
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts, and
+        how it reaches the records that :meth:`list` cannot decode around.
+        """
+        with self._lock:
+            self._check_open()
+            return sorted(self._index)
+
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""
         with self._lock:

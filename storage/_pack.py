@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import struct
 import zlib
 from collections.abc import Callable, Iterable
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import msgpack
 
-from actorflow.errors import CheckpointCorrupt
+from actorflow.errors import CheckpointCorrupt, CheckpointError
 
 MAGIC = b"AFPACK01"
 HINT_MAGIC = b"AFHINT01"
@@ -72,18 +73,25 @@ def encode_header(record_length: int, blobs: Iterable[tuple[str, int]]) -> bytes
     return _PREFIX.pack(MAGIC, len(header), zlib.crc32(header)) + header
 
 
-def parse_header(name: str, data: bytes, inode: int) -> PackHeader | int:
+def parse_header(name: str, data: bytes, inode: int, size: int) -> PackHeader | int:
     """Parse a pack's first bytes; returns how many bytes are needed if ``data`` is short.
+
+    ``size`` is the pack file's size: every span the header gives must lie inside
+    it, so a damaged (or forged, checksum and all) length is reported here and
+    never reaches a read or an allocation.
 
     Raises:
         CheckpointCorrupt: not a pack, or its header is damaged.
     """
     if len(data) < _PREFIX.size:
         return _PREFIX.size
-    magic, size, crc = _PREFIX.unpack_from(data)
+    file_size = size
+    magic, header_size, crc = _PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise CheckpointCorrupt(f"pack {name} is not an actorflow pack (bad magic)")
-    end: int = _PREFIX.size + size
+    end: int = _PREFIX.size + header_size
+    if end > file_size:
+        raise CheckpointCorrupt(f"pack {name} is truncated inside its header")
     if len(data) < end:
         return end
     header = data[_PREFIX.size : end]
@@ -91,45 +99,73 @@ def parse_header(name: str, data: bytes, inode: int) -> PackHeader | int:
         raise CheckpointCorrupt(f"pack {name} has a damaged header (checksum mismatch)")
     try:
         record_length, entries = msgpack.unpackb(header, raw=False, use_list=True)
-        if type(record_length) is not int or record_length < 0:
-            raise ValueError("malformed record length")
+        if type(record_length) is not int or not 0 <= record_length <= file_size - end:
+            raise ValueError(f"record length {record_length!r} does not fit in the file")
         blobs: dict[str, tuple[int, int]] = {}
         offset = end + record_length
         for digest, length in entries:
             if type(digest) is not bytes or len(digest) != 32 or type(length) is not int:
                 raise ValueError("malformed blob entry")
+            if not 0 <= length <= file_size - offset:
+                raise ValueError(f"blob length {length} does not fit in the file")
             blobs.setdefault(digest.hex(), (offset, length))
             offset += length
-    except Exception as exc:  # a crc collision on garbage: still never a crash
+    except Exception as exc:  # damage under a recomputed crc, or a crc collision
         raise CheckpointCorrupt(f"pack {name} has a malformed header: {exc}") from exc
     return PackHeader(inode, (end, record_length), blobs, offset)
 
 
-def read_header(
-    path: Path | str, inode: int | None = None, first: int = _FIRST_READ
-) -> tuple[PackHeader, bytes]:
+def open_pack(path: Path | str) -> tuple[int, os.stat_result]:
+    """Open a pack for reading; returns the fd (the caller closes it) and its stat.
+
+    ``O_NONBLOCK`` so that a FIFO under a pack's name cannot block the open.
+
+    Raises:
+        FileNotFoundError: no such pack.
+        CheckpointCorrupt: the name is not a regular file (a folder, a FIFO, a device).
+        CheckpointError: the file cannot be opened (permissions, I/O).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise CheckpointError(f"cannot open pack {os.path.basename(path)}: {exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointCorrupt(
+                f"pack {os.path.basename(path)} is not a regular file; remove or rename it"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_header(path: Path | str, first: int = _FIRST_READ) -> tuple[PackHeader, bytes]:
     """A pack's header and the first bytes read (which often hold the record too).
 
-    ``inode``, when the caller listed it under the store lock, saves an ``fstat``;
     ``first`` is how much to read at once (more is read if the header is longer).
 
     Raises:
         FileNotFoundError: no such pack (collected or renamed meanwhile).
-        CheckpointCorrupt: the header is damaged.
+        CheckpointCorrupt: the header is damaged, or the name is not a regular file.
+        CheckpointError: the pack cannot be read.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd, st = open_pack(path)
     try:
-        return _read_header(fd, os.path.basename(path), inode, first)
+        return _read_header(fd, os.path.basename(path), st, first)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read pack {os.path.basename(path)}: {exc}") from exc
     finally:
         os.close(fd)
 
 
-def _read_header(fd: int, name: str, inode: int | None, first: int) -> tuple[PackHeader, bytes]:
-    if inode is None:
-        inode = os.fstat(fd).st_ino
-    data = os.pread(fd, first, 0)
+def _read_header(fd: int, name: str, st: os.stat_result, first: int) -> tuple[PackHeader, bytes]:
+    data = os.pread(fd, min(first, st.st_size), 0)
     while True:
-        parsed = parse_header(name, data, inode)
+        parsed = parse_header(name, data, st.st_ino, st.st_size)
         if isinstance(parsed, PackHeader):
             return parsed, data
         more = os.pread(fd, parsed - len(data), len(data))
@@ -149,9 +185,9 @@ def read_pack_hints(path: str) -> tuple[PackHeader, list[str]]:
         FileNotFoundError: no such pack.
         CheckpointCorrupt: the pack's header is damaged.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd, st = open_pack(path)
     try:
-        header, data = _read_header(fd, os.path.basename(path), None, _FIRST_READ)
+        header, data = _read_header(fd, os.path.basename(path), st, _FIRST_READ)
         start = header.end
         if len(data) < start + _PREFIX.size:
             data = os.pread(fd, 4096, start)  # one more read, usually the whole trailer
@@ -196,15 +232,19 @@ def read_record(path: Path) -> bytes:
         FileNotFoundError: no such pack.
         CheckpointCorrupt: the header is damaged, the pack holds no record, or is truncated.
     """
-    header, data = read_header(path)
-    offset, length = header.record
-    if length == 0:
-        raise CheckpointCorrupt(f"pack {path.name} holds no record")
-    if len(data) >= offset + length:
-        return data[offset : offset + length]
-    with open(path, "rb") as f:
-        f.seek(offset)
-        record = f.read(length)
+    fd, st = open_pack(path)
+    try:
+        header, data = _read_header(fd, path.name, st, _FIRST_READ)
+        offset, length = header.record
+        if length == 0:
+            raise CheckpointCorrupt(f"pack {path.name} holds no record")
+        if len(data) >= offset + length:
+            return data[offset : offset + length]
+        record = os.pread(fd, length, offset)  # length fits in the file: parse_header checked
+    except OSError as exc:
+        raise CheckpointError(f"cannot read pack {path.name}: {exc}") from exc
+    finally:
+        os.close(fd)
     if len(record) != length:
         raise CheckpointCorrupt(f"pack {path.name} is truncated inside its record")
     return record
@@ -218,11 +258,13 @@ def read_spans(path: Path, inode: int, spans: list[tuple[int, int]]) -> list[byt
     Raises:
         FileNotFoundError: no such pack.
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd, st = open_pack(path)
     try:
-        if os.fstat(fd).st_ino != inode:
+        if st.st_ino != inode:
             return None  # replaced since it was indexed (a collection ran)
         return [os.pread(fd, length, offset) for offset, length in spans]
+    except OSError as exc:
+        raise CheckpointError(f"cannot read pack {path.name}: {exc}") from exc
     finally:
         os.close(fd)
 
@@ -246,6 +288,7 @@ def write_pack(
     ``hints`` (from :func:`encode_hints`) go after the blobs.
     """
     head = encode_header(len(record), [(d, n) for d, n, _ in blobs])
+    total = sum(n for _, n, _ in blobs)
     fd, tmp = _create_temp(os.fspath(folder))
     try:
         try:
@@ -272,7 +315,7 @@ def write_pack(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     fsync_dir(folder)
-    header = parse_header(final.name, head, inode)
+    header = parse_header(final.name, head, inode, len(head) + len(record) + total + len(hints))
     assert isinstance(header, PackHeader)  # it is the header just encoded, whole
     return header
 
@@ -322,7 +365,7 @@ def mutate_pack(
     whether the pack held what was to be changed.
     """
     data = path.read_bytes()
-    header = parse_header(path.name, data, 0)
+    header = parse_header(path.name, data, 0, len(data))
     assert isinstance(header, PackHeader)
     offset, length = header.record
     new_record = data[offset : offset + length]

@@ -50,9 +50,13 @@ class PackIndex:
         self.damaged: dict[str, tuple[int, str]] = {}
         """Pack name -> (inode, why): packs whose header cannot be read."""
 
-    def sync(self, lock_fd: int) -> None:
-        """Drop the cache if a collection started since it was filled. Caller holds the lock."""
-        token = os.pread(lock_fd, TOKEN_SIZE, 0)
+    def sync(self, lock_fd: int | None) -> None:
+        """Drop the cache if a collection started since it was filled. Caller holds the lock.
+
+        ``None``: no lock file (a store on a read-only file system that was never
+        written here, where no collection can run).
+        """
+        token = b"" if lock_fd is None else os.pread(lock_fd, TOKEN_SIZE, 0)
         with self._lock:
             if token != self._generation:
                 self._generation = token
@@ -84,7 +88,7 @@ class PackIndex:
         for name in new:
             try:
                 # Only the header is wanted: a small first read (it grows if needed).
-                header, _ = read_header(os.path.join(folder, name), listed[name], 2048)
+                header, _ = read_header(os.path.join(folder, name), 2048)
             except FileNotFoundError:
                 continue  # a crashed writer's leftover was removed meanwhile; nothing lost
             except CheckpointCorrupt as exc:
@@ -104,7 +108,7 @@ class PackIndex:
             new = [n for n in names if is_pack_name(n) and n not in self._packs]
         for name in new:
             try:
-                header, _ = read_header(os.path.join(folder, name), None, 2048)
+                header, _ = read_header(os.path.join(folder, name), 2048)
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 continue
             except CheckpointCorrupt as exc:

@@ -248,19 +248,50 @@ class SQLiteStore(StoreBase):
     def latest(
         self, *, workflow: str | None = None, session: str | None = None
     ) -> Checkpoint | None:
-        """The newest matching record, or None; a damaged one raises, it is not skipped."""
+        """The newest matching record, or None; a damaged one raises, it is not skipped.
+
+        The answer an index gives is cross-checked through another structure of
+        the file (a damaged index page must not make a resume silently return an
+        older checkpoint): the primary-key index for an answer of the session
+        index, the table itself for an answer of the primary-key index. Both
+        checks read only rows newer than the answer, so they cost next to nothing
+        for the session a service resumes; finding no record at all for a session
+        scans the table once.
+        """
         where, params = sql.filters(workflow, session, None)
         with self._read() as db:
             row = db.execute(
-                f"SELECT {sql.COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1", params
+                f"SELECT rowid, {sql.COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1",
+                params,
             ).fetchone()
-        return None if row is None else sql.decode_row(row)
+            newer = sql.newer_than(db, row, workflow, session)
+        if newer is not None:
+            raise CheckpointCorrupt(
+                f"SQLite store {self._path} is damaged: its indexes miss checkpoint {newer!r}, "
+                "newer than what they give as the latest; run `actorflow checkpoints verify` "
+                "and restore the file from a backup (or REINDEX it)"
+            )
+        if row is None:
+            return None
+        cp = sql.decode_row(row[1:])
+        if (session is not None and cp.session != session) or (
+            workflow is not None and cp.workflow != workflow
+        ):
+            raise CheckpointCorrupt(
+                f"SQLite store {self._path} is damaged: an index gives checkpoint {cp.id} "
+                f"(session {cp.session!r}, workflow {cp.workflow!r}) for session {session!r}, "
+                f"workflow {workflow!r}; restore the file from a backup (or REINDEX it)"
+            )
+        return cp
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""
         with self._read() as db:
             rows = db.execute("SELECT DISTINCT session FROM checkpoints ORDER BY session")
-            return [r[0] for r in rows]
+            found = [r[0] for r in rows]
+        if not all(type(name) is str for name in found):
+            raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: a session is not text")
+        return found
 
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record (damaged or not) and collect unreferenced blobs."""
@@ -282,13 +313,36 @@ class SQLiteStore(StoreBase):
             sql.delete(db, doomed)
         return len(doomed)
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts, and
+        how it reaches the records that :meth:`list` cannot decode around.
+        """
+        with self._read() as db:
+            found = [r[0] for r in db.execute("SELECT id FROM checkpoints NOT INDEXED")]
+        return sorted(str(i) for i in found)
+
     def verify(self) -> builtins.list[str]:
-        """Every problem found in the store, one line each; [] when healthy."""
+        """Every problem found in the store, one line each; [] when healthy.
+
+        A file too damaged for the checks to finish gives the problem that
+        stopped them (with those found before it), rather than raising.
+        """
         problems: builtins.list[str] = []
+        try:
+            self._verify(problems)
+        except CheckpointCorrupt as exc:
+            problems.append(str(exc))
+        return problems
+
+    def _verify(self, problems: builtins.list[str]) -> None:
         states: dict[str, str] = {}
         with self._read() as db:
+            # integrity_check, not quick_check: only it compares every index with
+            # the table, and a damaged index can make latest() give an older record.
             problems += [
-                f"database: {r[0]}" for r in db.execute("PRAGMA quick_check") if r[0] != "ok"
+                f"database: {r[0]}" for r in db.execute("PRAGMA integrity_check") if r[0] != "ok"
             ]
             stored = {r[0] for r in db.execute("SELECT id FROM checkpoints")}
             deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
@@ -297,10 +351,13 @@ class SQLiteStore(StoreBase):
                 "SELECT c.id, r.blob, b.digest FROM refs r JOIN checkpoints c ON c.rowid ="
                 " r.checkpoint LEFT JOIN blobs b ON b.id = r.blob"
             ):
-                refs.setdefault(checkpoint_id, set()).add(digest or f"<missing blob #{blob}>")
+                named = digest if type(digest) is str else f"<missing blob #{blob}>"
+                if digest is not None and type(digest) is not str:
+                    problems.append(f"checkpoint {checkpoint_id}: blob #{blob} has no text digest")
+                refs.setdefault(str(checkpoint_id), set()).add(named)
             rows = db.execute(f"SELECT {sql.COLUMNS}, parent_id FROM checkpoints ORDER BY id")
             for row in rows:
-                checkpoint_id, parent = row[0], row[5]
+                checkpoint_id, parent = str(row[0]), row[5]
                 try:
                     cp = sql.decode_row(row[:5])
                     if cp.blob_digests() != refs.get(checkpoint_id, set()):
@@ -319,7 +376,6 @@ class SQLiteStore(StoreBase):
                         problems.append(
                             f"checkpoint {checkpoint_id}: blob {digest} is {states[digest]}"
                         )
-        return problems
 
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Idempotent."""
@@ -381,6 +437,9 @@ class SQLiteStore(StoreBase):
         except sqlite3.Error as exc:
             conn.close()
             raise sql.translate(exc, self._path) from exc
+        except UnicodeDecodeError as exc:
+            conn.close()
+            raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
@@ -392,8 +451,10 @@ class SQLiteStore(StoreBase):
         while True:
             try:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.OperationalError:
-                if time.monotonic() > deadline:
+            except sqlite3.OperationalError as exc:
+                # Only contention is worth waiting for; a damaged header, a read-only
+                # file or an I/O error fails the same way every time.
+                if not sql.is_busy(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
@@ -467,3 +528,5 @@ class SQLiteStore(StoreBase):
                 raise
         except sqlite3.Error as exc:
             raise sql.translate(exc, self._path) from exc
+        except UnicodeDecodeError as exc:  # text in a damaged page that is not UTF-8
+            raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc

@@ -78,11 +78,43 @@ def put_lease(db: sqlite3.Connection, session: str, row: LeaseRow) -> None:
     )
 
 
+# Result codes (the low byte of an extended code) that say the file is damaged, even
+# where the sqlite3 module raises them as OperationalError.
+_DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
+_BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+_UNWRITABLE = {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM}
+
+
+# A damaged header can give SQLITE_ERROR with only this message to tell it apart.
+_DAMAGED_TEXT = ("unsupported file format", "file is not a database", "malformed")
+
+
+def _code(exc: sqlite3.Error) -> int:
+    return int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is "database is locked/busy": the one error worth retrying."""
+    return _code(exc) in _BUSY
+
+
 def translate(exc: sqlite3.Error, path: Path) -> CheckpointError:
     # Plain DatabaseError is SQLite's "malformed" / "not a database"; its subclasses
-    # (locked, I/O error, closed connection, ...) are failures of the medium or of use.
-    if type(exc) in (sqlite3.DatabaseError, sqlite3.DataError):
+    # (locked, I/O error, closed connection, ...) are failures of the medium or of use,
+    # except those whose result code says the file is damaged ("unsupported file
+    # format" for a damaged header is an OperationalError).
+    if (
+        type(exc) in (sqlite3.DatabaseError, sqlite3.DataError)
+        or _code(exc) in _DAMAGED
+        or any(text in str(exc) for text in _DAMAGED_TEXT)
+    ):
         return CheckpointCorrupt(f"SQLite store {path} is damaged: {exc}")
+    if _code(exc) in _UNWRITABLE:
+        return CheckpointError(
+            f"SQLite store {path}: {exc}; SQLiteStore needs to write next to the file (its"
+            " -wal and -shm files), so it cannot open a store on a read-only file system or"
+            " in a folder it may not write: copy the file somewhere writable"
+        )
     return CheckpointError(f"SQLite store {path}: {exc}")
 
 
@@ -123,6 +155,38 @@ def decode_row(row: tuple[object, ...]) -> Checkpoint:
             f"checkpoint {checkpoint_id}: the index columns disagree with the record"
         )
     return cp
+
+
+def newer_than(
+    db: sqlite3.Connection,
+    row: tuple[object, ...] | None,
+    workflow: str | None,
+    session: str | None,
+) -> object | None:
+    """The id of a matching record newer than ``row`` (what an index gave as the latest).
+
+    Asked of another structure than the one that gave ``row``: the primary-key
+    index when the session index answered, the table (by rowid: records inserted
+    after ``row``) when the primary-key index did. None: they agree.
+    """
+    clauses = [
+        f"{c} = ?" for c, v in (("workflow", workflow), ("session", session)) if v is not None
+    ]
+    params: builtins.list[object] = [v for v in (workflow, session) if v is not None]
+    if row is None:  # no match at all: confirmed by the table itself
+        query = "SELECT id FROM checkpoints NOT INDEXED"
+    elif session is not None:
+        # "+session": not through the session index, which gave the answer.
+        clauses = [f"+{c}" for c in clauses] + ["id > ?"]
+        params.append(row[1])
+        query = "SELECT id FROM checkpoints INDEXED BY sqlite_autoindex_checkpoints_1"
+    else:
+        clauses += ["rowid > ?", "id > ?"]
+        params += [row[0], row[1]]
+        query = "SELECT id FROM checkpoints NOT INDEXED"
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    found = db.execute(f"{query}{where} LIMIT 1", params).fetchone()
+    return None if found is None else found[0]
 
 
 def filters(

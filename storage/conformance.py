@@ -22,6 +22,7 @@ from __future__ import annotations
 from ._factories import FileStoreFactory, MemoryStoreFactory, SQLiteStoreFactory
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
+from ._kit_damage import DamageTests
 from ._kit_leases import LeaseTests
 from ._kit_stress import StressTests
 
@@ -35,10 +36,10 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, StressTests, LeaseTests):
+class StoreConformance(ContractTests, StressTests, LeaseTests, DamageTests):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the
     factory lacks (``durable``, ``multiprocess``, ``corrupt_record``,
-    ``corrupt_blob``) are skipped with the reason.
+    ``corrupt_blob``, ``corrupt_header``) are skipped with the reason.
     """

@@ -650,6 +650,41 @@ def test_with_async_durability_a_failed_write_fails_the_run_at_the_next_barrier(
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("durability", [af.Durability.SYNC, af.Durability.ASYNC])
+def test_a_checkpointed_event_not_marked_queued_names_a_stored_record(
+    durability: af.Durability,
+) -> None:
+    """CheckpointedEvent means written unless ``queued``; with ASYNC a step cut is only queued,
+    and the ids of queued cuts whose write failed never appear in the store."""
+    store = FailingStore(lambda cp: cp.kind == "step" and cp.superstep >= 3)
+
+    def hold_step_4(executor: str, superstep: int) -> None:
+        if superstep == 4:  # the write of step 3 has been attempted first
+            assert store.failed.wait(10)
+
+    graphs.HOOK = hold_step_4
+    try:
+        case = graphs.build("ring", 3, 10)
+        policy = af.CheckpointPolicy(durability=durability)
+        with case.workflow as wf, wf.session("s", store=store, checkpoint=policy) as s:
+            events, _ = _stream_until_failure(s, case.input)
+    finally:
+        graphs.HOOK = None
+    checkpointed = [e for e in events if isinstance(e, af.CheckpointedEvent)]
+    stored = {cp.id for cp in store.inner.list()}
+    assert checkpointed
+    for event in checkpointed:
+        if not event.queued:
+            assert event.checkpoint_id in stored, event
+    queued = [e for e in checkpointed if e.queued]
+    if durability is af.Durability.SYNC:
+        assert not queued
+    else:
+        assert queued and all(e.kind in ("step", "response") for e in queued)
+        assert [e for e in queued if e.checkpoint_id not in stored]  # a queued id never written
+
+
+@pytest.mark.timeout(30)
 def test_with_async_durability_a_failed_final_write_is_an_error_event() -> None:
     """ASYNC and the final checkpoint's write fails: CheckpointFailedEvent, and no 'completed'."""
     store = FailingStore(lambda cp: cp.kind == "final")

@@ -1,0 +1,93 @@
+"""Every single-bit flip of a SQLite store's session index page: ``python -m fuzz.index_sweep``.
+
+For each flip it asks ``latest(session=...)`` and ``latest()`` and counts the
+answers that are wrong without an error (a silent rollback: must be 0) and the
+flips after which some answer is wrong or refused while ``verify()`` reports
+nothing (must be 0).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+from actorflow.errors import CheckpointError
+from actorflow.storage import SQLiteStore
+from actorflow.storage.conformance import make_checkpoint
+
+__all__ = ["main"]
+
+
+def _build(path: Path) -> tuple[str, str]:
+    store = SQLiteStore(path)
+    parent = None
+    newest = ""
+    for _ in range(12):
+        for session in ("a", "b"):
+            cp, blobs = make_checkpoint(session=session, parent=parent if session == "a" else None)
+            store.save(cp, blobs)
+            if session == "a":
+                parent, newest = cp, cp.id
+            last = cp.id
+    store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    return newest, last
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base.db"
+        newest_a, newest = _build(base)
+        with sqlite3.connect(base) as db:
+            (size,) = db.execute("PRAGMA page_size").fetchone()
+            roots = db.execute(
+                "SELECT name, rootpage FROM sqlite_master WHERE name = 'checkpoints_by_session'"
+            ).fetchall()
+        db.close()
+        data = base.read_bytes()
+        flips = silent = missed = refused = 0
+        for name, root in roots:
+            start = (root - 1) * size
+            for offset in range(start, start + size):
+                for bit in range(8):
+                    damaged = bytearray(data)
+                    damaged[offset] ^= 1 << bit
+                    path = Path(tmp) / "t.db"
+                    for suffix in ("", "-wal", "-shm"):
+                        Path(f"{path}{suffix}").unlink(missing_ok=True)
+                    path.write_bytes(bytes(damaged))
+                    flips += 1
+                    wrong = False
+                    try:
+                        store = SQLiteStore(path)
+                    except CheckpointError:
+                        refused += 1
+                        continue
+                    try:
+                        for query, expected in (({"session": "a"}, newest_a), ({}, newest)):
+                            try:
+                                got = store.latest(**query)
+                            except CheckpointError:
+                                wrong = True
+                                continue
+                            if got is None or got.id != expected:
+                                silent += 1
+                                wrong = True
+                        if wrong:
+                            refused += 1
+                            if store.verify() == []:
+                                missed += 1
+                    finally:
+                        store.close()
+            print(f"{name}: done", file=sys.stderr)
+    print(
+        f"{flips} single-bit flips of {len(roots)} index pages: {refused} refused (CheckpointError),"
+        f" {silent} silently wrong latest(), {missed} missed by verify()"
+    )
+    return 1 if silent or missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

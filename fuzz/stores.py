@@ -1,0 +1,384 @@
+"""Store targets: each store's on-disk (or in-memory) form, damaged, then used.
+
+An input is an *image* of a store (bytes, so a failing one can be saved and
+replayed): a SQLite file, a FileStore folder packed as msgpack, a MemoryStore's
+entries. :class:`StoreAdapter` says how to build one, damage it in ways that know
+its structure, and open a store on it; :func:`exercise` then calls every reading
+method (and a prune) and decodes what they return as a resume would. Adding a
+store is adding an adapter (a PostgreSQL one would load the image into a
+temporary database and damage rows, as the SQLite adapter does).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sqlite3
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgpack
+
+from actorflow.actors import decode_state, encode_state
+from actorflow.errors import ActorflowError
+from actorflow.runtime._checkpointing import check_runtime
+from actorflow.storage import Checkpoint, CheckpointKind, FileStore, MemoryStore, SQLiteStore
+from actorflow.storage.conformance import make_checkpoint
+
+from ._mutate import mutate, mutate_bytes, mutate_tree, pack_tree, packb, parse_tree
+from ._values import random_value
+from .targets import Target, runtime_seed, sign
+
+__all__ = ["ADAPTERS", "StoreAdapter", "exercise", "store_target"]
+
+
+class StoreAdapter(Protocol):
+    """How to fuzz one store type."""
+
+    name: str
+
+    def build(self, rng: random.Random, work: Path) -> bytes:
+        """A healthy store's image, built by saving ``history(rng)`` records."""
+
+    def damage(self, image: bytes, rng: random.Random, work: Path) -> bytes:
+        """A damaged copy of ``image``."""
+
+    def open(self, image: bytes, work: Path) -> Any:
+        """A store on ``image`` (materialised under ``work`` if it needs files)."""
+
+
+def history(rng: random.Random) -> list[tuple[Checkpoint, dict[str, bytes]]]:
+    """Records of two sessions (state chunks from encode_state, real runtime fields)."""
+    saved: list[tuple[Checkpoint, dict[str, bytes]]] = []
+    for session in ("s1", "s2"):
+        parent = None
+        for step in range(rng.randrange(2, 5)):
+            chunks = {
+                "a": encode_state({"x": random_value(rng), "n": step}),
+                "b": encode_state({"items": list(range(rng.randrange(300)))}),
+            }
+            kind = CheckpointKind.FINAL if step == 3 else CheckpointKind.STEP
+            cp, blobs = make_checkpoint(
+                session=session, parent=parent, chunks=chunks, runtime=runtime_seed(rng), kind=kind
+            )
+            saved.append((cp, blobs))
+            parent = cp
+    return saved
+
+
+def exercise(store: Any) -> None:
+    """Every reading method, a resume's decoding of what they return, then a prune."""
+    try:
+        store.latest()
+        store.latest(session="s1")
+        store.sessions()
+        ids = store.ids() if hasattr(store, "ids") else [cp.id for cp in store.list()]
+        for checkpoint_id in ids[:12]:
+            try:
+                cp = store.load(checkpoint_id)
+                check_runtime(cp)
+                store.history(checkpoint_id)
+                wanted = sorted(cp.blob_digests())
+                if hasattr(store, "load_blobs"):
+                    blobs = store.load_blobs(wanted)
+                else:
+                    blobs = {d: store.load_blob(d) for d in wanted}
+                store.has_blobs(blobs)
+                for digests in cp.executors.values():
+                    decode_state([blobs[d] for d in digests])
+            except ActorflowError:
+                continue  # one damaged record must not hide the others
+        store.list()
+        store.verify()
+        store.prune("s1", keep=1)
+        store.verify()
+    finally:
+        store.close()
+
+
+def _fresh(work: Path) -> Path:
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    return work
+
+
+# --- MemoryStore: the image is its entries -------------------------------------
+
+
+class MemoryAdapter:
+    name = "memory-store"
+
+    def build(self, rng: random.Random, work: Path) -> bytes:
+        store = MemoryStore()
+        for cp, blobs in history(rng):
+            store.save(cp, blobs)
+        entries = [
+            [i, store._record(i), *store._index[i][1:5], list(store._index[i][5])]
+            for i in sorted(store._index)
+        ]
+        return packb({"entries": entries, "blobs": store._blobs})
+
+    def damage(self, image: bytes, rng: random.Random, work: Path) -> bytes:
+        body = msgpack.unpackb(image, strict_map_key=False)
+        entry = rng.choice(body["entries"])
+        # The entry's other fields and the reference counts are written by save()
+        # alone, from a checked record: only the bytes it keeps can be damaged.
+        if rng.random() < 0.7 or not body["blobs"]:
+            entry[1] = _damage_record(entry[1], rng)
+        else:
+            digest = rng.choice(sorted(body["blobs"]))
+            body["blobs"][digest] = mutate_bytes(body["blobs"][digest], rng)
+        return packb(body)
+
+    def open(self, image: bytes, work: Path) -> MemoryStore:
+        body = msgpack.unpackb(image, strict_map_key=False)
+        store = MemoryStore()
+        for checkpoint_id, record, session, workflow, kind, parent, digests in body["entries"]:
+            listed = tuple(d for d in digests if isinstance(d, str))
+            store._index[checkpoint_id] = (record, session, workflow, kind, parent, listed)
+            store._listings[listed] = store._listings.get(listed, 0) + 1
+        for listed in store._listings:
+            for digest in listed:
+                store._refs[digest] = store._refs.get(digest, 0) + 1
+        store._blobs.update(body["blobs"])
+        return store
+
+
+def _damage_record(record: bytes, rng: random.Random) -> bytes:
+    """A record damaged as bytes, or with its body (runtime field included) mutated and re-signed."""
+    if rng.random() < 0.3:
+        return mutate_bytes(record, rng)
+    _, version, _, body = msgpack.unpackb(record)
+    fields = parse_tree(body)
+    if rng.random() < 0.5:  # the runtime field, structure-aware
+        for pair in fields.pairs:
+            if pair[0] == "runtime" and isinstance(pair[1], bytes):
+                pair[1] = mutate(pair[1], rng)
+        return sign(version, pack_tree(fields))
+    return sign(version, pack_tree(mutate_tree(fields, rng)))
+
+
+# --- FileStore: the image is {relative path: bytes, or None for a folder} --------
+
+
+class FileAdapter:
+    name = "file-store"
+
+    def build(self, rng: random.Random, work: Path) -> bytes:
+        root = _fresh(work) / "store"
+        store = FileStore(root)
+        saved = history(rng)
+        for cp, blobs in saved:
+            store.save(cp, blobs)
+        store.delete(saved[0][0].id)  # a deleted list and a blob-only pack
+        store.close()
+        return _pack_folder(root)
+
+    def damage(self, image: bytes, rng: random.Random, work: Path) -> bytes:
+        files: dict[str, bytes | None] = msgpack.unpackb(image)
+        packs = sorted(p for p in files if p.startswith("packs/") and files[p] is not None)
+        name = rng.choice(packs)
+        data = files[name]
+        assert data is not None
+        action = rng.randrange(10)
+        if action < 3:
+            files[name] = _damage_pack_header(data, rng)
+        elif action < 5 and name.endswith(".pack"):
+            files[name] = _replace_record(data, rng)
+        elif action == 5:
+            files[name] = mutate_bytes(data, rng)
+        elif action == 6:
+            odd = rng.choice(
+                [
+                    "packs/zz.pack",
+                    "packs/zz.blobs",
+                    "packs/.tmp-x",
+                    "deleted",
+                    "actorflow-store",
+                    ".lock",
+                ]
+            )
+            files[odd] = rng.choice([None, b"\xff\xfe\x00", b"", rng.randbytes(64), data])
+        elif action == 7:
+            del files[name]
+        elif action == 8:
+            files[f"packs/{rng.choice(['0', 'f', 'zz'])}{name[6:]}"] = (
+                data  # a copy under another id
+            )
+        else:  # the hints trailer, if any: it follows the last blob
+            files[name] = data[: -rng.randrange(1, 40)] + rng.randbytes(rng.randrange(40))
+        return packb(files)
+
+    def open(self, image: bytes, work: Path) -> FileStore:
+        root = _fresh(work) / "store"
+        files: dict[str, bytes | None] = msgpack.unpackb(image)
+        for rel, data in sorted(files.items()):
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if data is None:
+                path.mkdir(exist_ok=True)
+            elif not path.is_dir():
+                path.write_bytes(data)
+        return FileStore(root)
+
+
+def _pack_folder(root: Path) -> bytes:
+    files: dict[str, bytes | None] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        files[rel] = None if path.is_dir() else path.read_bytes()
+    return packb(files)
+
+
+def _split_pack(data: bytes) -> tuple[int, list[Any], bytes]:
+    size = int.from_bytes(data[8:12], "big")
+    return size, msgpack.unpackb(data[16 : 16 + size]), data[16 + size :]
+
+
+def _join_pack(header: Any, rest: bytes) -> bytes:
+    body = pack_tree(header)
+    return (
+        b"AFPACK01"
+        + len(body).to_bytes(4, "big")
+        + zlib.crc32(body).to_bytes(4, "big")
+        + body
+        + rest
+    )
+
+
+def _damage_pack_header(data: bytes, rng: random.Random) -> bytes:
+    """The header's lengths or digests changed, its crc32 recomputed (past the checksum)."""
+    try:
+        _, header, rest = _split_pack(data)
+    except Exception:  # noqa: BLE001 - already damaged: damage it as bytes
+        return mutate_bytes(data, rng)
+    if rng.random() < 0.5 and isinstance(header, list) and len(header) == 2 and header[1]:
+        entry = rng.choice(header[1])
+        entry[rng.randrange(2)] = rng.choice(
+            [-1, 0, 1 << 62, (1 << 64) - 1, len(rest) + 1, b"\x00" * 32, "x"]
+        )
+        if rng.random() < 0.3:
+            header[0] = rng.choice([-5, 1 << 62, len(rest), len(rest) + 1, 0])
+        return _join_pack(header, rest)
+    return _join_pack(mutate_tree(parse_tree(packb(header)), rng), rest)
+
+
+def _replace_record(data: bytes, rng: random.Random) -> bytes:
+    """The pack's record damaged (a consistent header written around it)."""
+    try:
+        _, (length, entries), rest = _split_pack(data)
+        record, tail = rest[:length], rest[length:]
+    except Exception:  # noqa: BLE001
+        return mutate_bytes(data, rng)
+    damaged = _damage_record(record, rng)
+    return _join_pack([len(damaged), entries], damaged + tail)
+
+
+# --- SQLiteStore: the image is the database file ---------------------------------
+
+
+_SQL_DAMAGE = [
+    "UPDATE checkpoints SET {col} = ? WHERE rowid = (SELECT rowid FROM checkpoints ORDER BY random() LIMIT 1)",
+    "UPDATE blobs SET {bcol} = ? WHERE id = (SELECT id FROM blobs ORDER BY random() LIMIT 1)",
+    "UPDATE refs SET blob = ? WHERE rowid = (SELECT rowid FROM refs ORDER BY random() LIMIT 1)",
+    "UPDATE actorflow_schema SET version = ?",
+    "INSERT INTO refs (checkpoint, blob) VALUES ((SELECT max(rowid) FROM checkpoints), ?)",
+    "DELETE FROM blobs WHERE id = (SELECT id FROM blobs ORDER BY random() LIMIT 1 OFFSET ?)",
+    "INSERT OR REPLACE INTO deleted (id) VALUES (?)",
+]
+_ODD_VALUES: list[object] = [
+    None,
+    0,
+    -1,
+    1 << 62,
+    2.5,
+    "",
+    "x",
+    b"\xff\xfe",
+    "\udc80".encode("utf-8", "surrogatepass"),
+    "s1",
+    "final",
+]
+
+
+class SQLiteAdapter:
+    name = "sqlite-store"
+
+    def build(self, rng: random.Random, work: Path) -> bytes:
+        path = _fresh(work) / "s.db"
+        store = SQLiteStore(path)
+        saved = history(rng)
+        for cp, blobs in saved:
+            store.save(cp, blobs)
+        store.delete(saved[0][0].id)
+        store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._conn().execute("PRAGMA journal_mode = DELETE")  # one file: the image
+        store.close()
+        return path.read_bytes()
+
+    def damage(self, image: bytes, rng: random.Random, work: Path) -> bytes:
+        if rng.random() < 0.45:  # the file itself: a header byte or any page
+            buf = bytearray(image)
+            for _ in range(rng.choice([1, 1, 2, 8])):
+                at = rng.randrange(100) if rng.random() < 0.2 else rng.randrange(len(buf))
+                buf[at] ^= 1 << rng.randrange(8)
+            return bytes(buf)
+        path = _fresh(work) / "d.db"
+        path.write_bytes(image)
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            if rng.random() < 0.3:
+                row = db.execute(
+                    "SELECT rowid, record FROM checkpoints ORDER BY random() LIMIT 1"
+                ).fetchone()
+                db.execute(
+                    "UPDATE checkpoints SET record = ? WHERE rowid = ?",
+                    (_damage_record(row[1], rng), row[0]),
+                )
+            else:
+                statement = rng.choice(_SQL_DAMAGE).format(
+                    col=rng.choice(
+                        ["id", "session", "workflow", "kind", "superstep", "parent_id", "record"]
+                    ),
+                    bcol=rng.choice(["digest", "data"]),
+                )
+                value = rng.choice(_ODD_VALUES) if "OFFSET" not in statement else rng.randrange(3)
+                db.execute(statement, (value,))
+        except sqlite3.Error:
+            pass  # a constraint refused it: the image stays as it was
+        finally:
+            db.close()
+        return path.read_bytes()
+
+    def open(self, image: bytes, work: Path) -> SQLiteStore:
+        path = _fresh(work) / "s.db"
+        path.write_bytes(image)
+        return SQLiteStore(path)
+
+
+ADAPTERS: dict[str, StoreAdapter] = {
+    a.name: a for a in (MemoryAdapter(), FileAdapter(), SQLiteAdapter())
+}
+
+
+def store_target(adapter: StoreAdapter, work: Path | None = None) -> Target:
+    """A :class:`Target` whose inputs are images of ``adapter``'s store."""
+    base = (work or Path(tempfile.mkdtemp(prefix="actorflow-fuzz-"))) / adapter.name
+    images: dict[int, bytes] = {}
+
+    def seed(rng: random.Random) -> bytes:
+        key = rng.randrange(4)  # a few healthy images, built once each
+        if key not in images:
+            images[key] = adapter.build(random.Random(key), base / "build")
+        return images[key]
+
+    def damage(image: bytes, rng: random.Random) -> bytes:
+        return adapter.damage(image, rng, base / "damage")
+
+    def check(image: bytes) -> None:
+        exercise(adapter.open(image, base / "open"))
+
+    return Target(adapter.name, seed, damage, check)
