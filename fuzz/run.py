@@ -74,7 +74,7 @@ def _worker(args: argparse.Namespace) -> int:
         current = os.open(args.current, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         kinds: Counter[str] = Counter()
         saved: Counter[str] = Counter()
-        slowest = 0.0
+        slowest = slowest_cpu = 0.0
         deadline = time.monotonic() + args.seconds if args.seconds else None
         tried = 0
         while (args.inputs == 0 or tried < args.inputs) and (
@@ -92,6 +92,7 @@ def _worker(args: argparse.Namespace) -> int:
             tried += 1
             kinds[outcome.kind] += 1
             slowest = max(slowest, outcome.seconds)
+            slowest_cpu = max(slowest_cpu, outcome.cpu_seconds)
             if outcome.failed and saved[outcome.kind] < _MAX_SAVED_PER_KIND:
                 saved[outcome.kind] += 1
                 path = _save(Path(args.save), args.worker, outcome.kind, data)
@@ -149,6 +150,13 @@ def _replay(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _spin(seconds: float) -> None:
+    """Burn CPU for ``seconds`` (the guard judges slowness by CPU time)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 def _self_test() -> int:
     """Show that the guard catches what it must: each probe must fail with its kind."""
     guard = Guard()
@@ -161,7 +169,7 @@ def _self_test() -> int:
         "exec": lambda: exec("1 + 1"),
         "subprocess": lambda: subprocess.run(["true"], check=False),
         "exception:KeyError": lambda: {"y": 1}["x"],
-        "slow": lambda: time.sleep(guard.slow_seconds + 0.05),
+        "slow": lambda: _spin(guard.slow_seconds + 0.05),
     }
     guard.slow_seconds = 0.05
     failures = 0
@@ -180,7 +188,7 @@ def _drive(args: argparse.Namespace) -> int:
     started = time.monotonic()
     for name in names:
         totals: Counter[str] = Counter()
-        tried, slowest, seed = 0, 0.0, args.seed
+        tried, slowest, slowest_cpu, seed = 0, 0.0, 0.0, args.seed
         begun = time.monotonic()
         while True:
             left_inputs = args.inputs - tried if args.inputs else 0
@@ -221,6 +229,7 @@ def _drive(args: argparse.Namespace) -> int:
                     tried += result["tried"]
                     totals.update(result["kinds"])
                     slowest = max(slowest, result["slowest_s"])
+                    slowest_cpu = max(slowest_cpu, result["slowest_cpu_s"])
                     break
                 # The worker died on an input (the alarm fired, or it crashed): record it, go on.
                 data = Path(current.name).read_bytes()
@@ -259,7 +268,8 @@ def _line(name: str, result: dict[str, Any]) -> str:
     return (
         f"{name:14} {result['tried']:>9} inputs  ok {kinds.get('ok', 0):>8}  rejected "
         f"{kinds.get('rejected', 0):>8}  failures {sum(failures.values())} {failures or ''}  "
-        f"slowest {result['slowest_s']:.3f} s  ({result['wall_s']} s)"
+        f"slowest {result['slowest_cpu_s']:.3f} s CPU, {result['slowest_s']:.3f} s wall"
+        f"  ({result['wall_s']} s)"
     )
 
 

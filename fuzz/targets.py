@@ -77,7 +77,14 @@ def _snapshot_mutate(data: bytes, rng: random.Random) -> bytes:
 
 
 def _snapshot_check(data: bytes) -> object:
-    chunks = msgpack.unpackb(data)  # the harness's own framing: always valid here
+    # The list of chunks is the harness's own framing, not decoder input: a mutant
+    # whose framing broke (a bytes-level fallback) has no chunks to give the decoder.
+    try:
+        chunks = msgpack.unpackb(data)
+    except Exception:  # noqa: BLE001
+        return None
+    if type(chunks) is not list or not all(type(c) is bytes for c in chunks):
+        return None
     return decode_state(chunks)
 
 

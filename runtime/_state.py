@@ -145,7 +145,7 @@ MAX_SUPERSTEP = (1 << 62) - 1
 counter and the ids derived from it stay within msgpack's 64-bit ints)."""
 _MAX_GROUP = (1 << 31) - 1
 _OWN_KEYS = frozenset({"superstep", "inbox", "fan_in", "pending", "answered"})
-_EXTRA_KEYS = frozenset({"graph"})
+_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "versions"})
 _SINGLE, _RESPONSE = -1, -2  # as in ._wire (SINGLE, RESPONSE)
 
 
@@ -153,7 +153,7 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
     """Decode and shape-check a checkpoint's ``runtime`` bytes; never runs code.
 
     Accepts exactly what :meth:`RunState.to_bytes` writes: the five entries of the
-    run state plus the graph description, every key a str, every count within
+    run state plus the graph description, the lineage tags and the state versions, every key a str, every count within
     the bounds a run can continue from, every payload bytes in the shape its
     delivery group implies, fan-in group keys as canonical decimal numbers.
 
@@ -195,6 +195,21 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
     _check(type(answered) is list and all(type(a) is str for a in answered), "answered")
     if "graph" in body:
         _check(_graph_ok(body["graph"], 0), "graph")
+    if "lineage" in body:  # written by ._lineage.Lineage.entries, with "lineages"
+        _check(type(body["lineage"]) is str, "lineage")
+    if "lineages" in body:
+        tags = body["lineages"]
+        _check(type(tags) is list and all(type(t) is str for t in tags), "lineages")
+    if "versions" in body:  # written by ._migration.version_entries
+        versions = body["versions"]
+        _check(
+            type(versions) is dict
+            and all(
+                type(e) is str and type(v) is int and 0 < v <= MAX_SUPERSTEP
+                for e, v in versions.items()
+            ),
+            "versions",
+        )
     result: dict[str, Any] = body
     return result
 
