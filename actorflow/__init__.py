@@ -14,6 +14,8 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 ['HI']
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from actorflow.actors import message
 from actorflow.errors import (
     ActorflowError,
@@ -86,6 +88,9 @@ from actorflow.runtime import (
 )
 from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
 
+if _TYPE_CHECKING:
+    from actorflow.storage import PostgresStore
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -123,6 +128,7 @@ __all__ = [
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
+    "PostgresStore",
     "RegistrationError",
     "RequestError",
     "RequestEvent",
@@ -162,3 +168,13 @@ __all__ = [
     "resource",
     "response_handler",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The extra's store is imported on first use (``af.PostgresStore``): importing
+    # actorflow never imports psycopg.
+    if name == "PostgresStore":
+        from actorflow import storage  # noqa: PLC0415  # resolved lazily, see above
+
+        return storage.PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

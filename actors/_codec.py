@@ -68,10 +68,12 @@ items or map keys that share one hash, and building the set or map would compare
 each with all the others (seconds from under 1 MB). A set, frozenset or map whose
 keys have more than MAX_SHARED_HASH equal hashes is a DecodeError; the hashes are
 checked before it is built (for maps, only at a nesting level that produced more
-than a few dozen such keys, so ordinary maps keep msgpack's C path). Nesting is bounded: msgpack allows 1024 list/dict levels in
-one ext payload (its packer accepts 1025: that single extra level is the one value
+than a few dozen such keys, so ordinary maps keep msgpack's C path). Nesting is
+bounded: msgpack allows 1024 list/dict levels in one ext payload (its packer accepts 1025: that single extra level is the one value
 that encodes but does not decode), and at most MAX_DEPTH ext values nest; beyond
-_C_DEPTH ext levels the pure-Python msgpack takes over, so the C stack stays small.
+_C_DEPTH ext levels a payload is unpacked by C with its ext values left as
+placeholders, decoded only after that C call returned, so the C stack stays small
+(encoding past that depth uses the pure-Python msgpack).
 
 Threads: encode reuses one msgpack Packer per thread and nesting level (a Packer
 is not thread-safe, and reuse is faster than creating one per call); decode keeps

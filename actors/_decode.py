@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
-from msgpack import fallback as _fallback
 
 from actorflow.errors import DecodeError
 
@@ -48,6 +47,63 @@ from ._registry import Entry, entry_named, qualified_name
 __all__ = ["decode"]
 
 # --- decoding ------------------------------------------------------------------------
+
+
+# Past _C_DEPTH, a payload shorter than this is still unpacked by C with its ext
+# values decoded as they come: each nested ext takes at least 3 bytes, so it adds at
+# most ~10 C levels (~400 KB of C stack) however deep it sits. Longer ones are
+# unpacked by C with ext values left as placeholders, decoded once that C call has
+# returned (see _unpack_deferred), so C levels never pile up.
+_C_SMALL = 32
+_ExtType = msgpack.ExtType
+
+
+class _Pairs(list[Any]):
+    """A map's pairs, as a deferred unpack returns them (built into a dict later)."""
+
+
+def _unpack_deferred(data: bytes) -> Any:
+    """Unpack with C, leaving ext values as placeholders, then decode those in Python.
+
+    The C unpacker returns before any nested payload is decoded, so its parse stack
+    (~40 KB of C stack) is never held by more than one level at a time, and the
+    pure-Python unpacker, ~6x slower per value, is not needed. Maps are built
+    afterwards, innermost first, through the hash check.
+    """
+    size = len(data)
+    root = msgpack.unpackb(
+        data,
+        object_pairs_hook=_Pairs,
+        strict_map_key=False,
+        timestamp=3,
+        max_str_len=size,
+        max_bin_len=size,
+        max_array_len=size,
+        max_map_len=size,
+        max_ext_len=size,
+    )
+    hashed = _state.hashed
+    depth = _state.unpack_depth
+    hashed[depth] = -1  # maps are checked here, not counted
+    holder = [root]
+    maps: list[tuple[list[Any], int]] = []  # where each map sits, outer ones first
+    stack: list[list[Any]] = [holder]
+    while stack:
+        container = stack.pop()
+        for i, item in enumerate(container):
+            kind = type(item)
+            if kind is _ExtType:
+                container[i] = _ext_hook(item.code, item.data)
+            elif kind is list:
+                stack.append(item)
+            elif kind is _Pairs:
+                maps.append((container, i))
+                pairs = [list(pair) for pair in item]
+                item[:] = pairs
+                stack.extend(pairs)
+    for container, i in reversed(maps):
+        container[i] = _checked_map([(k, v) for k, v in container[i]])
+    return holder[0]
 
 
 class _Flood(Exception):
@@ -131,7 +187,9 @@ def _unpack(data: bytes) -> Any:
         raise DecodeError(f"the data nests more than {MAX_DEPTH} tuple/set/dataclass levels")
     state.unpack_depth = depth + 1
     try:
-        return _unpack_with(msgpack.unpackb if depth < _C_DEPTH else _fallback.unpackb, data)
+        if depth < _C_DEPTH or len(data) < _C_SMALL:
+            return _unpack_with(msgpack.unpackb, data)
+        return _unpack_deferred(data)
     finally:
         state.unpack_depth = depth
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pg  # tests/ is on sys.path
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +24,10 @@ def no_thread_outlives_the_test() -> Iterator[None]:
         thread.join(timeout=5)
     alive = [t.name for t in leftover if t.is_alive()]
     assert not alive, f"threads outlived the test: {alive}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[pg.Durable]:
+    """A fresh durable store shared across processes: SQLite, then PostgreSQL."""
+    with pg.durable(request.param, str(tmp_path / "store.db")) as found:
+        yield found

@@ -3,7 +3,8 @@ with a durable store, log what it sees, and optionally stop dead at a chosen poi
 
 Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
 
-- ``store``: ``"sqlite"`` or ``"file"``; ``path``: where it lives.
+- ``store``: ``"sqlite"``, ``"file"`` or ``"postgres"``; ``path``: where it lives
+  (Postgres: the schema name, and ``dsn`` the server).
 - ``family``, ``params``, ``kwargs``: the graph, built with ``graphs.build``.
 - ``session``: the session id; ``mode``: ``"run"`` (fresh, with the graph's input)
   or ``"resume"`` (latest checkpoint of the session, no new input).
@@ -14,7 +15,8 @@ Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
   ``{"at": "handler", "executor": id, "superstep": n}`` (inside that handler),
   ``{"at": "after_save", "superstep": n}`` (the step checkpoint of superstep n is
   durable, superstep n + 1 has not started), ``{"at": "in_save", "superstep": n}``
-  (inside the store's write of that checkpoint: blobs written, record not committed).
+  (inside the store's write of that checkpoint: blobs written, record not committed;
+  Postgres: blob and record rows written in the open transaction, COMMIT not sent).
 
 Protocol on stdout, one line each: ``READY`` before the run starts, ``BLOCKED`` once
 stopped at the block point, ``DONE`` at the end. The child never sleeps: it blocks
@@ -119,8 +121,41 @@ LEASE_WAIT = 30.0
 """Bound on waiting for a killed process's lease to expire."""
 
 
+def _open_postgres(config: Mapping[str, Any], gate: threading.Event) -> Any:
+    import psycopg
+    import psycopg_pool
+
+    schema = config["path"]
+    lease_columns = ["token", "owner", "expires_at", "released"]
+
+    class TracedCursor(psycopg.Cursor[Any]):
+        def fetchone(self) -> Any:
+            # A save reads its lease row once every statement of its transaction has
+            # run on the server (blob rows and the record written), before COMMIT.
+            names = [column.name for column in self.description or []]
+            if gate.is_set() and names[1:] == lease_columns:
+                _stop_here()
+            return super().fetchone()
+
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        config["dsn"],
+        kwargs={"autocommit": True, "cursor_factory": TracedCursor},
+        min_size=1,
+        max_size=4,
+        check=psycopg_pool.ConnectionPool.check_connection,
+        open=True,
+    )
+    _CLOSE_AT_END.append(pool.close)
+    return af.PostgresStore(pool, schema=schema)
+
+
+_CLOSE_AT_END: list[Any] = []
+
+
 def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
     kind = config["store"]
+    if kind == "postgres":
+        return _open_postgres(config, gate)
     if kind == "sqlite":
 
         class TracedSQLite(af.SQLiteStore):
@@ -198,6 +233,8 @@ def main() -> None:
         log.write(json.dumps(["end", status]) + "\n")
     workflow.close()
     inner.close()
+    for close in _CLOSE_AT_END:
+        close()
     _say("DONE")
 
 

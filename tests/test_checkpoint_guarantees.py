@@ -35,6 +35,7 @@ from actorflow.testing import run_to_idle
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs  # tests/ is on sys.path
+import pg
 
 Opener = Callable[[Path], Any]
 STORES: dict[str, Opener] = {
@@ -44,9 +45,15 @@ STORES: dict[str, Opener] = {
 }
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(params=[*sorted(STORES), "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Each store kind, fresh, closed afterwards."""
+    """Each store kind, fresh (Postgres: a schema of its own, dropped after), closed afterwards."""
+    if request.param == "postgres":
+        with pg.schema() as (dsn, schema):
+            opened = af.PostgresStore(dsn, schema=schema)
+            yield opened
+            opened.close()
+        return
     opened = STORES[request.param](tmp_path)
     yield opened
     opened.close()

@@ -56,3 +56,18 @@ def test_doctests(module: object) -> None:
     result = doctest.testmod(module, verbose=False)  # type: ignore[arg-type]
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_import_actorflow_imports_no_optional_extra() -> None:
+    """`import actorflow` (and actorflow.storage) never imports psycopg; af.PostgresStore does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, actorflow, actorflow.storage, actorflow.storage.conformance\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_pool')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.strip() == "[]"
