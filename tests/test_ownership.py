@@ -376,3 +376,17 @@ def test_a_store_without_leases_is_refused_clearly() -> None:
     """Opening a session for writing on a store without leases names what it lacks."""
     with owners.build() as wf, pytest.raises(af.CheckpointError, match="session leases"):
         wf.session("s1", store=_Unleased())  # type: ignore[arg-type]
+
+
+def test_a_session_dropped_without_close_lets_go_of_its_lease() -> None:
+    """A session garbage-collected without close() releases its lease (no renewal forever)."""
+    import gc
+
+    store = af.MemoryStore()
+    with owners.build() as wf:
+        s = wf.session("s1", store=store)
+        assert store.current_lease("s1") is not None
+        del s
+        gc.collect()
+        assert store.current_lease("s1") is None
+    assert not _RENEWER.active()
