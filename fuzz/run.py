@@ -103,7 +103,13 @@ def _worker(args: argparse.Namespace) -> int:
         os.close(current)
     print(
         json.dumps(
-            {"target": args.worker, "tried": tried, "kinds": kinds, "slowest_s": round(slowest, 3)}
+            {
+                "target": args.worker,
+                "tried": tried,
+                "kinds": kinds,
+                "slowest_s": round(slowest, 3),
+                "slowest_cpu_s": round(slowest_cpu, 3),
+            }
         )
     )
     return 0
@@ -243,6 +249,7 @@ def _drive(args: argparse.Namespace) -> int:
             "tried": tried,
             "kinds": dict(totals),
             "slowest_s": slowest,
+            "slowest_cpu_s": slowest_cpu,
             "wall_s": round(time.monotonic() - begun, 1),
         }
         print(_line(name, report[name]), flush=True)
