@@ -27,6 +27,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --allow-any-generics examples bench fuzz  # examples write plain `af.Context`, as users do
 
 unit: $(STAMP)
+	bash .ci/chromium.sh
 	$(BIN)/python -m pytest -q
 
 examples: $(STAMP)

@@ -16,9 +16,10 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from actorflow.actors import message
+from actorflow.actors import ActorBackend, RayBackend, ThreadBackend, message
 from actorflow.errors import (
     ActorflowError,
+    BackendError,
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
@@ -29,6 +30,7 @@ from actorflow.errors import (
     ExecutorFailed,
     GraphError,
     GraphMismatch,
+    HostLost,
     InputNotAccepted,
     LeaseError,
     LeaseLost,
@@ -45,6 +47,7 @@ from actorflow.errors import (
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
+    WorkerImportFailed,
     WorkflowError,
 )
 from actorflow.runtime import (
@@ -95,7 +98,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RUN_INPUT",
+    "ActorBackend",
     "ActorflowError",
+    "BackendError",
     "Backoff",
     "Case",
     "CheckpointCorrupt",
@@ -121,6 +126,7 @@ __all__ = [
     "FileStore",
     "GraphError",
     "GraphMismatch",
+    "HostLost",
     "InputNotAccepted",
     "Lease",
     "LeaseError",
@@ -129,6 +135,7 @@ __all__ = [
     "OutputEvent",
     "PendingRequest",
     "PostgresStore",
+    "RayBackend",
     "RegistrationError",
     "RequestError",
     "RequestEvent",
@@ -156,8 +163,10 @@ __all__ = [
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",
+    "ThreadBackend",
     "UnroutableMessage",
     "UnsupportedFormat",
+    "WorkerImportFailed",
     "Workflow",
     "WorkflowBuilder",
     "WorkflowError",

@@ -12,6 +12,7 @@ PostgreSQL URI (``PostgresStore``, extra ``actorflow[postgres]``:
     actorflow checkpoints prune STORE --older-than AGE [--whole-sessions]   (AGE: 90s, 30m, 12h, 7d, 2w)
     actorflow checkpoints upgrade STORE
     actorflow graph MODULE:ATTRIBUTE [--format mermaid]
+    actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
     actorflow demo
 """
 
@@ -188,19 +189,42 @@ def _checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _graph(args: argparse.Namespace) -> int:
-    module_name, _, attribute = args.target.partition(":")
+def _load_workflow(target: str, command: str) -> Workflow:
+    module_name, _, attribute = target.partition(":")
     if not attribute:
         raise SystemExit(
-            "graph: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)"
+            f"{command}: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)"
         )
     sys.path.insert(0, str(Path.cwd()))
     found = getattr(importlib.import_module(module_name), attribute)
     workflow = found() if callable(found) and not isinstance(found, Workflow) else found
     if not isinstance(workflow, Workflow):
-        raise SystemExit(f"graph: {args.target} is not a Workflow")
+        raise SystemExit(f"{command}: {target} is not a Workflow")
+    return workflow
+
+
+def _graph(args: argparse.Namespace) -> int:
+    workflow = _load_workflow(args.target, "graph")
     print(mermaid(workflow))
     workflow.close()
+    return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    try:
+        from actorflow.ui import Inspector  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise SystemExit(f"ui: install the extra: pip install 'actorflow[ui]' ({exc})") from exc
+    workflow = _load_workflow(args.workflow, "ui") if args.workflow else None
+    store = open_store(args.store)
+    try:
+        inspector = Inspector(store, workflow=workflow, port=args.port)
+        print(f"actorflow inspector on {inspector.url} (Ctrl-C to stop)", flush=True)
+        inspector.serve()
+    finally:
+        store.close()
+        if workflow is not None:
+            workflow.close()
     return 0
 
 
@@ -280,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     graph.add_argument("target", help="MODULE:ATTRIBUTE of a Workflow or a function returning one")
     graph.add_argument("--format", choices=["mermaid"], default="mermaid")
     graph.set_defaults(func=_graph)
+
+    ui = commands.add_parser("ui", help="browse a store in a local web page (actorflow[ui])")
+    ui.add_argument("store")
+    ui.add_argument("--workflow", help="MODULE:ATTRIBUTE of the Workflow: enables actions")
+    ui.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    ui.set_defaults(func=_ui)
 
     demo = commands.add_parser("demo", help="run the crash-and-resume demo")
     demo.set_defaults(func=_demo)

@@ -11,6 +11,8 @@ Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
 - ``log``: file that receives one JSON line per fact: ``["out", superstep,
   executor, value]`` per output, ``["ckpt", id, superstep, kind]`` per checkpoint
   reported written, ``["end", status]`` when the run ends.
+- ``ray``: absent, or the address of a running Ray: the session's executors are
+  hosted there (``RayBackend``), this process being the driver.
 - ``block``: ``null``, or where to stop and wait to be killed:
   ``{"at": "handler", "executor": id, "superstep": n}`` (inside that handler),
   ``{"at": "after_save", "superstep": n}`` (the step checkpoint of superstep n is
@@ -202,13 +204,26 @@ def main() -> None:
     inner = _open_store(config, gate)
     store = GatedStore(inner, progress, block, gate)
     workflow = case.workflow
+    backend = None
+    if config.get("ray"):
+        tests = str(Path(__file__).resolve().parent)
+        path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
+        init = {"address": config["ray"], "log_to_driver": False, "configure_logging": False}
+        env = {"runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+        backend = af.RayBackend(init={**init, **env}, spares=0)
     if config["mode"] == "run":
         # A short lease: the parent takes the session over soon after killing us.
-        session = workflow.session(config["session"], store=store, lease_ttl=LEASE_TTL)
+        session = workflow.session(
+            config["session"], store=store, lease_ttl=LEASE_TTL, backend=backend
+        )
         value: Any = case.input
     else:
         session = workflow.resume(
-            store, session=config["session"], wait=LEASE_WAIT, lease_ttl=LEASE_TTL
+            store,
+            session=config["session"],
+            wait=LEASE_WAIT,
+            lease_ttl=LEASE_TTL,
+            backend=backend,
         )
         value = None
         # Supersteps up to the resumed cut were logged by the process that ran them.

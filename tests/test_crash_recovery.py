@@ -28,6 +28,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -207,9 +208,12 @@ def _config(
     graph: tuple[str, list[int], dict[str, Any]],
     mode: str,
     block: dict[str, Any] | None = None,
+    *,
+    ray: str | None = None,
 ) -> dict[str, Any]:
     family, params, kwargs = graph
     return {
+        "ray": ray,
         "store": store,
         "path": _schema(workdir) if store == "postgres" else str(workdir / _FILES[store]),
         "dsn": pg.dsn() if store == "postgres" else None,
@@ -450,3 +454,54 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
         f"only {mid_run} of {RANDOM_KILLS} kills landed mid-run (run took {duration:.3f} s, "
         f"startup {ready - started:.3f} s)"
     )
+
+
+def _ray_workers() -> set[int]:
+    """Pids of the processes hosting a RayBackend worker (any driver's) on this machine."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                title = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if title.startswith(b"ray::Worker"):
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """The driver of a Ray-hosted session SIGKILLed between supersteps: a new driver
+    resumes on Ray with the uninterrupted outputs, and Ray reaps the dead driver's workers."""
+    graph = GRAPHS["burst"]
+    ref = reference(graph)
+    address = ray_cluster.get_runtime_context().gcs_address
+    before = _ray_workers()
+    block = {"at": "after_save", "superstep": 3}
+    killed = Child(_config("sqlite", tmp_path, graph, "run", block, ray=address), tmp_path)
+    try:
+        killed.expect("BLOCKED", timeout=60)
+        orphans = _ray_workers() - before
+    finally:
+        killed.kill()
+    assert orphans, "the killed driver's executors ran in Ray workers"
+    with _open("sqlite", tmp_path) as store:
+        latest = check_after_kill(store, killed)
+        assert latest is not None and latest.superstep == 3
+    # Ray kills the actors of a driver that died (their owner); wait for it, bounded.
+    deadline = time.monotonic() + 30
+    while orphans & _ray_workers() and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
+    assert not orphans & _ray_workers(), "a worker of the dead driver survived"
+    resumed = Child(_config("sqlite", tmp_path, graph, "resume", ray=address), tmp_path)
+    resumed.expect("DONE", timeout=120)  # a new driver connects and starts its workers
+    resumed.finish()
+    resumed_outputs, _, end = resumed.facts()
+    assert end == "completed"
+    killed_outputs, _, _ = killed.facts()
+    with _open("sqlite", tmp_path) as store:
+        assert store.verify() == []
+        check_recovered(store, ref, killed_outputs, latest, resumed_outputs)
