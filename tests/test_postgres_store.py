@@ -141,10 +141,12 @@ def test_pool_exhausted_gives_a_clear_error_then_recovers(where: tuple[str, str]
         dsn, min_size=1, max_size=2, timeout=0.5, open=True, kwargs={"autocommit": True}
     )
     store = af.PostgresStore(pool, schema=schema)
-    held = [pool.getconn(), pool.getconn()]
+    held: list[Any] = []
     try:
         case = graphs.build("chain", 2)
         with case.workflow as wf, wf.session("s", store=store) as s:
+            # Taken once the session is open: opening it takes its lease in the store.
+            held = [pool.getconn(), pool.getconn()]
             with pytest.raises(af.CheckpointWriteFailed) as failed:
                 s.run(case.input)
             assert "pool is exhausted" in str(failed.value.__cause__)
