@@ -394,6 +394,20 @@ class StateMigrationError(CheckpointError):
         self.stored_version = stored_version
         self.current_version = current_version
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_migration,
+            (str(self), self.executor, self.stored_version, self.current_version),
+        )
+
+
+def _rebuild_migration(
+    message: str, executor: str, stored: int, current: int
+) -> StateMigrationError:
+    return StateMigrationError(
+        message, executor=executor, stored_version=stored, current_version=current
+    )
+
 
 # --- backends ----------------------------------------------------------------------
 

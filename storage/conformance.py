@@ -13,7 +13,8 @@ built-in or third-party, is certified by one subclass and one fixture::
 
 The factory (see :class:`StoreFactory`) opens the same store again on each call.
 Optional capabilities switch on more tests; without them those tests are skipped
-with the reason shown. ``docs/storage.md`` explains each one.
+with the reason shown. ``docs/storage.md`` explains each one. Session leases are
+not optional: a store without them fails every lease test.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode_state
+from actorflow.runtime._ownership import acquire
 from actorflow.storage import CheckpointKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -272,8 +273,19 @@ def _open_transactions(workdir: Path) -> int:
 # --- checking a recovery -------------------------------------------------------------
 
 
+def settle(store: Any) -> None:
+    """Wait until the killed child's lease has expired, by taking it once (then letting go).
+
+    A lease change waits for any save still in flight under the old lease (a database
+    server may finish a commit its client sent just before dying), so what the store
+    holds afterwards is final.
+    """
+    acquire(store, SESSION, ttl=30, wait=30, owner="crash test").release()
+
+
 def check_after_kill(store: Any, killed: Child) -> af.storage.Checkpoint | None:
     """The store is intact, and every checkpoint the killed child reported is in it."""
+    settle(store)
     assert store.verify() == []
     _, reported, _ = killed.facts()
     stored = {cp.id for cp in store.list(session=SESSION)}
