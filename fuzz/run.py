@@ -103,7 +103,13 @@ def _worker(args: argparse.Namespace) -> int:
         os.close(current)
     print(
         json.dumps(
-            {"target": args.worker, "tried": tried, "kinds": kinds, "slowest_s": round(slowest, 3)}
+            {
+                "target": args.worker,
+                "tried": tried,
+                "kinds": kinds,
+                "slowest_s": round(slowest, 3),
+                "slowest_cpu_s": round(slowest_cpu, 3),
+            }
         )
     )
     return 0
@@ -229,7 +235,7 @@ def _drive(args: argparse.Namespace) -> int:
                     tried += result["tried"]
                     totals.update(result["kinds"])
                     slowest = max(slowest, result["slowest_s"])
-                    slowest_cpu = max(slowest_cpu, result["slowest_cpu_s"])
+                    slowest_cpu = max(slowest_cpu, result.get("slowest_cpu_s", 0.0))
                     break
                 # The worker died on an input (the alarm fired, or it crashed): record it, go on.
                 data = Path(current.name).read_bytes()
@@ -243,6 +249,7 @@ def _drive(args: argparse.Namespace) -> int:
             "tried": tried,
             "kinds": dict(totals),
             "slowest_s": slowest,
+            "slowest_cpu_s": slowest_cpu,
             "wall_s": round(time.monotonic() - begun, 1),
         }
         print(_line(name, report[name]), flush=True)
