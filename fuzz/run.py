@@ -141,6 +141,9 @@ def _replay(args: argparse.Namespace) -> int:
         for name, target in targets.items():
             folder = Path(args.replay) / name
             cases = sorted(folder.glob("*.bin")) if folder.is_dir() else []
+            if not cases:
+                print(f"replayed 0 case(s) of {name}")
+                continue
             warm_up(target.check, [target.seed(random.Random(0))])
             guard = Guard(slow_seconds=args.slow)
             if not hasattr(_replay, "installed"):
