@@ -27,15 +27,23 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --allow-any-generics examples bench fuzz  # examples write plain `af.Context`, as users do
 
 unit: $(STAMP)
+	bash .ci/chromium.sh
 	$(BIN)/python -m pytest -q
 
 examples: $(STAMP)
 	$(BIN)/python examples/run_all.py
 
+# Without a PostgreSQL server to test against, `make test` starts a throwaway one
+# (.ci/postgres.sh) around the whole run.
+ifeq ($(ACTORFLOW_TEST_PG_DSN)$(ACTORFLOW_TEST_PG_UNAVAILABLE),)
+test: $(STAMP)
+	bash .ci/postgres.sh $(MAKE) test
+else
 test: lint typecheck unit examples
+endif
 
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	bash .ci/postgres.sh $(BIN)/python bench/run_all.py
 
 # The long fuzz run (docs/fuzzing.md); failing inputs land in tests/fuzz_corpus/.
 FUZZ_INPUTS ?= 100000

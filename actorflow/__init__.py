@@ -14,9 +14,12 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 ['HI']
 """
 
-from actorflow.actors import message
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from actorflow.actors import ActorBackend, RayBackend, ThreadBackend, message
 from actorflow.errors import (
     ActorflowError,
+    BackendError,
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
@@ -27,6 +30,7 @@ from actorflow.errors import (
     ExecutorFailed,
     GraphError,
     GraphMismatch,
+    HostLost,
     InputNotAccepted,
     LeaseError,
     LeaseLost,
@@ -43,6 +47,7 @@ from actorflow.errors import (
     SuperstepLimitExceeded,
     UnroutableMessage,
     UnsupportedFormat,
+    WorkerImportFailed,
     WorkflowError,
 )
 from actorflow.runtime import (
@@ -86,11 +91,16 @@ from actorflow.runtime import (
 )
 from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
 
+if _TYPE_CHECKING:
+    from actorflow.storage import PostgresStore
+
 __version__ = "0.1.0"
 
 __all__ = [
     "RUN_INPUT",
+    "ActorBackend",
     "ActorflowError",
+    "BackendError",
     "Backoff",
     "Case",
     "CheckpointCorrupt",
@@ -116,6 +126,7 @@ __all__ = [
     "FileStore",
     "GraphError",
     "GraphMismatch",
+    "HostLost",
     "InputNotAccepted",
     "Lease",
     "LeaseError",
@@ -123,6 +134,8 @@ __all__ = [
     "MemoryStore",
     "OutputEvent",
     "PendingRequest",
+    "PostgresStore",
+    "RayBackend",
     "RegistrationError",
     "RequestError",
     "RequestEvent",
@@ -150,8 +163,10 @@ __all__ = [
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
     "SuperstepStartedEvent",
+    "ThreadBackend",
     "UnroutableMessage",
     "UnsupportedFormat",
+    "WorkerImportFailed",
     "Workflow",
     "WorkflowBuilder",
     "WorkflowError",
@@ -162,3 +177,13 @@ __all__ = [
     "resource",
     "response_handler",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The extra's store is imported on first use (``af.PostgresStore``): importing
+    # actorflow never imports psycopg.
+    if name == "PostgresStore":
+        from actorflow import storage  # noqa: PLC0415  # resolved lazily, see above
+
+        return storage.PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

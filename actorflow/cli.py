@@ -1,13 +1,18 @@
 """The ``actorflow`` command: inspect checkpoint stores, draw graphs, run the demo.
 
-``STORE`` is a SQLite file (``SQLiteStore``) or a folder (``FileStore``).
+``STORE`` is a SQLite file (``SQLiteStore``), a folder (``FileStore``), or a
+PostgreSQL URI (``PostgresStore``, extra ``actorflow[postgres]``:
+``postgresql://user@host/db``, with ``?schema=NAME`` for a schema other than
+``actorflow``).
 
     actorflow checkpoints list STORE [--session S] [--workflow W]
     actorflow checkpoints show STORE CHECKPOINT_ID
     actorflow checkpoints verify STORE
     actorflow checkpoints prune STORE --session S --keep N
+    actorflow checkpoints prune STORE --older-than AGE [--whole-sessions]   (AGE: 90s, 30m, 12h, 7d, 2w)
     actorflow checkpoints upgrade STORE
     actorflow graph MODULE:ATTRIBUTE [--format mermaid]
+    actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
     actorflow demo
 """
 
@@ -16,8 +21,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import runpy
 import sys
+import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,14 +33,49 @@ from typing import Any
 from actorflow.errors import ActorflowError, CheckpointError
 from actorflow.runtime import Workflow
 from actorflow.runtime._checkpointing import check_runtime, check_runtime_bytes
-from actorflow.storage import Checkpoint, FileStore, SQLiteStore
+from actorflow.storage import Checkpoint, CheckpointStore, FileStore, SQLiteStore
 
 __all__ = ["main"]
 
 
-def open_store(path: str) -> FileStore | SQLiteStore:
-    """A folder is a FileStore; anything else a SQLite file (created if missing)."""
+def open_store(path: str) -> CheckpointStore:
+    """A PostgreSQL URI is a PostgresStore, a folder a FileStore, anything else a SQLite file."""
+    if path.startswith(("postgresql://", "postgres://")):
+        return _open_postgres(path)
     return FileStore(path) if Path(path).is_dir() else SQLiteStore(path)
+
+
+def _open_postgres(uri: str) -> CheckpointStore:
+    # ``schema`` is ours, not libpq's (which refuses unknown URI parameters).
+    parts = urllib.parse.urlsplit(uri)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "schema"])
+    dsn = urllib.parse.urlunsplit(parts._replace(query=rest))
+    from actorflow.storage import PostgresStore  # noqa: PLC0415  # the extra is optional
+
+    return PostgresStore(dsn, schema=schemas[-1] if schemas else "actorflow")
+
+
+def _all_ids(store: CheckpointStore) -> list[str]:
+    """Every record id, damaged ones too where the store can list them (built-in stores do)."""
+    ids = getattr(store, "ids", None)  # not in the protocol: list() raises on damage instead
+    if callable(ids):
+        return list(ids())
+    return [cp.id for cp in store.list()]
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age: give a number and a unit, e.g. 90s, 30m, 12h, 7d or 2w"
+        )
+    return float(match[1]) * _UNITS[match[2]]
 
 
 def _summary(cp: Checkpoint) -> dict[str, Any]:
@@ -75,7 +118,7 @@ def _size(payload: Any) -> str:
     return type(payload).__name__
 
 
-def _runtime_problems(store: FileStore | SQLiteStore, ids: list[str]) -> list[str]:
+def _runtime_problems(store: CheckpointStore, ids: list[str]) -> list[str]:
     """The records whose runtime field a resume would refuse (stores cannot tell)."""
     problems = []
     for checkpoint_id in ids:
@@ -104,6 +147,12 @@ def _upgrade(path: str) -> int:
 def _checkpoints(args: argparse.Namespace) -> int:
     if args.action == "upgrade":
         return _upgrade(args.store)
+    if args.action == "prune":
+        by_age, by_count = args.older_than is not None, (args.session, args.keep) != (None, None)
+        if by_age == by_count or (by_count and None in (args.session, args.keep)):
+            raise SystemExit(
+                "prune: give either --session S --keep N, or --older-than AGE [--whole-sessions]"
+            )
     store = open_store(args.store)
     try:
         if args.action == "list":
@@ -120,12 +169,18 @@ def _checkpoints(args: argparse.Namespace) -> int:
             print(json.dumps(shown, indent=2, default=str))
         elif args.action == "verify":
             problems = store.verify()
-            ids = store.ids()  # counts damaged records too, where list() would raise
+            ids = _all_ids(store)
             problems += _runtime_problems(store, ids)
             for problem in problems:
                 print(problem)
             print(f"{len(problems)} problem(s) in {len(ids)} checkpoint(s)")
             return 1 if problems else 0
+        elif args.action == "prune" and args.older_than is not None:
+            removed = store.prune_older_than(
+                time.time() - args.older_than, whole_sessions=args.whole_sessions
+            )
+            what = "whole session(s) idle" if args.whole_sessions else "checkpoint(s) created"
+            print(f"removed {removed} checkpoint(s): {what} more than {args.older_than:g} s ago")
         elif args.action == "prune":
             removed = store.prune(args.session, args.keep)
             print(f"removed {removed} checkpoint(s) of session {args.session!r}")
@@ -134,19 +189,42 @@ def _checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _graph(args: argparse.Namespace) -> int:
-    module_name, _, attribute = args.target.partition(":")
+def _load_workflow(target: str, command: str) -> Workflow:
+    module_name, _, attribute = target.partition(":")
     if not attribute:
         raise SystemExit(
-            "graph: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)"
+            f"{command}: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)"
         )
     sys.path.insert(0, str(Path.cwd()))
     found = getattr(importlib.import_module(module_name), attribute)
     workflow = found() if callable(found) and not isinstance(found, Workflow) else found
     if not isinstance(workflow, Workflow):
-        raise SystemExit(f"graph: {args.target} is not a Workflow")
+        raise SystemExit(f"{command}: {target} is not a Workflow")
+    return workflow
+
+
+def _graph(args: argparse.Namespace) -> int:
+    workflow = _load_workflow(args.target, "graph")
     print(mermaid(workflow))
     workflow.close()
+    return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    try:
+        from actorflow.ui import Inspector  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise SystemExit(f"ui: install the extra: pip install 'actorflow[ui]' ({exc})") from exc
+    workflow = _load_workflow(args.workflow, "ui") if args.workflow else None
+    store = open_store(args.store)
+    try:
+        inspector = Inspector(store, workflow=workflow, port=args.port)
+        print(f"actorflow inspector on {inspector.url} (Ctrl-C to stop)", flush=True)
+        inspector.serve()
+    finally:
+        store.close()
+        if workflow is not None:
+            workflow.close()
     return 0
 
 
@@ -197,10 +275,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("checkpoint_id")
     verify = actions.add_parser("verify", help="check every record, digest and reference")
     verify.add_argument("store")
-    prune = actions.add_parser("prune", help="keep the newest N checkpoints (cuts) of a session")
+    prune = actions.add_parser(
+        "prune",
+        help="keep the newest N checkpoints (cuts) of a session, or remove checkpoints by age",
+    )
     prune.add_argument("store")
-    prune.add_argument("--session", required=True)
-    prune.add_argument("--keep", type=int, required=True)
+    prune.add_argument("--session")
+    prune.add_argument("--keep", type=int)
+    prune.add_argument(
+        "--older-than",
+        type=parse_age,
+        metavar="AGE",
+        help="remove checkpoints created more than AGE ago (90s, 30m, 12h, 7d, 2w), "
+        "keeping each session's newest one",
+    )
+    prune.add_argument(
+        "--whole-sessions",
+        action="store_true",
+        help="with --older-than: remove whole sessions whose newest checkpoint is older",
+    )
     upgrade = actions.add_parser(
         "upgrade", help="bring a store written by an older actorflow to the current layout"
     )
@@ -211,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     graph.add_argument("target", help="MODULE:ATTRIBUTE of a Workflow or a function returning one")
     graph.add_argument("--format", choices=["mermaid"], default="mermaid")
     graph.set_defaults(func=_graph)
+
+    ui = commands.add_parser("ui", help="browse a store in a local web page (actorflow[ui])")
+    ui.add_argument("store")
+    ui.add_argument("--workflow", help="MODULE:ATTRIBUTE of the Workflow: enables actions")
+    ui.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    ui.set_defaults(func=_ui)
 
     demo = commands.add_parser("demo", help="run the crash-and-resume demo")
     demo.set_defaults(func=_demo)

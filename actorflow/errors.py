@@ -15,6 +15,8 @@ Sub-bases group them by area so callers can catch a whole family:
   (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
   :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`, and the session leases'
   :class:`LeaseError`: :class:`SessionOwned`, :class:`LeaseLost`).
+- :class:`BackendError`: a host process of a distributed backend (Ray) died or
+  cannot run the workflow's code (:class:`HostLost`, :class:`WorkerImportFailed`).
 
 This module is also the definition site: the runtime, actor and storage packages
 import from here, never the other way round.
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActorflowError",
+    "BackendError",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointNotFound",
@@ -40,6 +43,7 @@ __all__ = [
     "ExecutorFailed",
     "GraphError",
     "GraphMismatch",
+    "HostLost",
     "InputNotAccepted",
     "LeaseError",
     "LeaseLost",
@@ -55,6 +59,7 @@ __all__ = [
     "StateMigrationError",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
+    "WorkerImportFailed",
     "WorkflowError",
 ]
 
@@ -350,3 +355,42 @@ class StateMigrationError(CheckpointError):
         self.executor = executor
         self.stored_version = stored_version
         self.current_version = current_version
+
+
+# --- backends ----------------------------------------------------------------------
+
+
+class BackendError(ActorflowError):
+    """An executor host of a distributed backend (a Ray worker process) died, or
+    cannot run the workflow's code."""
+
+
+class HostLost(BackendError):
+    """The process hosting an executor died: it crashed, was killed (``kill -9``) or
+    its node was lost. The supervisor treats it as that executor's failure: under a
+    ``RestartPolicy`` the executor is restored from its last good state on a new
+    host and only it re-runs; otherwise the run fails with this error chained."""
+
+
+class WorkerImportFailed(BackendError):
+    """A worker process cannot import a class a program needs (an executor or
+    message class, or a function an edge uses). Raised when a session starts its
+    hosts. Ship the code: install the package on every node, pass it in the Ray
+    ``runtime_env`` (``py_modules`` or ``working_dir``), or register the module for
+    by-value pickling (``ray.cloudpickle.register_pickle_by_value``).
+
+    Attributes:
+        type_name: the executor and class that failed.
+    """
+
+    def __init__(self, message: str, *, type_name: str = "") -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised on a worker process and re-raised on the driver: the name travels too.
+        return (_rebuild_import_failed, (str(self), self.type_name))
+
+
+def _rebuild_import_failed(message: str, type_name: str) -> WorkerImportFailed:
+    return WorkerImportFailed(message, type_name=type_name)

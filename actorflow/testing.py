@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from actorflow.actors import ThreadBackend
 from actorflow.runtime import (
     Event,
     ExecutorFailedEvent,
@@ -37,7 +38,7 @@ from actorflow.runtime._session import NO_INPUT
 
 __all__ = ["FaultKind", "InjectedFault", "RunOutcome", "inject_fault", "run_to_idle"]
 
-FaultKind = Literal["exception", "timeout", "death"]
+FaultKind = Literal["exception", "timeout", "death", "kill"]
 
 
 def inject_fault(
@@ -51,11 +52,22 @@ def inject_fault(
         ``timeout``: the step outlives the executor's ``timeout=`` (which must be set);
             the supervisor abandons and replaces the actor.
         ``death``: the executor's actor is stopped before the step is delivered.
+        ``kill``: the handlers run, then the process hosting the executor kills
+            itself with ``SIGKILL`` mid-step (a crashed worker). Only on a backend
+            whose hosts are processes of their own (``RayBackend``).
 
     The fault fires on the first attempt only, so a restart policy recovers.
+
+    Raises:
+        ValueError: an unknown kind, or ``kill`` on a session hosted in this process.
     """
-    if kind not in ("exception", "timeout", "death"):
-        raise ValueError(f"unknown fault kind {kind!r}; use exception, timeout or death")
+    if kind not in ("exception", "timeout", "death", "kill"):
+        raise ValueError(f"unknown fault kind {kind!r}; use exception, timeout, death or kill")
+    if kind == "kill" and isinstance(session.backend, ThreadBackend):
+        raise ValueError(
+            "a 'kill' fault kills the process hosting the executor, and this session's "
+            "executors are threads of the caller's process: use it with RayBackend"
+        )
     session.inject_fault(Fault(executor, superstep, kind))
 
 

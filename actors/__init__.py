@@ -6,14 +6,17 @@ Every value that crosses an actor boundary is encoded with this package's codec:
 registered with :func:`message` (plus the built-in value types) can be decoded.
 
 It also holds the generic executor host actor, which speaks bytes only, and the
-backends that place hosts (threads via pykka by default) with their warm pool.
+backends that place hosts (threads via pykka by default, or Ray worker processes:
+:class:`RayBackend`, which imports Ray only when it starts its first worker) with
+their warm pool.
 """
 
 from ._backend import ActorBackend, HostFuture, HostPool, HostRef, ThreadBackend
 from ._chunks import decode_state, encode_state
 from ._codec import encode
 from ._decode import decode
-from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop
+from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
+from ._ray import RayBackend
 from ._registry import is_registered, message, wire_name
 from ._reply import LeanActor, ReplyFuture, ReplyTimeout, prefer_handoffs
 
@@ -28,6 +31,8 @@ __all__ = [
     "Hosted",
     "HostedFactory",
     "LeanActor",
+    "ProgramSlot",
+    "RayBackend",
     "ReplyFuture",
     "ReplyTimeout",
     "ThreadBackend",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from ._host import ExecutorHost, HostedFactory
@@ -56,10 +56,24 @@ class HostRef(Protocol):
 
 
 class ActorBackend(Protocol):
-    """Creates executor hosts."""
+    """Creates executor hosts.
 
-    def spawn(self) -> HostRef:
-        """Start one new host."""
+    Hosts are placed per executor (a GPU-bound executor needs a GPU host), so a
+    backend says which hosts are interchangeable (:meth:`placement`), and checks,
+    before any host runs a program, that its hosts can build every program at all
+    (:meth:`check`: code that a remote worker cannot import fails there, naming
+    the class, instead of as a run failure later).
+    """
+
+    def spawn(self, executor: str) -> HostRef:
+        """Start one new host fit to run ``executor``'s program."""
+
+    def placement(self, executor: str) -> Hashable:
+        """A key: hosts spawned for executors with equal keys are interchangeable."""
+
+    def check(self, factories: Mapping[str, HostedFactory]) -> None:
+        """Raise if this backend's hosts cannot build these programs (executor id ->
+        factory). Called when a session first starts its hosts; cheap when repeated."""
 
 
 class _ThreadHost:
@@ -94,57 +108,104 @@ class _ThreadHost:
 
 
 class ThreadBackend:
-    """The default backend: every host is a pykka actor on its own daemon thread."""
+    """The default backend: every host is a pykka actor on its own daemon thread.
 
-    def spawn(self) -> HostRef:
+    Threads share this process's code, so every program builds and every host is
+    like every other.
+    """
+
+    def spawn(self, executor: str) -> HostRef:
         """Start one host thread."""
         return _ThreadHost()
+
+    def placement(self, executor: str) -> Hashable:
+        """Every thread host suits every executor."""
+        return None
+
+    def check(self, factories: Mapping[str, HostedFactory]) -> None:
+        """Nothing to check: the programs' code is this process's."""
 
 
 _LIVE_POOLS: weakref.WeakSet[HostPool] = weakref.WeakSet()
 
 
 class HostPool:
-    """A bounded stack of idle, warm hosts shared by the runs of one workflow.
+    """A bounded set of idle, warm hosts shared by the runs of one workflow.
 
     Thread-safe. ``acquire`` hands out distinct hosts (concurrent runs never share
-    one); ``release`` keeps at most ``max_idle`` and stops the rest. ``close``
-    stops every idle host; hosts still lent out are stopped when given back.
+    one), each fit for its executor's placement; ``release`` keeps at most
+    ``max_idle`` and stops the rest. ``close`` stops every idle host; hosts still
+    lent out are stopped when given back.
     """
 
     def __init__(self, backend: ActorBackend, max_idle: int = 64) -> None:
         self._backend = backend
         self._max_idle = max_idle
-        self._idle: list[HostRef] = []
+        self._idle: dict[Hashable, list[HostRef]] = {}
+        self._placed: dict[int, Hashable] = {}
+        self._count = 0
         self._lock = threading.Lock()
         self._closed = False
         _LIVE_POOLS.add(self)
 
-    def acquire(self, count: int) -> list[HostRef]:
-        """Borrow ``count`` hosts, starting new ones when too few are idle."""
+    @property
+    def backend(self) -> ActorBackend:
+        """The backend that spawns this pool's hosts."""
+        return self._backend
+
+    def acquire(self, executors: Sequence[str]) -> list[HostRef]:
+        """Borrow one host per executor (in order), starting new ones when too few are idle."""
+        backend = self._backend
+        keys = [backend.placement(e) for e in executors]
+        taken: list[HostRef | None] = []
         with self._lock:
-            split = max(len(self._idle) - count, 0)
-            taken, self._idle = self._idle[split:], self._idle[:split]
-        warm = [host for host in taken if host.alive]
-        return warm + [self._backend.spawn() for _ in range(count - len(warm))]
+            for key in keys:
+                idle = self._idle.get(key)
+                taken.append(idle.pop() if idle else None)
+                if idle is not None and not idle:
+                    del self._idle[key]
+            self._count -= sum(host is not None for host in taken)
+        hosts: list[HostRef] = []
+        for executor, key, warm in zip(executors, keys, taken, strict=True):
+            if warm is not None and warm.alive:
+                hosts.append(warm)
+                continue
+            host = backend.spawn(executor)
+            with self._lock:
+                self._placed[id(host)] = key
+            hosts.append(host)
+        return hosts
 
     def release(self, hosts: list[HostRef]) -> None:
         """Give hosts back. Their programs must already be unloaded."""
         surplus: list[HostRef] = []
         with self._lock:
             for host in hosts:
-                if not self._closed and host.alive and len(self._idle) < self._max_idle:
-                    self._idle.append(host)
+                key = self._placed.get(id(host))
+                if not self._closed and host.alive and self._count < self._max_idle:
+                    self._idle.setdefault(key, []).append(host)
+                    self._count += 1
                 else:
+                    self._placed.pop(id(host), None)
                     surplus.append(host)
         for host in surplus:
             host.stop()
+
+    def forget(self, host: HostRef) -> None:
+        """Stop ``host`` for good (a failed or abandoned host, never pooled again)."""
+        with self._lock:
+            self._placed.pop(id(host), None)
+        host.stop()
 
     def close(self) -> None:
         """Stop every idle host; later releases stop their hosts."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle = [host for hosts in self._idle.values() for host in hosts]
+            self._idle = {}
+            self._count = 0
+            for host in idle:
+                self._placed.pop(id(host), None)
         for host in idle:
             host.stop()
 
@@ -152,7 +213,7 @@ class HostPool:
     def idle_count(self) -> int:
         """How many warm hosts wait in the pool."""
         with self._lock:
-            return len(self._idle)
+            return self._count
 
 
 @atexit.register

@@ -138,6 +138,11 @@ def is_registered(tp: type) -> bool:
     return tp in _by_type
 
 
+def registered() -> list[tuple[str, type]]:
+    """Every (wire name, class) registered in this process (a snapshot)."""
+    return [(entry.name, cls) for cls, entry in list(_by_type.items())]
+
+
 def entry_for(tp: type) -> Entry | None:
     """The registration of exactly ``tp`` (never of a base class), or None."""
     return _by_type.get(tp)

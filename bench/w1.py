@@ -88,11 +88,11 @@ class BigB(af.Executor):
         ctx.send(msg)
 
 
-def build_w1() -> af.Workflow:
-    """The W1 cycle."""
+def build_w1(backend: af.ActorBackend | None = None) -> af.Workflow:
+    """The W1 cycle (hosted on ``backend``)."""
     builder = af.WorkflowBuilder("w1", start=A("a"), max_supersteps=5000)
     builder.add_edge("a", B("b")).add_edge("b", "a")
-    return builder.build()
+    return builder.build(backend=backend)
 
 
 def build_w1_big() -> af.Workflow:

@@ -67,13 +67,18 @@ class Aggregate(af.Executor):
         ctx.output(sum(values))
 
 
-def build(width: int = WIDTH, delay: float = 0.0, name: str = "w2") -> af.Workflow:
-    """source -> ``width`` workers -> fan-in aggregator."""
+def build(
+    width: int = WIDTH,
+    delay: float = 0.0,
+    name: str = "w2",
+    backend: af.ActorBackend | None = None,
+) -> af.Workflow:
+    """source -> ``width`` workers -> fan-in aggregator (hosted on ``backend``)."""
     workers = [Worker(f"w{i}", i, delay) for i in range(width)]
     builder = af.WorkflowBuilder(name, start=Source("src"))
     builder.add_fan_out("src", workers)
     builder.add_fan_in([w.id for w in workers], Aggregate("agg"))
-    return builder.build()
+    return builder.build(backend=backend)
 
 
 def check(result: af.RunResult, expected: int) -> None:

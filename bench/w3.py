@@ -9,7 +9,9 @@ sync, on a FileStore and on an SQLiteStore in temp dirs.
 
 Metric: ms/superstep (wall time of the run / 100, after a warm-up run on a
 throwaway store of the same kind) and bytes on disk afterwards (every file of the
-store, SQLite's -wal and -shm included). Targets: <= 1.5 ms/step, <= 3 MB.
+store, SQLite's -wal and -shm included). Targets: <= 1.3x the floor (a ratio, since an
+absolute time measures the disk of the day: the fsync floor was 0.6 ms one day and
+1.8 ms another), <= 3 MB.
 
 Floor, same process: per step, msgpack-encode only the changed executor's state
 and write it to that executor's file with fsync; its bytes are those final files.
@@ -197,8 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             floor_unit="ms",
             floor_name="msgpack-encode the changed executor's state, write + fsync its file",
             target_op="<=",
-            target_value=1.5,
-            target_on="value",
+            target_value=1.3,
             samples=[s * 1e3 for s in per_step],
             quick=options.quick,
             floor_samples=[f * 1e3 for f in floors],

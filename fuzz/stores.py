@@ -117,7 +117,13 @@ class MemoryAdapter:
         for cp, blobs in history(rng):
             store.save(cp, blobs)
         entries = [
-            [i, store._record(i), *store._index[i][1:5], list(store._index[i][5])]
+            [
+                i,
+                store._record(i),
+                *store._index[i][1:5],
+                list(store._index[i][5]),
+                store._index[i][6],
+            ]
             for i in sorted(store._index)
         ]
         return packb({"entries": entries, "blobs": store._blobs})
@@ -137,9 +143,11 @@ class MemoryAdapter:
     def open(self, image: bytes, work: Path) -> MemoryStore:
         body = msgpack.unpackb(image, strict_map_key=False)
         store = MemoryStore()
-        for checkpoint_id, record, session, workflow, kind, parent, digests in body["entries"]:
+        for checkpoint_id, record, session, workflow, kind, parent, digests, created in body[
+            "entries"
+        ]:
             listed = tuple(d for d in digests if isinstance(d, str))
-            store._index[checkpoint_id] = (record, session, workflow, kind, parent, listed)
+            store._index[checkpoint_id] = (record, session, workflow, kind, parent, listed, created)
             store._listings[listed] = store._listings.get(listed, 0) + 1
         for listed in store._listings:
             for digest in listed:

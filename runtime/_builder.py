@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actorflow.actors import encode_state
+from actorflow.actors import ActorBackend, encode_state
 from actorflow.errors import ActorflowError, GraphError
 
 from ._context import Context
@@ -151,8 +151,12 @@ class WorkflowBuilder:
 
     # --- building ----------------------------------------------------------------
 
-    def build(self) -> Workflow:
+    def build(self, *, backend: ActorBackend | None = None) -> Workflow:
         """Check the whole graph and compile it into an immutable ``Workflow``.
+
+        Args:
+            backend: where executors are hosted (default: threads of this process);
+                ``actorflow.RayBackend()`` puts each in a Ray worker process.
 
         Raises:
             GraphError: listing every problem found (unknown or duplicate ids,
@@ -160,7 +164,9 @@ class WorkflowBuilder:
                 handler accepts, state that cannot be encoded).
         """
         spec = self._compile()
-        return Workflow(spec, restart=self._restart, restart_overrides=self._restart_overrides)
+        return Workflow(
+            spec, restart=self._restart, restart_overrides=self._restart_overrides, backend=backend
+        )
 
     def _compile(self) -> GraphSpec:
         problems = list(self._problems)

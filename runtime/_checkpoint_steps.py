@@ -19,6 +19,7 @@ from ._graph import GraphSpec
 from ._job import RunJob
 from ._lastgood import LastGood
 from ._logging import Log
+from ._otel import RunTelemetry
 from ._state import RunState
 from ._wire import unpack
 
@@ -39,6 +40,7 @@ class CheckpointSteps:
     completed: dict[str, tuple[list[Any], list[str]]]
     _last: LastGood
     _log: Log
+    _trace: RunTelemetry | None
 
     if TYPE_CHECKING:
 
@@ -47,6 +49,13 @@ class CheckpointSteps:
         def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None: ...
 
     def _checkpoint(self, job: RunJob, kind: str) -> None:
+        if self._trace is not None:
+            assert self.checkpointer is not None
+            self._trace.checkpoint(self._write_cut, kind, self.checkpointer, self.state.superstep)
+        else:
+            self._write_cut(job, kind)
+
+    def _write_cut(self, job: RunJob, kind: str) -> None:
         checkpointer = self.checkpointer
         assert checkpointer is not None
         last, state = self._last, self.state
@@ -89,7 +98,7 @@ class CheckpointSteps:
     def _persist_partial(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        sends, outputs, requests, snapshot = unpack(answer)
+        sends, outputs, requests, snapshot = unpack(answer)[:4]  # a traced report has a 5th
         if snapshot is None:
             return
         chunks = [(d, c if c is not None else self._last.chunks.get(d)) for d, c in snapshot]

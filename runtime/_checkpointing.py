@@ -30,6 +30,7 @@ from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metad
 from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
 from ._migration import prepare_snapshots, version_entries
+from ._otel import TRACE_KEY
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
@@ -83,6 +84,10 @@ class Checkpointer:
         self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._written: tuple[Mapping[str, bytes], bytes] = ({}, b"")
+        trace = parent.metadata.get(TRACE_KEY) if parent is not None else None
+        self.resumed_trace: bytes | None = trace if isinstance(trace, bytes) else None
+        """The packed context of the run that wrote the checkpoint resumed from (tracing)."""
         self.queued = False
         """Whether the last :meth:`write` only queued its cut (async durability)."""
 
@@ -130,6 +135,7 @@ class Checkpointer:
             state.to_bytes(self._packed_graph),
             metadata,
         )
+        self._written = (blobs, cut.runtime)
         if self._sync or kind == "entry":
             self._save(cut, blobs)
             self._confirmed_id = cut.id
@@ -140,6 +146,12 @@ class Checkpointer:
         self._stored = referenced
         self.last_id = cut.id
         return cut.id
+
+    @property
+    def last_bytes(self) -> int:
+        """Bytes of the last :meth:`write`: new blobs plus the runtime record."""
+        blobs, runtime = self._written
+        return sum(map(len, blobs.values())) + len(runtime)
 
     def write_partial(
         self,

@@ -26,7 +26,8 @@ class Fault:
     superstep: int
     """Superstep (lineage-wide count) in which to fail."""
     kind: str = "exception"
-    """``exception`` (after the handlers ran), ``timeout`` or ``death`` (actor stopped)."""
+    """``exception`` (after the handlers ran), ``timeout``, ``death`` (actor stopped) or
+    ``kill`` (the host process killed mid-step)."""
 
 
 @dataclass(slots=True)
@@ -45,6 +46,8 @@ class RunJob:
     """User metadata for checkpoints."""
     input: bytes | None = None
     """The encoded input to queue for the start executor, if any."""
+    trace: bytes | None = None
+    """The caller's current span when the run was asked for, packed (see ``_otel``)."""
 
 
 class SupervisorActor(LeanActor):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Literal
 
+from actorflow.actors import HostPool
 from actorflow.errors import CheckpointNotFound, SessionExists
 from actorflow.storage import Checkpoint, CheckpointStore
 
@@ -51,19 +52,26 @@ def open_session(
     if_exists: IfExists,
     wait: float,
     lease_ttl: float,
+    pool: HostPool | None = None,
 ) -> Session:
-    """See :meth:`Workflow.session`."""
+    """See :meth:`Workflow.session` (``pool``: the hosts of the session's backend)."""
     if if_exists not in _IF_EXISTS:
         raise ValueError(f"if_exists= must be one of {', '.join(_IF_EXISTS)}; got {if_exists!r}")
     if store is None:
-        return Session(wf, session_id, checkpoint=checkpoint, restart=restart)
+        return Session(wf, session_id, checkpoint=checkpoint, restart=restart, pool=pool)
     sid = session_id or os.urandom(16).hex()
     ownership = acquire(store, sid, ttl=lease_ttl, wait=wait)
     try:
         head = store.latest(session=sid) if session_id is not None else None
         if head is None:
             return Session(
-                wf, sid, store=store, checkpoint=checkpoint, restart=restart, ownership=ownership
+                wf,
+                sid,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                ownership=ownership,
+                pool=pool,
             )
         if if_exists == "resume":
             restored = load_for_resume(store, wf._spec, session=sid, checkpoint_id=None)
@@ -76,6 +84,7 @@ def open_session(
                 restored=restored,
                 ownership=ownership,
                 branch=False,
+                pool=pool,
             )
         if if_exists == "fresh":
             return Session(
@@ -86,6 +95,7 @@ def open_session(
                 restart=restart,
                 ownership=ownership,
                 lineage=Lineage.fresh(),
+                pool=pool,
             )
         raise _exists(sid, head, store)
     except BaseException:
@@ -104,8 +114,9 @@ def resume_session(
     as_session: str | None,
     wait: float,
     lease_ttl: float,
+    pool: HostPool | None = None,
 ) -> Session:
-    """See :meth:`Workflow.resume`."""
+    """See :meth:`Workflow.resume` (``pool``: the hosts of the session's backend)."""
     source = session
     if source is None:
         if checkpoint_id is not None:
@@ -153,6 +164,7 @@ def resume_session(
             restored=restored,
             ownership=ownership,
             branch=branch,
+            pool=pool,
         )
     except BaseException:
         ownership.release()
@@ -192,6 +204,7 @@ def _session_on(
     restored: Restored,
     ownership: Ownership | None,
     branch: bool,
+    pool: HostPool | None = None,
 ) -> Session:
     lineage = Lineage.of(restored.extra)
     return Session(
@@ -203,6 +216,7 @@ def _session_on(
         restart=restart,
         ownership=ownership,
         lineage=lineage.branch() if branch else lineage,
+        pool=pool,
     )
 
 

@@ -117,9 +117,10 @@ class RecoverySteps:
 
     def _replace_host(self, target: str) -> None:
         # A hung handler cannot be killed in Python: the old host is abandoned
-        # (stopped without waiting) and its late answer goes to a future nobody reads.
-        self.hosts[target].stop()
-        self.hosts[target] = self.pool.acquire(1)[0]
+        # (stopped without waiting; a process backend kills it) and its late answer
+        # goes to a future nobody reads.
+        self.pool.forget(self.hosts[target])
+        self.hosts[target] = self.pool.acquire([target])[0]
         self._unloaded.add(target)
         self._hung.discard(target)
 

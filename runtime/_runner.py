@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -267,11 +269,26 @@ class ExecutorRunner:
                 return (getattr(instance, info.name), info)
         return None
 
+    @property
+    def program(self) -> ExecutorProgram:
+        """What this runner hosts."""
+        return self._program
+
     def _step(self, payload: bytes) -> bytes:
-        superstep, deliveries, want_snapshot, fault, *suffix = unpack(payload)
-        buffer = StepBuffer(
-            self._program.executor_id, self._program.edges, superstep, suffix[0] if suffix else ""
+        frame = unpack(payload)
+        if len(frame) > 5:  # a sixth item: the run is traced
+            from ._otel_host import traced_step  # noqa: PLC0415 - loaded only when tracing
+
+            return traced_step(self, frame)
+        program = self._program
+        suffix = frame[4] if len(frame) > 4 else ""
+        return pack(
+            self.handle(StepBuffer(program.executor_id, program.edges, frame[0], suffix), frame)
         )
+
+    def handle(self, buffer: StepBuffer, frame: list[Any]) -> list[Any]:
+        """Run a ``step`` request's batch into ``buffer``; returns the report (unpacked)."""
+        superstep, deliveries, want_snapshot, fault = frame[:4]
         for source, group, body in deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:
@@ -301,7 +318,7 @@ class ExecutorRunner:
         if fault:
             self._inject(fault, superstep)
         snapshot = self._snapshot() if want_snapshot else None
-        return pack([buffer.sends, buffer.outputs, buffer.requests, snapshot])
+        return [buffer.sends, buffer.outputs, buffer.requests, snapshot]
 
     def _inject(self, fault: str, superstep: int) -> None:
         """Fail on purpose, after the handlers changed state (see actorflow.testing)."""
@@ -312,6 +329,9 @@ class ExecutorRunner:
             limit = self._program.timeout or 0.0
             threading.Event().wait(limit * 2 + 0.05)
             return
+        if fault == "kill":
+            # A crashed host process (only injected where hosts are processes of their own).
+            os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFault(f"injected {fault} in {where}")
 
     def _snapshot(self) -> list[list[Any]]:

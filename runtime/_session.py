@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from actorflow.actors import encode
+from actorflow.actors import ActorBackend, HostPool, encode
 from actorflow.errors import (
     EncodeError,
     InputNotAccepted,
@@ -34,6 +34,7 @@ from ._context import RUN_INPUT
 from ._delivery import AsyncSink, End, QueueSink, collected, materialize, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._lineage import Lineage
+from ._otel import capture_context
 from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._supervisor import Driver
@@ -68,8 +69,10 @@ class Session:
         restart: RestartPolicy | None = None,
         ownership: Ownership | None = None,
         lineage: Lineage | None = None,
+        pool: HostPool | None = None,
     ) -> None:
         self._workflow = workflow
+        self._pool = pool if pool is not None else workflow._pool
         self._ownership = ownership
         self._lineage = lineage if lineage is not None else Lineage()
         if ownership is not None:
@@ -94,6 +97,11 @@ class Session:
     def id(self) -> str:
         """The session id (checkpoint lineage key)."""
         return self._id
+
+    @property
+    def backend(self) -> ActorBackend:
+        """Where this session's executors are hosted."""
+        return self._pool.backend
 
     @property
     def lease(self) -> Lease | None:
@@ -366,7 +374,7 @@ class Session:
             )
         driver = Driver(
             spec,
-            self._workflow._pool,
+            self._pool,
             session=self._id,
             restart=self._restart,
             restart_overrides=self._workflow._restart_overrides,
@@ -453,6 +461,7 @@ class Session:
             max_supersteps=max_supersteps or spec.max_supersteps,
             metadata=dict(metadata or {}),
             input=payload,
+            trace=capture_context(),
         )
 
     def _submit(self, job: RunJob) -> pykka.Future[Any]:

@@ -31,6 +31,7 @@ from ._graph import GraphSpec
 from ._job import Fault, Payload, RunJob
 from ._lastgood import LastGood
 from ._logging import get_logger
+from ._otel import SPAN_RESTART, SPAN_ROLLBACK, RunTelemetry, open_run
 from ._policy import Durability, RestartPolicy, Restarts
 from ._recovery import RecoverySteps, StepFailure
 from ._state import RunState
@@ -83,6 +84,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         """The cut of the last barrier is still to be written: it is, as the next
         superstep starts (a store that lives in this process, see Checkpointer.overlaps)."""
         self._log = _log.bind(workflow=spec.name, session=session)
+        self._trace: RunTelemetry | None = None
+        """The current run's spans and metrics; None unless a provider is set."""
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -118,7 +121,8 @@ class Driver(CheckpointSteps, RecoverySteps):
         """Borrow hosts for every executor; restore ``initial`` snapshots into them now,
         and let the others load their blueprint with their first call."""
         ids = sorted(self.spec.programs)
-        hosts = self.pool.acquire(len(ids))
+        self.pool.backend.check(self.spec.programs)
+        hosts = self.pool.acquire(ids)
         self.hosts = dict(zip(ids, hosts, strict=True))
         try:
             self._load_programs(ids, initial)
@@ -172,7 +176,7 @@ class Driver(CheckpointSteps, RecoverySteps):
         # A host stuck in a hung handler is abandoned, never pooled: the next
         # borrower would wait behind the handler.
         for target in self._hung & set(owned):
-            owned.pop(target).stop()
+            self.pool.forget(owned.pop(target))
         self._hung.clear()
         hosts = list(owned.values())
         if not wait:
@@ -187,7 +191,7 @@ class Driver(CheckpointSteps, RecoverySteps):
                 future.get(timeout=30)
                 healthy.append(host)
             except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
-                host.stop()
+                self.pool.forget(host)
         self.pool.release(healthy)
 
     # --- the run ------------------------------------------------------------------
@@ -203,6 +207,28 @@ class Driver(CheckpointSteps, RecoverySteps):
         Raises:
             RunFailed (or a subclass): the run failed; emitted as an event too.
         """
+        telemetry = open_run(
+            job,
+            workflow=self.spec.name,
+            session=self.session,
+            superstep=self.state.superstep,
+            checkpointer=self.checkpointer,
+        )
+        if telemetry is None:
+            return self._run(job, first_checkpoint)
+        self._trace = telemetry
+        status, error = ev.RunStatus.FAILED.value, None
+        try:
+            status = self._run(job, first_checkpoint).value
+            return ev.RunStatus(status)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._trace = None
+            telemetry.end(status, len(self.state.pending), error)
+
+    def _run(self, job: RunJob, first_checkpoint: str | None) -> ev.RunStatus:
         log = self._log.bind(run=job.run_id)
         log.info("run started", superstep=self.state.superstep)
         steps = 0
@@ -226,7 +252,10 @@ class Driver(CheckpointSteps, RecoverySteps):
                         superstep=self.state.superstep,
                     )
                 steps += 1
-                self._superstep(job)
+                if self._trace is None:
+                    self._superstep(job)
+                else:
+                    self._trace.superstep(self._superstep, self.state.superstep + 1)
             pending = tuple(sorted(self.state.pending))
             now = time.time()
             if self.checkpointer is not None:
@@ -307,7 +336,12 @@ class Driver(CheckpointSteps, RecoverySteps):
             # flight and every executor it ran is rolled back to the last barrier, so
             # a later run continues from a consistent cut.
             state.inbox = inbox
-            self._roll_back(targets, superstep)
+            if self._trace is None:
+                self._roll_back(targets, superstep)
+            else:
+                self._trace.recovery(
+                    SPAN_ROLLBACK, superstep, None, lambda: self._roll_back(targets, superstep)
+                )
             if self._unwritten:  # failed before any host started: the cut still counts
                 self._write_unwritten(job)
             raise
@@ -432,7 +466,15 @@ class Driver(CheckpointSteps, RecoverySteps):
             if not failures:
                 return reports
             for failure in failures:
-                self._recover(job, superstep, failure)
+                if self._trace is None:
+                    self._recover(job, superstep, failure)
+                else:
+                    self._trace.recovery(
+                        SPAN_RESTART,
+                        superstep,
+                        failure.executor,
+                        lambda f=failure: self._recover(job, superstep, f),  # type: ignore[misc]
+                    )
             pending = [f.executor for f in failures]
         return reports
 
@@ -449,16 +491,20 @@ class Driver(CheckpointSteps, RecoverySteps):
     ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
         faults = self.faults
+        trace = self._trace
         started = time.monotonic()
         for target in targets:
             fault = faults.pop((target, superstep), None) if faults else None
             mode = fault.kind if fault is not None else ""
             if mode == "death":
                 self.hosts[target].stop()
-            request = pack(
-                [superstep, inbox[target], want_snapshot or bool(mode), mode, *self.request_suffix]
-            )
-            futures[target] = self._call(target, "step", request)
+            frame = [superstep, inbox[target], want_snapshot or bool(mode), mode]
+            frame += self.request_suffix
+            if trace is not None:
+                if len(frame) == 4:
+                    frame.append("")  # the trace part is always the sixth item
+                frame.append(trace.step_frame(target))
+            futures[target] = self._call(target, "step", pack(frame))
         if on_sent is not None:
             on_sent()
         failures: list[StepFailure] = []
@@ -469,5 +515,7 @@ class Driver(CheckpointSteps, RecoverySteps):
                 failures.append(StepFailure(target, error))
             else:
                 assert answer is not None
-                reports[target] = unpack(answer)
+                report = reports[target] = unpack(answer)
+                if trace is not None:
+                    trace.take_sends(report)
         return failures

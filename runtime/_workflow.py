@@ -9,7 +9,7 @@ from typing import Any
 
 import pykka
 
-from actorflow.actors import HostPool, ThreadBackend
+from actorflow.actors import ActorBackend, HostPool, ThreadBackend
 from actorflow.errors import SessionClosed
 from actorflow.storage import CheckpointStore
 
@@ -42,12 +42,14 @@ class Workflow:
         *,
         restart: RestartPolicy | None = None,
         restart_overrides: Mapping[str, RestartPolicy] | None = None,
+        backend: ActorBackend | None = None,
     ) -> None:
         self._spec = spec
         self._restart = restart
         self._restart_overrides = dict(restart_overrides or {})
-        size = len(spec.programs)
-        self._pool = HostPool(ThreadBackend(), max_idle=max(4 * size, 16))
+        self._backend: ActorBackend = backend if backend is not None else ThreadBackend()
+        self._pool = self._new_pool(self._backend)
+        self._other_pools: list[tuple[ActorBackend, HostPool]] = []
         self._supervisors: list[pykka.ActorRef[SupervisorActor]] = []
         self._warm: list[Session] = []
         self._lock = threading.Lock()
@@ -57,6 +59,11 @@ class Workflow:
     def name(self) -> str:
         """The workflow name."""
         return self._spec.name
+
+    @property
+    def backend(self) -> ActorBackend:
+        """Where this workflow's executors are hosted unless a session says otherwise."""
+        return self._backend
 
     @property
     def signature(self) -> str:
@@ -149,6 +156,7 @@ class Workflow:
         if_exists: IfExists = "error",
         wait: float = 0.0,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        backend: ActorBackend | None = None,
     ) -> Session:
         """Open a long-lived session: actors and executor state persist between runs.
 
@@ -171,6 +179,9 @@ class Workflow:
             wait: seconds to wait for another owner of the session to let go.
             lease_ttl: seconds the lease outlives this process if it dies (the
                 takeover time after a crash); renewed every third of it.
+            backend: where this session's executors are hosted (default: the
+                workflow's, ``build(backend=...)``), e.g. ``RayBackend()``. A
+                checkpoint taken on one backend resumes on any other.
 
         Raises:
             SessionOwned: another open session (any process) holds the session.
@@ -186,6 +197,7 @@ class Workflow:
             if_exists=if_exists,
             wait=wait,
             lease_ttl=lease_ttl,
+            pool=self._pool_for(backend),
         )
 
     def resume(
@@ -200,6 +212,7 @@ class Workflow:
         as_session: str | None = None,
         wait: float = 0.0,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        backend: ActorBackend | None = None,
     ) -> Session:
         """Open a session restored from a checkpoint (the session's latest, or ``checkpoint_id``).
 
@@ -211,8 +224,8 @@ class Workflow:
         overwritten, and the new records name that checkpoint as their parent.
 
         ``responses`` answers pending requests (as :meth:`Session.respond` would);
-        they are handled by the next ``run()``. ``restart``, ``wait`` and
-        ``lease_ttl`` are as for :meth:`session`.
+        they are handled by the next ``run()``. ``restart``, ``wait``, ``lease_ttl``
+        and ``backend`` are as for :meth:`session`.
 
         Args:
             as_session: fork into this new session id (it must have no checkpoints)
@@ -239,6 +252,7 @@ class Workflow:
             as_session=as_session,
             wait=wait,
             lease_ttl=lease_ttl,
+            pool=self._pool_for(backend),
         )
         if responses:
             try:
@@ -256,9 +270,12 @@ class Workflow:
             self._closed = True
             supervisors, self._supervisors = self._supervisors, []
             warm, self._warm = self._warm, []
+            others, self._other_pools = self._other_pools, []
         for s in warm:
             s.close()
         self._pool.close()
+        for _backend, pool in others:
+            pool.close()
         for ref in supervisors:
             ref.stop(block=False)
 
@@ -270,6 +287,26 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name!r} executors={list(self.executor_ids)}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A sub-workflow's inner workflow travels inside its program to a remote host
+        # as code: the graph and policies, never the pools or warm sessions.
+        return (_rebuild, (self._spec, self._restart, self._restart_overrides, self._backend))
+
+    def _new_pool(self, backend: ActorBackend) -> HostPool:
+        return HostPool(backend, max_idle=max(4 * len(self._spec.programs), 16))
+
+    def _pool_for(self, backend: ActorBackend | None) -> HostPool:
+        """The pool of ``backend``'s hosts (the workflow's own for None), made on first use."""
+        if backend is None or backend is self._backend:
+            return self._pool
+        with self._lock:
+            for known, pool in self._other_pools:
+                if known is backend:
+                    return pool
+            pool = self._new_pool(backend)
+            self._other_pools.append((backend, pool))
+            return pool
 
     def _check_open(self) -> None:
         if self._closed:
@@ -315,3 +352,12 @@ class Workflow:
                 self._supervisors.append(ref)
                 return
         ref.stop(block=False)
+
+
+def _rebuild(
+    spec: GraphSpec,
+    restart: RestartPolicy | None,
+    overrides: dict[str, RestartPolicy],
+    backend: ActorBackend,
+) -> Workflow:
+    return Workflow(spec, restart=restart, restart_overrides=overrides, backend=backend)

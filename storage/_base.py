@@ -6,6 +6,7 @@ Third-party stores need none of this; they implement the protocol however they l
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from types import TracebackType
@@ -114,6 +115,49 @@ def prune_plan(records: Iterable[tuple[str, str, str | None]], keep: int) -> bui
         for checkpoint_id, kind, parent in ordered
         if checkpoint_id not in kept and not (kind == "partial" and parent in kept)
     ]
+
+
+def check_cutoff(cutoff: float) -> float:
+    """``cutoff`` as a float; ValueError unless it is a finite number (epoch seconds)."""
+    if isinstance(cutoff, bool) or not isinstance(cutoff, int | float) or not math.isfinite(cutoff):
+        raise ValueError(f"prune_older_than() needs finite epoch seconds, got {cutoff!r}")
+    return float(cutoff)
+
+
+AgedRecord = tuple[str, str, str, str | None, float]
+"""``(id, session, kind, parent_id, created_at)`` of one stored record."""
+
+
+def age_plan(
+    records: Iterable[AgedRecord], cutoff: float, *, whole_sessions: bool
+) -> builtins.list[str]:
+    """The ids ``prune_older_than(cutoff, whole_sessions=...)`` deletes, oldest first.
+
+    Per session: with ``whole_sessions``, every record when the session's newest
+    record was created before ``cutoff`` (an abandoned session goes whole, nothing
+    of it otherwise). Without it, every cut created before ``cutoff`` except the
+    session's newest cut, which a resume needs whatever its age; a partial record
+    stays exactly when its parent cut does (as in :func:`prune_plan`).
+    """
+    sessions: dict[str, builtins.list[AgedRecord]] = {}
+    for record in records:
+        sessions.setdefault(record[1], []).append(record)
+    doomed: builtins.list[str] = []
+    for rows in sessions.values():
+        rows.sort()
+        if whole_sessions:
+            if max(row[4] for row in rows) < cutoff:
+                doomed.extend(row[0] for row in rows)
+            continue
+        cuts = [row for row in rows if row[2] != "partial"]
+        newest = cuts[-1][0] if cuts else None
+        kept = {row[0] for row in cuts if row[4] >= cutoff or row[0] == newest}
+        doomed.extend(
+            checkpoint_id
+            for checkpoint_id, _, kind, parent, _ in rows
+            if checkpoint_id not in kept and not (kind == "partial" and parent in kept)
+        )
+    return sorted(doomed)
 
 
 class StoreBase:

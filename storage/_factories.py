@@ -18,6 +18,8 @@ from typing import ClassVar
 from ._file import FileStore
 from ._memory import MemoryStore
 from ._pack import mutate_pack
+from ._postgres_sql import Statements
+from ._protocol import CheckpointStore
 from ._sqlite import SQLiteStore
 
 Mutation = Callable[[bytes], bytes]
@@ -120,3 +122,44 @@ class SQLiteStoreFactory:
                 f"SELECT {column} FROM {table} WHERE {key} = ?", (value,)
             ).fetchone()
             db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (mutate(data), value))
+
+
+@dataclass(frozen=True)
+class PostgresStoreFactory:
+    """Opens a :class:`PostgresStore` on one schema of a database; picklable.
+
+    Needs the ``actorflow[postgres]`` extra (imported when first called, so this
+    module stays importable without it).
+    """
+
+    dsn: str
+    schema: str = "actorflow"
+    durable: ClassVar[bool] = True
+    multiprocess: ClassVar[bool] = True
+
+    def __call__(self) -> CheckpointStore:
+        from ._postgres import PostgresStore  # noqa: PLC0415  # the extra is optional
+
+        return PostgresStore(self.dsn, schema=self.schema, pool_size=8)
+
+    def corrupt_record(self, checkpoint_id: str, mutate: Mutation) -> None:
+        """Rewrite a record row's bytes with ``mutate(its bytes)``."""
+        self._mutate("checkpoints", "record", "id", checkpoint_id, mutate)
+
+    def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
+        """Rewrite a blob row's bytes with ``mutate(its bytes)``."""
+        self._mutate("blobs", "data", "digest", digest, mutate)
+
+    def _schema(self) -> str:
+        return Statements(self.schema).schema  # validated: safe to place in SQL text
+
+    def _mutate(self, table: str, column: str, key: str, value: str, mutate: Mutation) -> None:
+        import psycopg  # noqa: PLC0415  # the extra is optional
+
+        where = f"{self._schema()}.{table}"
+        with psycopg.connect(self.dsn) as db:  # one transaction, committed on exit
+            row = db.execute(f"SELECT {column} FROM {where} WHERE {key} = %s", (value,)).fetchone()
+            assert row is not None, f"no {table} row {value}"
+            db.execute(
+                f"UPDATE {where} SET {column} = %s WHERE {key} = %s", (mutate(bytes(row[0])), value)
+            )

@@ -22,7 +22,9 @@ from actorflow.errors import (
 from . import _file_gc as gc
 from ._base import (
     StoreBase,
+    age_plan,
     already_stored,
+    check_cutoff,
     check_keep,
     checked_blobs,
     dangling,
@@ -318,6 +320,28 @@ class FileStore(StoreBase):
         """
         self._check_open()
         return self._ids()
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than).
+
+        Decodes every record to learn its session and age: a damaged one raises
+        CheckpointCorrupt and nothing is deleted.
+        """
+        limit = check_cutoff(cutoff)
+        self._check_open()
+        with self._locked(exclusive=True) as lock:
+            assert lock is not None  # a write section has its lock, or raised
+            doomed = age_plan(
+                (
+                    (cp.id, cp.session, cp.kind.value, cp.parent_id, cp.created_at)
+                    for cp in self._scan(self._ids())
+                ),
+                limit,
+                whole_sessions=whole_sessions,
+            )
+            if doomed:
+                self._forget(doomed, lock)
+            return len(doomed)
 
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""

@@ -12,7 +12,9 @@ from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedF
 
 from ._base import (
     StoreBase,
+    age_plan,
     already_stored,
+    check_cutoff,
     check_keep,
     checked_blobs,
     dangling,
@@ -33,13 +35,14 @@ from ._lease import (
     renewed,
 )
 
-_Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...]]
+_Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...], float]
 """A stored record and what the store indexes about it, taken at save time.
 
 At :data:`_RECORD` the encoded record, or a runtime :class:`Cut`'s fields until
 somebody reads it (then it is encoded once and the entry replaced: most cuts are
 never read, a run reads back only the one it resumes from); then the session,
-workflow, kind value, parent id and the digests of the blobs it references.
+workflow, kind value, parent id, the digests of the blobs it references, and its
+``created_at`` (for retention by age).
 
 A plain tuple of strings, bytes and plain tuples of them, on purpose: CPython's
 cycle collector stops tracking such a tuple once its collections have visited it
@@ -55,6 +58,7 @@ _WORKFLOW: Final = 2
 _KIND: Final = 3
 _PARENT: Final = 4
 _DIGESTS: Final = 5
+_CREATED: Final = 6
 
 
 class MemoryStore(StoreBase):
@@ -108,6 +112,7 @@ class MemoryStore(StoreBase):
             str(checkpoint.kind),
             checkpoint.parent_id,
             listed,
+            checkpoint.created_at,
         )
         self._insert(checkpoint.id, entry, digests, given, lease)
 
@@ -131,6 +136,7 @@ class MemoryStore(StoreBase):
             cut.kind,
             cut.parent_id,
             listed,
+            cut.created_at,
         )
         self._insert(cut.id, entry, digests, given, lease)
 
@@ -295,6 +301,23 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._check_open()
             return sorted(self._index)
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than)."""
+        limit = check_cutoff(cutoff)
+        with self._lock:
+            self._check_open()
+            doomed = age_plan(
+                (
+                    (i, e[_SESSION], e[_KIND], e[_PARENT], e[_CREATED])
+                    for i, e in self._index.items()
+                ),
+                limit,
+                whole_sessions=whole_sessions,
+            )
+            for checkpoint_id in doomed:
+                self._delete(checkpoint_id)
+            return len(doomed)
 
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""

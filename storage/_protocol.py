@@ -199,6 +199,32 @@ class CheckpointStore(Protocol):
         """
         ...
 
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age: retention for stores shared by many sessions.
+
+        By default, every cut created before ``cutoff`` is deleted except each
+        session's newest cut (what a resume needs, whatever its age); a partial
+        record stays exactly when its parent cut does, as in :meth:`prune`. With
+        ``whole_sessions``, every record of each session whose newest record was
+        created before ``cutoff`` is deleted, and nothing of the other sessions.
+        Age is the record's ``created_at``. Blobs are collected only when no
+        remaining record of any session uses them.
+
+        Args:
+            cutoff: epoch seconds; records created at or after it are kept.
+            whole_sessions: drop abandoned sessions whole instead of thinning each.
+
+        Returns:
+            How many records were deleted.
+
+        Raises:
+            ValueError: ``cutoff`` is not a finite number.
+            CheckpointCorrupt: a store that must decode records to learn their
+                session or age (FileStore) found one it cannot decode; nothing was
+                deleted.
+        """
+        ...
+
     def verify(self) -> builtins.list[str]:
         """Check everything stored; one human-readable line per problem, ``[]`` if healthy.
 

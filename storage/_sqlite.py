@@ -22,7 +22,9 @@ from actorflow.errors import (
 from . import _sqlite_sql as sql
 from ._base import (
     StoreBase,
+    age_plan,
     already_stored,
+    check_cutoff,
     check_keep,
     checked_blobs,
     dangling,
@@ -322,6 +324,19 @@ class SQLiteStore(StoreBase):
         with self._read() as db:
             found = [r[0] for r in db.execute("SELECT id FROM checkpoints NOT INDEXED")]
         return sorted(str(i) for i in found)
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than)."""
+        limit = check_cutoff(cutoff)
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT id, session, kind, parent_id, created_at FROM checkpoints WHERE session"
+                " IN (SELECT session FROM checkpoints WHERE created_at < ?)",
+                (limit,),
+            ).fetchall()
+            doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
+            sql.delete(db, doomed)
+        return len(doomed)
 
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy.

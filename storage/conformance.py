@@ -18,16 +18,23 @@ with the reason shown. ``docs/storage.md`` explains each one.
 
 from __future__ import annotations
 
-from ._factories import FileStoreFactory, MemoryStoreFactory, SQLiteStoreFactory
+from ._factories import (
+    FileStoreFactory,
+    MemoryStoreFactory,
+    PostgresStoreFactory,
+    SQLiteStoreFactory,
+)
 from ._kit_base import StoreFactory, make_checkpoint
 from ._kit_contract import ContractTests
 from ._kit_damage import DamageTests
 from ._kit_leases import LeaseTests
+from ._kit_retention import RetentionTests
 from ._kit_stress import StressTests
 
 __all__ = [
     "FileStoreFactory",
     "MemoryStoreFactory",
+    "PostgresStoreFactory",
     "SQLiteStoreFactory",
     "StoreConformance",
     "StoreFactory",
@@ -35,7 +42,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, StressTests, LeaseTests, DamageTests):
+class StoreConformance(ContractTests, StressTests, LeaseTests, RetentionTests, DamageTests):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the

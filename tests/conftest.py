@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import typing
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+import actorflow as af
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pg  # tests/ is on sys.path
 
 
 @pytest.fixture(autouse=True)
@@ -13,8 +24,75 @@ def no_thread_outlives_the_test() -> Iterator[None]:
     """Fail a test that leaves a thread it started running (bounded join, no sleep)."""
     before = set(threading.enumerate())
     yield
-    leftover = [t for t in threading.enumerate() if t not in before]
+    # Ray's driver threads live as long as the session-wide Ray (see ray_cluster).
+    leftover = [t for t in threading.enumerate() if t not in before and not _ray_owned(t)]
     for thread in leftover:
         thread.join(timeout=5)
     alive = [t.name for t in leftover if t.is_alive()]
     assert not alive, f"threads outlived the test: {alive}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[pg.Durable]:
+    """A fresh durable store shared across processes: SQLite, then PostgreSQL."""
+    with pg.durable(request.param, str(tmp_path / "store.db")) as found:
+        yield found
+
+
+def _ray_owned(thread: threading.Thread) -> bool:
+    return thread.name.startswith("ray_") or type(thread).__module__.startswith("ray.")
+
+
+# --- backends -------------------------------------------------------------------------
+
+_TESTS = Path(__file__).resolve().parent
+
+# Ray reads it when first imported: every socket of a local Ray on 127.0.0.1.
+os.environ[af.RayBackend.LOOPBACK_ENV] = "0"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """One local Ray for the whole test session, loopback only, shut down at the end.
+
+    Workers find the test modules (their executor classes travel by reference) on
+    PYTHONPATH. Missing Ray is a skip, except under CI=true, where it is a failure.
+    """
+    try:
+        import ray
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ray is not installed (pip install 'actorflow[ray]')")
+        pytest.skip("ray is not installed")
+    path = os.pathsep.join(p for p in (str(_TESTS), os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=2,
+        object_store_memory=256 * 2**20,
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    try:
+        yield ray
+    finally:
+        RAY_BACKEND.shutdown()
+        ray.shutdown()
+
+
+RAY_BACKEND = af.RayBackend(reserve=48)
+"""Shared by every Ray test: its reserve of idle workers is what keeps them fast."""
+
+
+@pytest.fixture
+def ray_backend(ray_cluster: Any) -> af.RayBackend:
+    """The shared Ray backend, on the test session's Ray."""
+    return RAY_BACKEND
+
+
+@pytest.fixture(params=["threads", "ray"])
+def backend(request: pytest.FixtureRequest) -> af.ActorBackend:
+    """Each backend in turn (parametrize, don't copy)."""
+    if request.param == "ray":
+        return typing.cast(af.RayBackend, request.getfixturevalue("ray_backend"))
+    return af.ThreadBackend()

@@ -3,18 +3,22 @@ with a durable store, log what it sees, and optionally stop dead at a chosen poi
 
 Usage: ``python tests/crash_child.py '<json config>'``. Config keys:
 
-- ``store``: ``"sqlite"`` or ``"file"``; ``path``: where it lives.
+- ``store``: ``"sqlite"``, ``"file"`` or ``"postgres"``; ``path``: where it lives
+  (Postgres: the schema name, and ``dsn`` the server).
 - ``family``, ``params``, ``kwargs``: the graph, built with ``graphs.build``.
 - ``session``: the session id; ``mode``: ``"run"`` (fresh, with the graph's input)
   or ``"resume"`` (latest checkpoint of the session, no new input).
 - ``log``: file that receives one JSON line per fact: ``["out", superstep,
   executor, value]`` per output, ``["ckpt", id, superstep, kind]`` per checkpoint
   reported written, ``["end", status]`` when the run ends.
+- ``ray``: absent, or the address of a running Ray: the session's executors are
+  hosted there (``RayBackend``), this process being the driver.
 - ``block``: ``null``, or where to stop and wait to be killed:
   ``{"at": "handler", "executor": id, "superstep": n}`` (inside that handler),
   ``{"at": "after_save", "superstep": n}`` (the step checkpoint of superstep n is
   durable, superstep n + 1 has not started), ``{"at": "in_save", "superstep": n}``
-  (inside the store's write of that checkpoint: blobs written, record not committed).
+  (inside the store's write of that checkpoint: blobs written, record not committed;
+  Postgres: blob and record rows written in the open transaction, COMMIT not sent).
 
 Protocol on stdout, one line each: ``READY`` before the run starts, ``BLOCKED`` once
 stopped at the block point, ``DONE`` at the end. The child never sleeps: it blocks
@@ -119,8 +123,41 @@ LEASE_WAIT = 30.0
 """Bound on waiting for a killed process's lease to expire."""
 
 
+def _open_postgres(config: Mapping[str, Any], gate: threading.Event) -> Any:
+    import psycopg
+    import psycopg_pool
+
+    schema = config["path"]
+    lease_columns = ["token", "owner", "expires_at", "released"]
+
+    class TracedCursor(psycopg.Cursor[Any]):
+        def fetchone(self) -> Any:
+            # A save reads its lease row once every statement of its transaction has
+            # run on the server (blob rows and the record written), before COMMIT.
+            names = [column.name for column in self.description or []]
+            if gate.is_set() and names[1:] == lease_columns:
+                _stop_here()
+            return super().fetchone()
+
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        config["dsn"],
+        kwargs={"autocommit": True, "cursor_factory": TracedCursor},
+        min_size=1,
+        max_size=4,
+        check=psycopg_pool.ConnectionPool.check_connection,
+        open=True,
+    )
+    _CLOSE_AT_END.append(pool.close)
+    return af.PostgresStore(pool, schema=schema)
+
+
+_CLOSE_AT_END: list[Any] = []
+
+
 def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
     kind = config["store"]
+    if kind == "postgres":
+        return _open_postgres(config, gate)
     if kind == "sqlite":
 
         class TracedSQLite(af.SQLiteStore):
@@ -167,13 +204,26 @@ def main() -> None:
     inner = _open_store(config, gate)
     store = GatedStore(inner, progress, block, gate)
     workflow = case.workflow
+    backend = None
+    if config.get("ray"):
+        tests = str(Path(__file__).resolve().parent)
+        path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
+        init = {"address": config["ray"], "log_to_driver": False, "configure_logging": False}
+        env = {"runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+        backend = af.RayBackend(init={**init, **env}, spares=0)
     if config["mode"] == "run":
         # A short lease: the parent takes the session over soon after killing us.
-        session = workflow.session(config["session"], store=store, lease_ttl=LEASE_TTL)
+        session = workflow.session(
+            config["session"], store=store, lease_ttl=LEASE_TTL, backend=backend
+        )
         value: Any = case.input
     else:
         session = workflow.resume(
-            store, session=config["session"], wait=LEASE_WAIT, lease_ttl=LEASE_TTL
+            store,
+            session=config["session"],
+            wait=LEASE_WAIT,
+            lease_ttl=LEASE_TTL,
+            backend=backend,
         )
         value = None
         # Supersteps up to the resumed cut were logged by the process that ran them.
@@ -198,6 +248,8 @@ def main() -> None:
         log.write(json.dumps(["end", status]) + "\n")
     workflow.close()
     inner.close()
+    for close in _CLOSE_AT_END:
+        close()
     _say("DONE")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,13 @@ EXPECTED_FIGURES = {
     ("lease_check_file", "fencing_check_us"),
     ("lease_check_sqlite", "fencing_check_us"),
 }
+
+if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server
+    EXPECTED_FIGURES |= {
+        ("w3_postgres", "ms_per_superstep"),
+        ("w3_postgres", "bytes_stored_mb"),
+        ("w4_postgres", "resume_plus_step_ms"),
+    }
 
 KEYS = {
     "bench",

@@ -35,6 +35,7 @@ from actorflow.testing import run_to_idle
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs  # tests/ is on sys.path
+import pg
 
 Opener = Callable[[Path], Any]
 STORES: dict[str, Opener] = {
@@ -44,9 +45,15 @@ STORES: dict[str, Opener] = {
 }
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(params=[*sorted(STORES), "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Each store kind, fresh, closed afterwards."""
+    """Each store kind, fresh (Postgres: a schema of its own, dropped after), closed afterwards."""
+    if request.param == "postgres":
+        with pg.schema() as (dsn, schema):
+            opened = af.PostgresStore(dsn, schema=schema)
+            yield opened
+            opened.close()
+        return
     opened = STORES[request.param](tmp_path)
     yield opened
     opened.close()
@@ -69,18 +76,23 @@ def ring_case() -> graphs.GraphCase:
 
 
 @pytest.mark.timeout(30)
-def test_a_resumed_run_never_mutates_the_checkpoint_it_came_from(store: Any) -> None:
+def test_a_resumed_run_never_mutates_the_checkpoint_it_came_from(
+    store: Any, backend: af.ActorBackend
+) -> None:
     """A resumed run appending to its restored lists in place leaves the checkpoint it came from unchanged (MAF #7683)."""
     case = ring_case()
     with case.workflow as wf:
-        with wf.session("s", store=store) as s, pytest.raises(af.SuperstepLimitExceeded):
+        with (
+            wf.session("s", store=store, backend=backend) as s,
+            pytest.raises(af.SuperstepLimitExceeded),
+        ):
             s.run(case.input, max_supersteps=5)
         origin = store.latest(session="s")
         assert origin is not None and origin.superstep == 5
         record = encode_checkpoint(origin)
         before = states_of(store, origin)
         assert len(before["r1"]["log"]) == 3 + 2  # ballast + two visits
-        with wf.resume(store, session="s", checkpoint_id=origin.id) as resumed:
+        with wf.resume(store, session="s", checkpoint_id=origin.id, backend=backend) as resumed:
             result = resumed.run()
         assert result.status is af.RunStatus.COMPLETED
         final = store.latest(session="s")
@@ -167,18 +179,20 @@ def test_a_saved_checkpoint_is_not_the_object_the_caller_passed(store: Any) -> N
 
 
 @pytest.mark.timeout(30)
-def test_restoring_the_entry_checkpoint_replays_the_whole_run(store: Any) -> None:
+def test_restoring_the_entry_checkpoint_replays_the_whole_run(
+    store: Any, backend: af.ActorBackend
+) -> None:
     """Resuming the entry checkpoint replays the run from its input, start executor included: same outputs and states."""
     case = graphs.build("fan_burst", 3, 2)
     with case.workflow as wf:
-        with wf.session("s", store=store) as s:
+        with wf.session("s", store=store, backend=backend) as s:
             original = s.run(case.input)
         first_final = store.latest(session="s")
         assert first_final is not None
         (entry,) = store.list(session="s", kind=CheckpointKind.ENTRY)
         assert entry.superstep == 0 and entry.parent_id is None
         assert states_of(store, entry)["src"]["forwarded"] == 0, "nothing ran before entry"
-        with wf.resume(store, checkpoint_id=entry.id) as replay:
+        with wf.resume(store, checkpoint_id=entry.id, backend=backend) as replay:
             again = replay.run()
     assert again.outputs == original.outputs
     invoked = [
@@ -192,17 +206,19 @@ def test_restoring_the_entry_checkpoint_replays_the_whole_run(store: Any) -> Non
 
 
 @pytest.mark.timeout(30)
-def test_resuming_an_older_checkpoint_forks_without_overwriting_history(store: Any) -> None:
+def test_resuming_an_older_checkpoint_forks_without_overwriting_history(
+    store: Any, backend: af.ActorBackend
+) -> None:
     """Resuming an older checkpoint forks a branch: the old one intact, both listed, each history() a consistent chain."""
     case = ring_case()
     with case.workflow as wf:
-        with wf.session("s", store=store) as s:
+        with wf.session("s", store=store, backend=backend) as s:
             s.run(case.input)
         old = store.list(session="s")
         old_records = {cp.id: encode_checkpoint(cp) for cp in old}
         old_final = old[-1]
         fork_point = next(cp for cp in old if cp.superstep == 4 and cp.kind is CheckpointKind.STEP)
-        with wf.resume(store, session="s", checkpoint_id=fork_point.id) as branch:
+        with wf.resume(store, session="s", checkpoint_id=fork_point.id, backend=backend) as branch:
             result = branch.run()
     assert result.status is af.RunStatus.COMPLETED
     listed = store.list(session="s")

@@ -126,3 +126,77 @@ def test_upgrade_converts_an_old_filestore_folder_and_is_a_no_op_on_current_stor
     SQLiteStore(db).close()
     assert main(["checkpoints", "upgrade", str(db)]) == 0
     assert "schema is current" in capsys.readouterr().out
+
+
+def test_prune_older_than_removes_by_age(
+    store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """prune --older-than keeps each session's newest cut; --whole-sessions drops idle sessions."""
+    import dataclasses
+    import time
+
+    with SQLiteStore(store_path) as store:
+        before = store.list(session="s1")
+        aged, blobs = make_checkpoint(session="idle")
+        store.save(dataclasses.replace(aged, created_at=time.time() - 9 * 86400), blobs)
+    assert main(["checkpoints", "prune", store_path, "--older-than", "1h"]) == 0
+    assert "removed 0 checkpoint(s)" in capsys.readouterr().out
+    assert main(["checkpoints", "prune", store_path, "--older-than", "0s"]) == 0
+    assert f"removed {len(before) - 1} checkpoint(s)" in capsys.readouterr().out
+    with SQLiteStore(store_path) as store:
+        assert store.list(session="s1") == before[-1:]
+        assert store.sessions() == ["idle", "s1"]
+    assert main(["checkpoints", "prune", store_path, "--older-than", "7d", "--whole-sessions"]) == 0
+    assert "removed 1 checkpoint(s)" in capsys.readouterr().out
+    with SQLiteStore(store_path) as store:
+        assert store.sessions() == ["s1"]
+        assert store.verify() == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--older-than", "7 days"],
+        ["--older-than", "7d", "--session", "s1", "--keep", "1"],
+        ["--session", "s1"],
+        [],
+    ],
+)
+def test_prune_refuses_unclear_arguments(store_path: str, args: list[str]) -> None:
+    """prune needs exactly one of --session/--keep or --older-than, and an age with a unit."""
+    with pytest.raises(SystemExit) as exc:
+        main(["checkpoints", "prune", store_path, *args])
+    assert exc.value.code != 0
+    with SQLiteStore(store_path) as store:
+        assert store.verify() == []
+        assert len(store.list()) > 1
+
+
+def test_postgres_uri_works_for_list_show_verify_prune(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every checkpoints command takes a postgresql:// URI (schema as ?schema=NAME)."""
+    import pg
+
+    with pg.schema() as (dsn, schema):
+        store = af.PostgresStore(dsn, schema=schema)
+        try:
+            with build() as wf, wf.session("s1", store=store) as s:
+                s.run(0)
+            count = len(store.list())
+        finally:
+            store.close()
+        uri = f"{dsn}?schema={schema}"
+        assert main(["checkpoints", "list", uri, "--session", "s1"]) == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert len(listed) == count
+        assert main(["checkpoints", "show", uri, listed[-1]["id"]]) == 0
+        assert json.loads(capsys.readouterr().out)["kind"] == "final"
+        assert main(["checkpoints", "verify", uri]) == 0
+        assert f"0 problem(s) in {count} checkpoint(s)" in capsys.readouterr().out
+        assert main(["checkpoints", "prune", uri, "--session", "s1", "--keep", "1"]) == 0
+        assert f"removed {count - 1} checkpoint(s)" in capsys.readouterr().out
+        assert main(["checkpoints", "prune", uri, "--older-than", "0s", "--whole-sessions"]) == 0
+        assert "removed 1 checkpoint(s)" in capsys.readouterr().out
+        assert main(["checkpoints", "list", uri]) == 0
+        assert capsys.readouterr().out == ""

@@ -2,7 +2,7 @@
 with exactly the outputs and executor states of an uninterrupted run.
 
 A child process (``tests/crash_child.py``) runs a corpus workflow on a durable store
-(SQLiteStore, FileStore) and is killed: inside a handler, between supersteps (the
+(SQLiteStore, FileStore, PostgresStore) and is killed: inside a handler, between supersteps (the
 step checkpoint durable, the next superstep not started), inside a checkpoint write
 (blobs written, record not committed), and at random moments of checkpoint-heavy
 runs. Then a new process (or this one) resumes the session's latest checkpoint.
@@ -20,6 +20,7 @@ consumer with side effects must.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -27,7 +28,9 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +44,12 @@ from actorflow.storage import CheckpointKind
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs  # tests/ is on sys.path, as in the child
+import pg
 
 CHILD = Path(__file__).resolve().parent / "crash_child.py"
 ROOT = CHILD.parent.parent  # the checkout under test
 SESSION = "crash"
-STORES = ["sqlite", "file"]
+STORES = ["sqlite", "file", "postgres"]
 
 GRAPHS: dict[str, tuple[str, list[int], dict[str, Any]]] = {
     "ring": ("ring", [3, 8], {"ballast": 300}),
@@ -203,11 +207,15 @@ def _config(
     graph: tuple[str, list[int], dict[str, Any]],
     mode: str,
     block: dict[str, Any] | None = None,
+    *,
+    ray: str | None = None,
 ) -> dict[str, Any]:
     family, params, kwargs = graph
     return {
+        "ray": ray,
         "store": store,
-        "path": str(workdir / ("store.db" if store == "sqlite" else "store")),
+        "path": _schema(workdir) if store == "postgres" else str(workdir / _FILES[store]),
+        "dsn": pg.dsn() if store == "postgres" else None,
         "family": family,
         "params": params,
         "kwargs": kwargs,
@@ -218,10 +226,44 @@ def _config(
     }
 
 
+_FILES = {"sqlite": "store.db", "file": "store"}
+_SCHEMAS: list[str] = []
+"""Postgres schemas the current test made (one per work folder), dropped after it."""
+
+
+def _schema(workdir: Path) -> str:
+    name = "af_crash_" + hashlib.sha256(str(workdir).encode()).hexdigest()[:16]
+    if name not in _SCHEMAS:
+        _SCHEMAS.append(name)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def _drop_schemas() -> Iterator[None]:
+    yield
+    while _SCHEMAS:
+        pg.drop_schema(pg.dsn(), _SCHEMAS.pop())
+
+
 def _open(store: str, workdir: Path) -> Any:
+    if store == "postgres":
+        return af.PostgresStore(pg.dsn(), schema=_schema(workdir))
     if store == "sqlite":
         return af.SQLiteStore(workdir / "store.db")
     return af.FileStore(workdir / "store")
+
+
+def _open_transactions(workdir: Path) -> int:
+    """Server backends of the test's database inside an open transaction."""
+    import psycopg
+
+    with psycopg.connect(pg.dsn(), autocommit=True) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
+            " AND query LIKE %s",
+            (f"%{_schema(workdir)}.%",),
+        ).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 # --- checking a recovery -------------------------------------------------------------
@@ -335,7 +377,15 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
         assert (block["executor"], block["superstep"]) in ref.invoked
     killed = Child(_config(store_kind, tmp_path, graph, "run", block), tmp_path)
     killed.expect("BLOCKED")
-    killed.kill()
+    open_transactions = 1
+    try:
+        if block["at"] == "in_save" and store_kind == "postgres":
+            open_transactions = _open_transactions(tmp_path)
+    finally:
+        killed.kill()
+    # Postgres: the kill landed where claimed, its save transaction open on the
+    # server (blob and record rows written, COMMIT not sent).
+    assert open_transactions == 1
     if block["at"] == "in_save" and store_kind == "file":
         # The kill landed where claimed: the pack was written to its temp file, not linked.
         assert list((tmp_path / "store" / "packs").glob(".tmp-*"))
@@ -392,3 +442,54 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
         f"only {mid_run} of {RANDOM_KILLS} kills landed mid-run (run took {duration:.3f} s, "
         f"startup {ready - started:.3f} s)"
     )
+
+
+def _ray_workers() -> set[int]:
+    """Pids of the processes hosting a RayBackend worker (any driver's) on this machine."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                title = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if title.startswith(b"ray::Worker"):
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """The driver of a Ray-hosted session SIGKILLed between supersteps: a new driver
+    resumes on Ray with the uninterrupted outputs, and Ray reaps the dead driver's workers."""
+    graph = GRAPHS["burst"]
+    ref = reference(graph)
+    address = ray_cluster.get_runtime_context().gcs_address
+    before = _ray_workers()
+    block = {"at": "after_save", "superstep": 3}
+    killed = Child(_config("sqlite", tmp_path, graph, "run", block, ray=address), tmp_path)
+    try:
+        killed.expect("BLOCKED", timeout=60)
+        orphans = _ray_workers() - before
+    finally:
+        killed.kill()
+    assert orphans, "the killed driver's executors ran in Ray workers"
+    with _open("sqlite", tmp_path) as store:
+        latest = check_after_kill(store, killed)
+        assert latest is not None and latest.superstep == 3
+    # Ray kills the actors of a driver that died (their owner); wait for it, bounded.
+    deadline = time.monotonic() + 30
+    while orphans & _ray_workers() and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
+    assert not orphans & _ray_workers(), "a worker of the dead driver survived"
+    resumed = Child(_config("sqlite", tmp_path, graph, "resume", ray=address), tmp_path)
+    resumed.expect("DONE", timeout=120)  # a new driver connects and starts its workers
+    resumed.finish()
+    resumed_outputs, _, end = resumed.facts()
+    assert end == "completed"
+    killed_outputs, _, _ = killed.facts()
+    with _open("sqlite", tmp_path) as store:
+        assert store.verify() == []
+        check_recovered(store, ref, killed_outputs, latest, resumed_outputs)

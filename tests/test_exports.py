@@ -8,13 +8,24 @@ import pytest
 
 import actorflow
 import actorflow.actors
+import actorflow.otel
 import actorflow.runtime
 import actorflow.storage
 import actorflow.testing
+import actorflow.ui
 
 
 @pytest.mark.parametrize(
-    "module", [actorflow, actorflow.actors, actorflow.runtime, actorflow.storage, actorflow.testing]
+    "module",
+    [
+        actorflow,
+        actorflow.actors,
+        actorflow.runtime,
+        actorflow.storage,
+        actorflow.testing,
+        actorflow.otel,
+        actorflow.ui,
+    ],
 )
 def test_all_is_sorted_and_resolvable(module: object) -> None:
     """Every package lists an isort-style sorted __all__ (constants, classes, functions) whose names all exist."""
@@ -50,9 +61,40 @@ def test_every_error_derives_from_the_single_base() -> None:
         assert issubclass(getattr(errors, name), errors.ActorflowError)
 
 
-@pytest.mark.parametrize("module", [actorflow, actorflow.testing])
+@pytest.mark.parametrize("module", [actorflow, actorflow.testing, actorflow.otel])
 def test_doctests(module: object) -> None:
     """The doctests in the public modules run and pass."""
     result = doctest.testmod(module, verbose=False)  # type: ignore[arg-type]
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_import_actorflow_imports_no_optional_extra() -> None:
+    """`import actorflow` (and actorflow.storage) never imports psycopg; af.PostgresStore does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, actorflow, actorflow.storage, actorflow.storage.conformance\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_pool')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_importing_actorflow_never_imports_the_extras() -> None:
+    """`import actorflow` (and building a RayBackend) imports no optional extra: Ray loads
+    only when a Ray backend starts its first worker."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, actorflow as af; af.RayBackend(executors={'x': {'num_cpus': 1}}); "
+        "print(sorted(m for m in ('ray', 'psycopg', 'opentelemetry') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -64,11 +64,15 @@ def observe(
     store: bool = True,
     timeout: float | None = None,
     restart: af.RestartPolicy | None = POLICY,
+    backend: af.ActorBackend | None = None,
 ) -> Observed:
-    """Run corpus graph ``name`` in a fresh session with ``faults`` injected."""
+    """Run corpus graph ``name`` in a fresh session (on ``backend``) with ``faults`` injected."""
     case = graphs.build_corpus_graph(name, restart=restart, timeout=timeout)
     memory = af.MemoryStore() if store else None
-    with case.workflow as wf, wf.session("equivalence", store=memory) as session:
+    with (
+        case.workflow as wf,
+        wf.session("equivalence", store=memory, backend=backend) as session,
+    ):
         for executor, superstep, kind in faults:
             inject_fault(session, executor, superstep, kind)
         outcome = run_to_idle(session, case.input)
@@ -324,3 +328,33 @@ def test_without_a_restart_policy_a_fault_fails_fast() -> None:
     assert isinstance(got.outcome.error, af.ExecutorFailed)
     assert isinstance(got.outcome.error.__cause__, InjectedFault)
     assert got.outcome.restarts == 0
+
+
+RAY_SAMPLE = ("chain3", "fan4", "diamond", "ring3x2", "fancycle2x40")
+"""The corpus graphs re-run on Ray: one of each shape (a chain, fan-in, a diamond, cycles)."""
+RAY_TIMEOUT = 2.0
+"""A step on Ray takes ~1-5 ms, but a worker started under load may take a second."""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", RAY_SAMPLE)
+def test_on_ray_faults_leave_outputs_and_states_as_on_threads(
+    name: str, baselines: dict[str, tuple[Observed, list[Point]]], ray_backend: af.RayBackend
+) -> None:
+    """On Ray: no fault, an exception, a stopped worker, a worker SIGKILLed mid-step and a
+    hung worker killed at its deadline all give the thread backend's outputs and states."""
+    backend = ray_backend
+    base, points = baselines[name]
+    clean = observe(name, backend=backend)
+    assert (clean.outcome.outputs, clean.states) == (base.outcome.outputs, base.states)
+    first, middle, last = points[0], points[len(points) // 2], points[-1]
+    runs = [
+        (first, "exception", observe(name, ((*first, "exception"),), backend=backend)),
+        (middle, "kill", observe(name, ((*middle, "kill"),), backend=backend)),
+        (last, "death", observe(name, ((*last, "death"),), backend=backend)),
+    ]
+    assert _mismatches(name, base, runs, exact_restarts=True) == []
+    killed = runs[1][2].outcome.failures
+    assert [f.error_type for f in killed] == ["actorflow.errors.HostLost"]
+    hung = observe(name, ((*middle, "timeout"),), timeout=RAY_TIMEOUT, backend=backend)
+    assert _mismatches(name, base, [(middle, "timeout", hung)], exact_restarts=False) == []

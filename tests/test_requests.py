@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pg import Durable  # tests/ is on sys.path
 
 import actorflow as af
 from actorflow.storage import CheckpointKind
@@ -92,9 +93,9 @@ def test_second_answer_to_the_same_request_raises() -> None:
             s.respond({"ap:1:0": True})
 
 
-def test_response_checkpoint_replays_the_answer_step(tmp_path: Path) -> None:
+def test_response_checkpoint_replays_the_answer_step(durable: Durable) -> None:
     """Restoring the `response` checkpoint re-runs the answer handling with the same outputs."""
-    store = af.SQLiteStore(tmp_path / "r.db")
+    store = durable.open()
     with build() as wf:
         with wf.session("c", store=store) as s:
             s.run(5)
@@ -112,7 +113,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import actorflow as af
 import test_requests as t
-store = af.SQLiteStore({db!r})
+store = {store}
 with t.build() as wf, wf.resume(store, session="c", responses={{"ap:1:1": True}}) as s:
     print([p.request_id for p in s.pending_requests])
     result = s.run()
@@ -120,14 +121,13 @@ with t.build() as wf, wf.resume(store, session="c", responses={{"ap:1:1": True}}
 """
 
 
-def test_request_answered_from_the_store_in_a_new_process(tmp_path: Path) -> None:
+def test_request_answered_from_the_store_in_a_new_process(durable: Durable) -> None:
     """A request raised, the process exits, a new process answers: the handler runs once, with the original request."""
-    db = str(tmp_path / "hitl.db")
-    store = af.SQLiteStore(db)
+    store = durable.open()
     with build() as wf, wf.session("c", store=store) as s:
         s.run(7)
     store.close()
-    code = ANSWER_IN_CHILD.format(tests=str(Path(__file__).parent), db=db)
+    code = ANSWER_IN_CHILD.format(tests=str(Path(__file__).parent), store=durable.source())
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
@@ -135,7 +135,7 @@ def test_request_answered_from_the_store_in_a_new_process(tmp_path: Path) -> Non
     pending_line, outputs_line = out.stdout.strip().splitlines()
     assert pending_line == "['ap:1:0']"
     assert outputs_line == "[[14, True, 1]]"
-    reopened = af.SQLiteStore(db)
+    reopened = durable.open()
     with build() as wf, wf.resume(reopened, session="c") as s:
         assert [p.request_id for p in s.pending_requests] == ["ap:1:0"]
         assert s.respond({"ap:1:0": False}).outputs == [[7, False, 2]]

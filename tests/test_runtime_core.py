@@ -44,11 +44,11 @@ class Sender(af.Executor):
         bag.items.append("mutated-after-send")
 
 
-def test_value_sent_is_a_copy_for_sender_and_every_receiver() -> None:
+def test_value_sent_is_a_copy_for_sender_and_every_receiver(backend: af.ActorBackend) -> None:
     """Mutating a sent value changes nothing in the sender's output or in other receivers."""
     builder = af.WorkflowBuilder("copy", start=Sender("s"))
     builder.add_fan_out("s", [Mutator("a"), Mutator("b")])
-    with builder.build() as wf:
+    with builder.build(backend=backend) as wf:
         result = wf.run("x")
     assert result.outputs[0] == Bag(["x"])
     assert sorted(tuple(o.items) for o in result.outputs[1:]) == [
@@ -57,10 +57,10 @@ def test_value_sent_is_a_copy_for_sender_and_every_receiver() -> None:
     ]
 
 
-def test_outputs_and_events_are_the_callers_own() -> None:
+def test_outputs_and_events_are_the_callers_own(backend: af.ActorBackend) -> None:
     """Mutating returned outputs and event values changes nothing else the caller holds."""
 
-    with af.WorkflowBuilder("own", start=Mutator("m")).build() as wf:
+    with af.WorkflowBuilder("own", start=Mutator("m")).build(backend=backend) as wf:
         result = wf.run(Bag(["a"]))
         result.outputs[0].items.append("caller")
         event_values = [e.value for e in result.events if isinstance(e, af.OutputEvent)]
@@ -80,11 +80,11 @@ class Counter(af.Executor):
         ctx.output(list(self.seen))
 
 
-def test_blueprint_rule_both_directions() -> None:
+def test_blueprint_rule_both_directions(backend: af.ActorBackend) -> None:
     """Mutating the blueprint (or its constructor args) after build changes no run, and runs never touch it."""
     shared = [1]
     blueprint = Counter("c", shared)
-    with af.WorkflowBuilder("bp", start=blueprint).build() as wf:
+    with af.WorkflowBuilder("bp", start=blueprint).build(backend=backend) as wf:
         shared.append(99)
         blueprint.seen.append(100)
         first = wf.run(Num(7))

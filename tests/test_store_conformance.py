@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,10 +14,15 @@ from actorflow.storage._kit_leases import LeaseTests
 from actorflow.storage.conformance import (
     FileStoreFactory,
     MemoryStoreFactory,
+    PostgresStoreFactory,
     SQLiteStoreFactory,
     StoreConformance,
     StoreFactory,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pg  # tests/ is on sys.path
 
 
 class TestMemoryStore(StoreConformance):
@@ -62,6 +69,16 @@ class TestSQLiteStore(StoreConformance):
     def store_factory(self, tmp_path: Path) -> StoreFactory:
         """A SQLiteStore in a fresh file."""
         return SQLiteStoreFactory(str(tmp_path / "checkpoints.db"))
+
+
+class TestPostgresStore(StoreConformance):
+    """PostgresStore passes the kit, on a fresh schema of the test server per test."""
+
+    @pytest.fixture
+    def store_factory(self) -> Iterator[StoreFactory]:
+        """A PostgresStore on a schema of its own, dropped after the test."""
+        with pg.schema() as (dsn, schema):
+            yield PostgresStoreFactory(dsn, schema)
 
 
 class _NoLeases:

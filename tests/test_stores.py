@@ -38,6 +38,7 @@ def test_public_names() -> None:
         "FileStore",
         "Lease",
         "MemoryStore",
+        "PostgresStore",
         "SQLiteStore",
         "blob_digest",
         "decode_checkpoint",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pg import Durable  # tests/ is on sys.path
 
 import actorflow as af
 from actorflow.actors import decode_state, wire_name
@@ -209,7 +210,7 @@ def test_requests_surface_with_a_path_and_answers_route_down_by_id() -> None:
 
 
 RESUME_COUNTER = """
-store = t.af.SQLiteStore({db!r})
+store = {store}
 workflows = t.chain({depth})
 with workflows[-1].resume(store, session="s") as s:
     print(s.run(1).outputs)
@@ -219,10 +220,9 @@ store.close()
 
 
 @pytest.mark.parametrize("depth", [2, 3])
-def test_child_mid_progress_resumes_in_a_fresh_process(tmp_path: Path, depth: int) -> None:
+def test_child_mid_progress_resumes_in_a_fresh_process(durable: Durable, depth: int) -> None:
     """MAF #7097: a parent checkpoint taken while the child is mid-way resumes the child, not restarts it."""
-    db = str(tmp_path / "nested.db")
-    store = af.SQLiteStore(db)
+    store = durable.open()
     workflows = chain(depth)
     try:
         with workflows[-1].session("s", store=store) as s:
@@ -231,12 +231,12 @@ def test_child_mid_progress_resumes_in_a_fresh_process(tmp_path: Path, depth: in
     finally:
         close_all(workflows)
         store.close()
-    lines = in_fresh_process(RESUME_COUNTER.format(db=db, depth=depth))
+    lines = in_fresh_process(RESUME_COUNTER.format(store=durable.source("t.af"), depth=depth))
     assert lines == ["['done 3 after [1, 1, 1]']"]
 
 
 ANSWER_NESTED = """
-store = t.af.SQLiteStore({db!r})
+store = {store}
 workflows = t.asking(3)
 with workflows[-1].resume(store, session="q") as s:
     print([p.request_id for p in s.pending_requests])
@@ -246,10 +246,9 @@ store.close()
 """
 
 
-def test_child_waiting_on_a_request_is_answered_in_a_fresh_process(tmp_path: Path) -> None:
+def test_child_waiting_on_a_request_is_answered_in_a_fresh_process(durable: Durable) -> None:
     """A child idle with pending requests at the parent's checkpoint is answered after a restart."""
-    db = str(tmp_path / "asks.db")
-    store = af.SQLiteStore(db)
+    store = durable.open()
     workflows = asking(3)
     try:
         with workflows[-1].session("q", store=store) as s:
@@ -258,7 +257,7 @@ def test_child_waiting_on_a_request_is_answered_in_a_fresh_process(tmp_path: Pat
     finally:
         close_all(workflows)
         store.close()
-    lines = in_fresh_process(ANSWER_NESTED.format(db=db))
+    lines = in_fresh_process(ANSWER_NESTED.format(store=durable.source("t.af")))
     assert lines == ["['sub2/sub1/ap:1:0']", "[['bool', 3, False]]"]
 
 

@@ -1,0 +1,89 @@
+"""The worker side of the Ray backend: what runs inside a Ray actor process.
+
+Kept apart from :mod:`._ray` (the driver side) because it is the only code a
+worker runs: a :class:`Worker` holds one :class:`~._host.ProgramSlot` and a cache
+of unpickled programs; :func:`check_programs` is the task that tells, at session
+start, whether a worker can import what the programs need.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Any
+
+from actorflow.errors import WorkerImportFailed
+
+from ._host import HostedFactory, ProgramSlot
+from ._registry import message
+
+__all__ = ["CACHED_PROGRAMS", "Shipped", "Worker", "check_programs"]
+
+CACHED_PROGRAMS = 256
+"""Programs a worker keeps unpickled (and the driver remembers it keeps), least recent out."""
+
+
+class Shipped:
+    """What a worker unpickles: a program factory and the by-value message types it needs."""
+
+    __slots__ = ("factory", "messages")
+
+    def __init__(self, factory: HostedFactory, messages: list[tuple[str, type]]) -> None:
+        self.factory = factory
+        self.messages = messages
+
+    def install(self) -> HostedFactory:
+        for name, cls in self.messages:
+            message(cls, name=name)
+        return self.factory
+
+
+def _unpickle(blob: bytes, label: str) -> HostedFactory:
+    """Worker side: rebuild a shipped program, or explain why this worker cannot."""
+    import ray  # noqa: PLC0415 - runs on a worker, where Ray is imported already
+
+    try:
+        shipped = ray.cloudpickle.loads(blob)
+    except (ImportError, AttributeError) as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise WorkerImportFailed(
+            f"{label}: a Ray worker cannot import the code it needs ({type(exc).__name__}: "
+            f"{exc}; missing: {missing!r}). Ship it to the workers: install the package on "
+            "every node, pass RayBackend(options={'runtime_env': {'py_modules': [module]}}) "
+            "or {'working_dir': '.'}, or call ray.cloudpickle.register_pickle_by_value(module) "
+            "before building the workflow",
+            type_name=label,
+        ) from exc
+    assert isinstance(shipped, Shipped)
+    return shipped.install()
+
+
+class Worker:
+    """The Ray actor: one :class:`ProgramSlot` in a worker process. Worker side."""
+
+    def __init__(self) -> None:
+        self._slot = ProgramSlot()
+        self._programs: OrderedDict[str, HostedFactory] = OrderedDict()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def handle(self, message: tuple[Any, ...]) -> Any:
+        if message[0] == "load_call":
+            digest, blob, label = message[1]
+            programs = self._programs
+            if blob is None:
+                factory = programs[digest]
+                programs.move_to_end(digest)
+            else:
+                factory = programs[digest] = _unpickle(blob, label)
+                if len(programs) > CACHED_PROGRAMS:
+                    programs.popitem(last=False)
+            message = ("load_call", factory, message[2], message[3])
+        return self._slot.receive(message)
+
+
+def check_programs(executors: list[tuple[str, str, bytes]]) -> None:
+    """Ray task: unpickle each program (worker side); raise WorkerImportFailed if one fails."""
+    for _executor, label, blob in executors:
+        _unpickle(blob, label)

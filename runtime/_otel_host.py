@@ -1,0 +1,118 @@
+"""The host's side of tracing: an executor's batch and its sends, as spans.
+
+Loaded by the runner only when a ``step`` request carries a trace part (see
+:mod:`._otel`), so an untraced run never imports it. Host actor thread only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from ._otel import (
+    PREFIX,
+    SPAN_PROCESS,
+    SPAN_SEND,
+    fail_span,
+    links,
+    pack_context,
+    remote_context,
+    tracer,
+)
+from ._runner import StepBuffer
+from ._wire import pack
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
+    from ._edges import OutEdge
+    from ._runner import ExecutorRunner
+
+__all__ = ["traced_step"]
+
+
+class TracedStepBuffer(StepBuffer):
+    """A step buffer that makes a ``message.send`` span per send and keeps its context."""
+
+    __slots__ = ("_attrs", "_tracer", "contexts")
+
+    def __init__(
+        self,
+        executor_id: str,
+        edges: tuple[OutEdge, ...],
+        superstep: int,
+        suffix: str,
+        *,
+        made_tracer: Tracer,
+        attrs: dict[str, Any],
+    ) -> None:
+        super().__init__(executor_id, edges, superstep, suffix)
+        self._tracer = made_tracer
+        self._attrs = attrs
+        self.contexts: list[bytes] = []
+        """The context of the ``message.send`` span of each send, in send order."""
+
+    def send(self, value: object, to: str | None) -> None:
+        span = self._tracer.start_span(SPAN_SEND, attributes=self._attrs)
+        try:
+            before = len(self.sends)
+            super().send(value, to)
+            made = self.sends[before:]
+            if made:
+                span.set_attribute(PREFIX + "message.targets", [s[0] for s in made])
+                span.set_attribute(PREFIX + "message.bytes", len(made[0][2]))
+            self.contexts.extend([pack_context(span.get_span_context())] * len(made))
+        except BaseException as exc:
+            fail_span(span, exc)
+            raise
+        finally:
+            span.end()
+
+
+def traced_step(runner: ExecutorRunner, frame: list[Any]) -> bytes:
+    """Handle a traced ``step`` request: the batch runs inside ``executor.process``.
+
+    The span is current while the handlers run (sync and async), so spans a handler
+    makes, and runs of a sub-workflow, are its children. The report gains a fifth item:
+    the ``message.send`` context of each send.
+    """
+    superstep, deliveries, _, _, suffix, (parent, received, run, session, workflow) = frame
+    program = runner.program
+    made_tracer = tracer()
+    if made_tracer is None:  # no provider on this side (another process): run untraced
+        buffer = StepBuffer(program.executor_id, program.edges, superstep, suffix)
+        return pack(runner.handle(buffer, frame))
+    attrs = {
+        PREFIX + "workflow": workflow,
+        PREFIX + "session": session,
+        PREFIX + "run": run,
+        PREFIX + "superstep": superstep,
+        PREFIX + "executor": program.executor_id,
+    }
+    span = made_tracer.start_span(
+        f"{SPAN_PROCESS} {program.executor_id}",
+        context=remote_context(parent),
+        links=links(received),
+        attributes={**attrs, PREFIX + "messages": len(deliveries)},
+    )
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        buffer = TracedStepBuffer(
+            program.executor_id,
+            program.edges,
+            superstep,
+            suffix,
+            made_tracer=made_tracer,
+            attrs=attrs,
+        )
+        report = runner.handle(buffer, frame)
+        report.append(buffer.contexts)
+        return pack(report)
+    except BaseException as exc:
+        fail_span(span, exc)
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()

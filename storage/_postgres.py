@@ -1,0 +1,496 @@
+"""PostgresStore: checkpoints in a PostgreSQL database, for services on several hosts.
+
+Requires the ``actorflow[postgres]`` extra (psycopg 3 and psycopg_pool); nothing in
+``import actorflow`` imports this module.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+
+from actorflow.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    UnsupportedFormat,
+)
+
+from . import _postgres_sql as sql
+from ._base import (
+    StoreBase,
+    age_plan,
+    already_stored,
+    check_cutoff,
+    check_keep,
+    checked_blobs,
+    dangling,
+    not_found,
+    prune_plan,
+)
+from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from ._lease import Lease, fence, leaseless_check
+from ._postgres_lease import LeaseMethods, lease_of, session_key
+from ._postgres_schema import open_schema
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+
+COLUMNS = "id, session, workflow, kind, record"
+PIPELINE_MAX_BYTES = 64 * 1024
+"""A save whose new blobs total more than this is not pipelined (see ``save``)."""
+
+
+class PostgresStore(LeaseMethods, StoreBase):
+    """A checkpoint store in a PostgreSQL database (extra ``actorflow[postgres]``).
+
+    - One transaction per save: the record row and its new blob rows commit together
+      or not at all; a reader never sees half of a checkpoint. Blobs are
+      content-addressed rows shared by every checkpoint, session and workflow of the
+      schema: a save sends and writes only the chunks that are not stored yet, and a
+      stored chunk is never rewritten.
+    - Durability is the server's: with its defaults (``fsync``, ``synchronous_commit``
+      on) a save returns once its commit is flushed to the write-ahead log.
+    - Connections come from a psycopg_pool ``ConnectionPool`` that checks each one
+      before handing it out (``ConnectionPool.check_connection``) and replaces
+      connections past ``max_lifetime`` or idle past ``max_idle``: after a server
+      restart or a connection terminated by the server, the next call gets a fresh
+      connection. A call whose connection breaks under it is retried once on a new
+      connection (a save whose commit may have landed checks for its own record
+      first); if that fails too it raises :class:`CheckpointError`, and the runtime
+      fails the superstep with ``CheckpointWriteFailed`` and rolls it back.
+    - Tables live in ``schema`` (created with the tables on first use, versioned in
+      ``<schema>.actorflow_schema``; an older version is upgraded in place, a newer
+      one refused). Several stores, workflows and sessions can share one database.
+    - Deletes and prunes take an exclusive advisory lock of the schema that saves
+      share, so a collection never removes a blob a concurrent save is about to
+      reference. Collection scans the records' reference arrays once per call.
+    - Session leases (``acquire_lease`` ...) live in ``<schema>.leases`` and expire by
+      the server's clock. A save reads the session's lease row in its own
+      transaction, holding the session's advisory lock shared (lease changes hold it
+      exclusively), and commits only if the fencing check passes.
+
+    Args:
+        dsn_or_pool: a libpq connection string (``postgresql://user@host/db``), or a
+            ``psycopg_pool.ConnectionPool`` the caller owns (then ``pool_size``,
+            ``timeout``, ``max_lifetime`` and ``max_idle`` are the pool's business,
+            and :meth:`close` leaves it open).
+        schema: the PostgreSQL schema holding the tables; a plain lowercase identifier.
+        pool_size: the most connections the store's own pool opens.
+        timeout: seconds to wait for a free connection before raising CheckpointError.
+        max_lifetime: seconds after which a pooled connection is replaced.
+        max_idle: seconds after which an idle pooled connection is closed.
+
+    Raises:
+        ValueError: ``schema`` is not a plain identifier.
+        UnsupportedFormat: the schema was written by a newer actorflow.
+        CheckpointError: the server cannot be reached within ``timeout``.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | psycopg_pool.ConnectionPool[Any],
+        *,
+        schema: str = "actorflow",
+        pool_size: int = 4,
+        timeout: float = 30.0,
+        max_lifetime: float = 3600.0,
+        max_idle: float = 600.0,
+    ) -> None:
+        self._sql = sql.Statements(schema)
+        self._schema = schema
+        self._owns_pool = not isinstance(dsn_or_pool, psycopg_pool.ConnectionPool)
+        if isinstance(dsn_or_pool, psycopg_pool.ConnectionPool):
+            self._pool: psycopg_pool.ConnectionPool[Any] = dsn_or_pool
+            self._where = f"pool {dsn_or_pool.name}"
+        else:
+            self._where = _redact(dsn_or_pool)
+            self._pool = psycopg_pool.ConnectionPool(
+                dsn_or_pool,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                check=psycopg_pool.ConnectionPool.check_connection,
+                timeout=timeout,
+                max_lifetime=max_lifetime,
+                max_idle=max_idle,
+                open=False,
+                name=f"actorflow-{schema}",
+            )
+        q = self._sql
+        self._q_lock_shared = q(
+            f"SELECT pg_advisory_xact_lock_shared({sql.LOCK_DATA}, {q.key}),"
+            " pg_advisory_xact_lock_shared(%s::bigint)"
+        )
+        self._q_lock_excl = q(f"SELECT pg_advisory_xact_lock({sql.LOCK_DATA}, {q.key})")
+        self._q_blob_ids = q("SELECT digest, id FROM {s}.blobs WHERE digest = ANY(%s)")
+        self._q_new_blobs = q(
+            "INSERT INTO {s}.blobs (digest, data) SELECT * FROM unnest(%s::text[], %s::bytea[])"
+            " ON CONFLICT (digest) DO NOTHING"
+        )
+        self._q_insert = q(
+            "INSERT INTO {s}.checkpoints (id, session, workflow, kind, superstep, created_at,"
+            " parent_id, record, blob_ids) SELECT %s::text, %s::text, %s::text, %s::text,"
+            " %s::bigint, %s::float8, %s::text, %s::bytea, coalesce(array_agg(id), '{}')"
+            " FROM {s}.blobs WHERE digest = ANY(%s::text[]) HAVING count(*) = %s::bigint"
+            " ON CONFLICT (id) DO NOTHING"
+        )
+        self._q_record = q("SELECT record FROM {s}.checkpoints WHERE id = %s")
+        self._q_load = q(f"SELECT {COLUMNS} FROM {{s}}.checkpoints WHERE id = %s")
+        self._q_blobs = q("SELECT digest, data FROM {s}.blobs WHERE digest = ANY(%s)")
+        self._lease_queries()
+        try:
+            if self._owns_pool:
+                self._pool.open(wait=True, timeout=timeout)
+            self._init_schema()
+        except psycopg_pool.PoolTimeout as exc:
+            self.close()
+            raise CheckpointError(
+                f"PostgresStore: no connection to {self._where} within {timeout} s: {exc}; "
+                "check that the server is up and the DSN is right"
+            ) from exc
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding this store's tables."""
+        return self._schema
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r}, schema={self._schema!r})"
+
+    # --- the protocol ------------------------------------------------------------
+
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        """Store a record and its new blobs in one transaction (see CheckpointStore.save).
+
+        The fencing check reads the session's lease row in the same transaction,
+        under the session's advisory lock (shared), before the commit is sent.
+        """
+        record = encode_checkpoint(checkpoint)
+        referenced = checkpoint.blob_digests()
+        given = checked_blobs(checkpoint.id, blobs, referenced)
+        digests = sorted(referenced)
+        cp = checkpoint
+        first_try = True
+
+        params = (
+            cp.id,
+            cp.session,
+            cp.workflow,
+            cp.kind.value,
+            cp.superstep,
+            cp.created_at,
+            cp.parent_id,
+            record,
+            digests,
+            len(digests),
+        )
+
+        # psycopg's pipeline mode can stall on large messages (psycopg #685): a save
+        # carrying many new bytes (a first checkpoint, a big state change) goes
+        # statement by statement; its round trips are small next to its bytes.
+        pipelined = sum(len(b) for b in given.values()) <= PIPELINE_MAX_BYTES
+        lock_key = session_key(self._schema, cp.session)
+
+        def write(db: Conn) -> None:
+            nonlocal first_try
+            retry, first_try = not first_try, False
+            # Pipelined: BEGIN, the lock, the new blobs and the record go out together
+            # and cost one round trip, the COMMIT a second. The record's INSERT names
+            # its blobs by digest and resolves them to ids on the server; it inserts
+            # nothing unless every referenced blob is stored (given ones included:
+            # the statement sees this transaction's rows, and ON CONFLICT waited for
+            # any concurrent save storing the same digest to commit).
+            batch = db.pipeline() if pipelined else contextlib.nullcontext()
+            with batch as pipe, db.transaction():
+                db.execute(self._q_lock_shared, (lock_key,))
+                holder = db.execute(self._q_lease_row, (cp.session,))
+                if retry and self._stored_record(db, cp.id) == record:
+                    return  # the first attempt committed before its connection broke
+                if given:
+                    db.execute(self._q_new_blobs, (list(given), list(given.values())))
+                inserted = db.execute(self._q_insert, params)
+                if pipe is not None:
+                    pipe.sync()
+                found = holder.fetchone()
+                assert found is not None  # the lease query always returns one row
+                row, now = lease_of(found)
+                if lease is not None:
+                    fence(row, lease, cp.session, cp.id)  # raising rolls everything back
+                elif row is not None:
+                    leaseless_check(row, cp.session, cp.id, now)
+                if inserted.rowcount != 1:
+                    raise self._refused(db, cp.id, digests)
+
+        self._run(write, what=f"save checkpoint {cp.id}")
+
+    def load(self, checkpoint_id: str) -> Checkpoint:
+        """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        row = self._run(
+            lambda db: db.execute(self._q_load, (checkpoint_id,)).fetchone(),
+            what=f"load checkpoint {checkpoint_id}",
+        )
+        if row is None:
+            raise not_found(checkpoint_id)
+        return sql.decode_row(row)
+
+    def load_blob(self, digest: str) -> bytes:
+        """The blob with this digest, verified (see CheckpointStore.load_blob)."""
+        return self.load_blobs([digest])[digest]
+
+    def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """Several blobs in one query, each verified (see :class:`BlobBatchReader`).
+
+        Raises:
+            CheckpointNotFound: one of them is not stored.
+            CheckpointCorrupt: one of them does not match its digest.
+        """
+        wanted = sorted({str(d) for d in digests})
+        rows = self._run(
+            lambda db: db.execute(self._q_blobs, (wanted,)).fetchall(), what="load blobs"
+        )
+        found = {d: sql.as_bytes(data, f"blob {d}") for d, data in rows}
+        missing = [d for d in wanted if d not in found]
+        if missing:
+            raise CheckpointNotFound(f"no blob {missing[0]!r} in this store")
+        return {d: verify_blob(d, found[d]) for d in wanted}
+
+    def has_blobs(self, digests: Iterable[str]) -> set[str]:
+        """The subset of ``digests`` that is stored."""
+        wanted = sorted({d for d in digests if isinstance(d, str)})
+        if not wanted:
+            return set()
+        query = self._sql("SELECT digest FROM {s}.blobs WHERE digest = ANY(%s)")
+        rows = self._run(lambda db: db.execute(query, (wanted,)).fetchall(), what="look up blobs")
+        return {r[0] for r in rows}
+
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        session: str | None = None,
+        kind: CheckpointKind | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
+        where, params = sql.filters(workflow, session, kind)
+        query = self._sql(f"SELECT {COLUMNS} FROM {{s}}.checkpoints{where} ORDER BY id")
+        rows = self._run(lambda db: db.execute(query, params).fetchall(), what="list checkpoints")
+        return [sql.decode_row(row) for row in rows]
+
+    def latest(
+        self, *, workflow: str | None = None, session: str | None = None
+    ) -> Checkpoint | None:
+        """The newest matching record, or None; a damaged one raises, it is not skipped."""
+        where, params = sql.filters(workflow, session, None)
+        query = self._sql(
+            f"SELECT {COLUMNS} FROM {{s}}.checkpoints{where} ORDER BY id DESC LIMIT 1"
+        )
+        row = self._run(lambda db: db.execute(query, params).fetchone(), what="find latest")
+        return None if row is None else sql.decode_row(row)
+
+    def sessions(self) -> builtins.list[str]:
+        """Every session with a stored record, sorted."""
+        query = self._sql("SELECT DISTINCT session FROM {s}.checkpoints ORDER BY session")
+        rows = self._run(lambda db: db.execute(query).fetchall(), what="list sessions")
+        return [r[0] for r in rows]
+
+    def delete(self, checkpoint_id: str) -> None:
+        """Delete a record (damaged or not) and collect unreferenced blobs."""
+
+        def run(db: Conn) -> None:
+            with db.transaction():
+                db.execute(self._q_lock_excl)
+                if not self._collect(db, [checkpoint_id]):
+                    raise not_found(checkpoint_id)
+
+        self._run(run, what=f"delete checkpoint {checkpoint_id}", retry=False)
+
+    def prune(self, session: str, keep: int) -> int:
+        """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
+        check_keep(keep)
+        query = self._sql("SELECT id, kind, parent_id FROM {s}.checkpoints WHERE session = %s")
+
+        def run(db: Conn) -> int:
+            with db.transaction():
+                db.execute(self._q_lock_excl)
+                rows = db.execute(query, (session,)).fetchall()
+                return self._collect(db, prune_plan(rows, keep))
+
+        return self._run(run, what=f"prune session {session}", retry=False)
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than)."""
+        limit = check_cutoff(cutoff)
+        query = self._sql(
+            "SELECT id, session, kind, parent_id, created_at FROM {s}.checkpoints"
+            " WHERE session IN (SELECT session FROM {s}.checkpoints WHERE created_at < %s)"
+        )
+
+        def run(db: Conn) -> int:
+            with db.transaction():
+                db.execute(self._q_lock_excl)
+                rows = db.execute(query, (limit,)).fetchall()
+                return self._collect(db, age_plan(rows, limit, whole_sessions=whole_sessions))
+
+        return self._run(run, what="prune by age", retry=False)
+
+    def verify(self) -> builtins.list[str]:
+        """Every problem found in the store, one line each; [] when healthy."""
+        q = self._sql
+
+        def run(db: Conn) -> builtins.list[str]:
+            problems: builtins.list[str] = []
+            with db.transaction():
+                db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                stored = {r[0] for r in db.execute(q("SELECT id FROM {s}.checkpoints"))}
+                deleted = {r[0] for r in db.execute(q("SELECT id FROM {s}.deleted"))}
+                blobs: dict[int, tuple[str, str]] = {}
+                for blob_id, digest, data in db.execute(
+                    q("SELECT id, digest, data FROM {s}.blobs")
+                ):
+                    blobs[blob_id] = (digest, sql.blob_state(digest, data))
+                rows = db.execute(
+                    q(f"SELECT {COLUMNS}, parent_id, blob_ids FROM {{s}}.checkpoints ORDER BY id")
+                )
+                for row in rows:
+                    checkpoint_id, parent, blob_ids = row[0], row[5], row[6]
+                    named = {
+                        blobs[b][0] if b in blobs else f"<missing blob #{b}>" for b in blob_ids
+                    }
+                    try:
+                        cp = sql.decode_row(row[:5])
+                        if cp.blob_digests() != named:
+                            problems.append(
+                                f"checkpoint {checkpoint_id}: its blob references disagree "
+                                "with its blob_ids"
+                            )
+                    except (CheckpointCorrupt, UnsupportedFormat) as exc:
+                        problems.append(str(exc))
+                    if parent is not None and parent not in stored and parent not in deleted:
+                        problems.append(
+                            f"checkpoint {checkpoint_id}: parent {parent} was never stored"
+                        )
+                    for blob_id in sorted(blob_ids):
+                        digest, state = blobs.get(blob_id, (f"#{blob_id}", "missing"))
+                        if state != "ok":
+                            problems.append(f"checkpoint {checkpoint_id}: blob {digest} is {state}")
+            return problems
+
+        return self._run(run, what="verify")
+
+    def close(self) -> None:
+        """Close the store's own pool (a pool the caller passed stays open). Idempotent."""
+        self._closed = True
+        pool = getattr(self, "_pool", None)
+        if pool is not None and getattr(self, "_owns_pool", False):
+            pool.close()
+
+    # --- internals -----------------------------------------------------------------
+
+    def _collect(self, db: Conn, ids: builtins.list[str]) -> int:
+        """Delete records (caller holds the exclusive lock) and the blobs nothing else uses."""
+        if not ids:
+            return 0
+        q = self._sql
+        rows = db.execute(
+            q("DELETE FROM {s}.checkpoints WHERE id = ANY(%s) RETURNING blob_ids"), (ids,)
+        ).fetchall()
+        if not rows:
+            return 0
+        db.execute(
+            q("INSERT INTO {s}.deleted (id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"),
+            (ids,),
+        )
+        candidates = sorted({b for (blob_ids,) in rows for b in blob_ids})
+        if candidates:
+            db.execute(
+                q(
+                    "DELETE FROM {s}.blobs WHERE id = ANY(%s::bigint[]) AND id NOT IN (SELECT"
+                    " unnest(blob_ids) FROM {s}.checkpoints WHERE blob_ids && %s::bigint[])"
+                ),
+                (candidates, candidates),
+            )
+        return len(rows)
+
+    def _refused(
+        self, db: Conn, checkpoint_id: str, digests: builtins.list[str]
+    ) -> CheckpointError:
+        """Why a record's INSERT inserted nothing: its id is taken, or a blob is missing."""
+        if self._stored_record(db, checkpoint_id) is not None:
+            return already_stored(checkpoint_id)
+        found = {r[0] for r in db.execute(self._q_blob_ids, (digests,)).fetchall()}
+        return dangling(checkpoint_id, [d for d in digests if d not in found])
+
+    def _stored_record(self, db: Conn, checkpoint_id: str) -> bytes | None:
+        row = db.execute(self._q_record, (checkpoint_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def _run(self, work: Callable[[Conn], T], *, what: str, retry: bool = True) -> T:
+        """``work(connection)`` with a pooled connection; errors become CheckpointErrors.
+
+        A connection that breaks under ``work`` (server restarted, backend
+        terminated) is discarded by the pool; ``work`` runs once more on a fresh one.
+        """
+        self._check_open()
+        attempts = 2 if retry else 1
+        for attempt in range(attempts):
+            try:
+                with self._pool.connection() as db:
+                    return work(db)
+            except psycopg_pool.PoolTimeout as exc:
+                raise CheckpointError(
+                    f"PostgresStore could not {what}: no free connection to {self._where} "
+                    f"within the pool's timeout ({exc}); the pool is exhausted or the server "
+                    "is down: give the store a larger pool_size, or free connections"
+                ) from exc
+            except psycopg.OperationalError as exc:
+                if attempt + 1 < attempts and _connection_lost(exc):
+                    continue
+                raise CheckpointError(
+                    f"PostgresStore could not {what} on {self._where}: {exc}".rstrip()
+                    + "; nothing of this call was committed unless a later read shows it"
+                ) from exc
+            except pg_errors.DataCorrupted as exc:
+                raise CheckpointCorrupt(
+                    f"PostgresStore {self._where}: the server reports damaged data: {exc}"
+                ) from exc
+            except psycopg.Error as exc:
+                raise CheckpointError(
+                    f"PostgresStore could not {what} on {self._where}: {exc}"
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _init_schema(self) -> None:
+        where = f"PostgresStore {self._where} schema {self._schema!r}"
+        self._run(lambda db: open_schema(db, self._sql, where), what="open its schema")
+
+
+def _connection_lost(exc: psycopg.OperationalError) -> bool:
+    """Whether ``exc`` means the connection itself is gone (so a new one may work)."""
+    if isinstance(exc, pg_errors.AdminShutdown | pg_errors.CannotConnectNow):
+        return True
+    return exc.sqlstate is None or exc.sqlstate.startswith("08")
+
+
+def _redact(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    info.pop("password", None)
+    host, port, name = info.get("host", "localhost"), info.get("port", "5432"), info.get("dbname")
+    return (
+        f"postgresql://{info.get('user', '') and str(info['user']) + '@'}{host}:{port}/{name or ''}"
+    )

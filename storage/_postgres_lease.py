@@ -1,0 +1,128 @@
+"""PostgresStore's session leases: one row per leased session, fenced inside each save.
+
+Time is the server's (``now()``, as epoch seconds), so hosts with skewed clocks
+agree on when a lease expires. A transaction-level advisory lock per session
+orders lease changes against saves: ``acquire``/``renew``/``release`` hold it
+exclusively, a save holds it shared from its fencing check to its commit, so no
+lease can change hands between a save's check and its commit, and saves of one
+session never wait for each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from ._lease import Lease, LeaseRow, check_owner, check_ttl, grant, renewed
+from ._postgres_sql import Statements
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+
+LEASE_ROW = (
+    "SELECT extract(epoch FROM now())::float8, l.token, l.owner, l.expires_at, l.released"
+    " FROM (SELECT 1) AS one LEFT JOIN {s}.leases AS l ON l.session = %s"
+)
+"""The server's time and the session's lease row (NULLs when it has none): one row."""
+
+
+def session_key(schema: str, session: str) -> int:
+    """The session's advisory lock key: a signed 64-bit hash of schema and session.
+
+    Single-key advisory locks live apart from the two-key ones the store uses for
+    its data lock (PostgreSQL keeps the two key spaces separate); a collision of two
+    sessions only makes them wait for each other.
+    """
+    digest = hashlib.blake2b(f"{schema}\0{session}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def read_lease(db: Conn, query: str, session: str) -> tuple[LeaseRow | None, float]:
+    """The session's lease row (or None) and the server's clock, in epoch seconds."""
+    found = db.execute(query, (session,)).fetchone()
+    assert found is not None  # the query always returns one row
+    return lease_of(found)
+
+
+def lease_of(found: tuple[Any, ...]) -> tuple[LeaseRow | None, float]:
+    now, token, owner, expires_at, released = found
+    if token is None:
+        return None, float(now)
+    return LeaseRow(int(token), str(owner), float(expires_at), bool(released)), float(now)
+
+
+class LeaseMethods:
+    """The lease half of :class:`PostgresStore` (see CheckpointStore.acquire_lease)."""
+
+    _sql: Statements
+    _run: Callable[..., Any]
+
+    def _lease_queries(self) -> None:
+        q = self._sql
+        self._q_lease_row = q(LEASE_ROW)
+        self._q_session_lock = "SELECT pg_advisory_xact_lock(%s::bigint)"
+        self._q_put_lease = q(
+            "INSERT INTO {s}.leases (session, token, owner, expires_at, released)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session) DO UPDATE SET"
+            " token = EXCLUDED.token, owner = EXCLUDED.owner,"
+            " expires_at = EXCLUDED.expires_at, released = EXCLUDED.released"
+        )
+
+    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+        ttl, owner = check_ttl(ttl), check_owner(owner)
+        granted = self._change(session, lambda row, now: grant(session, row, owner, ttl, now))
+        assert granted is not None
+        return granted
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a current lease (see CheckpointStore.renew_lease)."""
+        ttl = check_ttl(ttl)
+        extended = self._change(lease.session, lambda row, now: renewed(row, lease, ttl, now))
+        assert extended is not None
+        return extended
+
+    def release_lease(self, lease: Lease) -> None:
+        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
+
+        def release(row: LeaseRow | None, now: float) -> LeaseRow | None:
+            if row is None or row.released or row.token != lease.token:
+                return None
+            return LeaseRow(row.token, row.owner, row.expires_at, True)
+
+        self._change(lease.session, release)
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live lease of ``session`` by the server's clock, or None."""
+        row, now = self._run(
+            lambda db: read_lease(db, self._q_lease_row, session), what="read a lease"
+        )
+        return row.as_lease(session) if row is not None and row.live(now) else None
+
+    def _change(
+        self, session: str, rule: Callable[[LeaseRow | None, float], LeaseRow | None]
+    ) -> Lease | None:
+        """Apply ``rule`` to the session's lease row under its exclusive lock; store its result."""
+        schema = self._sql.schema
+
+        def run(db: Conn) -> Lease | None:
+            with db.transaction():
+                db.execute(self._q_session_lock, (session_key(schema, session),))
+                row = rule(*read_lease(db, self._q_lease_row, session))
+                if row is None:
+                    return None
+                db.execute(
+                    self._q_put_lease,
+                    (session, row.token, row.owner, row.expires_at, row.released),
+                )
+                return row.as_lease(session)
+
+        # Not retried: a grant whose commit landed before its connection broke must not
+        # be granted twice (the caller would hold a token it never saw).
+        changed: Lease | None = self._run(
+            run, what=f"change the lease of session {session}", retry=False
+        )
+        return changed

@@ -1,0 +1,322 @@
+"""PostgresStore beyond the conformance kit: its schema, server faults, pool limits.
+
+Runs against the throwaway server ``.ci/postgres.sh`` starts (see ``tests/pg.py``);
+durability settings are the server's defaults (fsync and synchronous_commit on).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import graphs  # tests/ is on sys.path
+import pg
+import pytest
+
+import actorflow as af
+from actorflow.actors import decode_state
+from actorflow.storage import CheckpointKind
+from actorflow.storage.conformance import make_checkpoint
+
+WAIT_S = 45.0
+
+
+@pytest.fixture
+def where() -> Iterator[tuple[str, str]]:
+    """(dsn, schema) of a fresh schema, dropped after the test."""
+    with pg.schema() as found:
+        yield found
+
+
+@pytest.fixture
+def store(where: tuple[str, str]) -> Iterator[Any]:
+    dsn, schema = where
+    opened = af.PostgresStore(dsn, schema=schema)
+    yield opened
+    opened.close()
+
+
+def _sql(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        cursor = db.execute(query, params or None)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _states(store: Any, checkpoint: Any) -> dict[str, Any]:
+    return {
+        eid: decode_state([store.load_blob(d) for d in digests])
+        for eid, digests in checkpoint.executors.items()
+    }
+
+
+def _reference() -> tuple[list[Any], dict[str, Any]]:
+    """Outputs and final states of the ring run uninterrupted (MemoryStore)."""
+    case = graphs.build("ring", 3, 4, ballast=3)
+    memory = af.MemoryStore()
+    with case.workflow as wf, wf.session("s", store=memory) as s:
+        outputs = s.run(case.input).outputs
+    final = memory.latest(session="s")
+    return outputs, _states(memory, final)
+
+
+def _run_with_fault(store: Any, fault: Callable[[], None], at: int) -> list[Any]:
+    """Run the ring on ``store``, calling ``fault`` once inside a handler of superstep ``at``.
+
+    Returns the run's outputs, continuing once (a resume) if the checkpoint after the
+    fault failed: the contract is success or a clear CheckpointWriteFailed.
+    """
+    fired = threading.Event()
+
+    def hook(executor: str, superstep: int) -> None:
+        if superstep == at and not fired.is_set():
+            fired.set()
+            fault()
+
+    graphs.HOOK = hook
+    try:
+        case = graphs.build("ring", 3, 4, ballast=3)
+        with case.workflow as wf:
+            failure: af.CheckpointWriteFailed | None = None
+            with wf.session("s", store=store) as s:
+                try:
+                    return s.run(case.input).outputs
+                except af.CheckpointWriteFailed as exc:
+                    failure = exc
+            assert "PostgresStore" in str(failure.__cause__), failure
+            assert store.verify() == []
+            with wf.resume(store, session="s") as resumed:
+                return resumed.run().outputs
+    finally:
+        graphs.HOOK = None
+        assert fired.is_set()
+
+
+# --- server faults ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_server_restarted_mid_session(store: Any) -> None:
+    """The server restarts mid-run: the session goes on (or fails clearly and resumes) to the uninterrupted result."""
+    outputs, states = _reference()
+    got = _run_with_fault(store, lambda: pg.pg_ctl("restart", "-m", "fast"), at=5)
+    final = store.latest(session="s")
+    assert final is not None and final.kind is CheckpointKind.FINAL
+    assert _states(store, final) == states
+    assert got == outputs[-len(got) :] and got
+    assert store.verify() == []
+
+
+@pytest.mark.timeout(60)
+def test_connection_terminated_by_the_server(store: Any, where: tuple[str, str]) -> None:
+    """pg_terminate_backend on every store connection mid-run: the next checkpoints still land."""
+    dsn, _ = where
+    outputs, states = _reference()
+
+    def terminate() -> None:
+        killed = _sql(
+            dsn,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND datname = current_database() AND backend_type = 'client backend'",
+        )
+        assert killed and all(row[0] for row in killed)
+
+    got = _run_with_fault(store, terminate, at=4)
+    assert got == outputs
+    final = store.latest(session="s")
+    assert final is not None and _states(store, final) == states
+    assert store.verify() == []
+
+
+@pytest.mark.timeout(60)
+def test_pool_exhausted_gives_a_clear_error_then_recovers(where: tuple[str, str]) -> None:
+    """Every pooled connection held elsewhere: the checkpoint fails naming the pool; freed, the session resumes."""
+    import psycopg_pool
+
+    dsn, schema = where
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        dsn, min_size=1, max_size=2, timeout=0.5, open=True, kwargs={"autocommit": True}
+    )
+    store = af.PostgresStore(pool, schema=schema)
+    held = [pool.getconn(), pool.getconn()]
+    try:
+        case = graphs.build("chain", 2)
+        with case.workflow as wf, wf.session("s", store=store) as s:
+            with pytest.raises(af.CheckpointWriteFailed) as failed:
+                s.run(case.input)
+            assert "pool is exhausted" in str(failed.value.__cause__)
+            for conn in held:
+                pool.putconn(conn)
+            held = []
+            assert s.run(case.input).status is af.RunStatus.COMPLETED
+        assert store.verify() == []
+    finally:
+        for conn in held:
+            pool.putconn(conn)
+        store.close()
+        pool.close()
+
+
+@pytest.mark.timeout(60)
+def test_sessions_sharing_a_one_connection_pool_all_succeed(where: tuple[str, str]) -> None:
+    """Four sessions on four threads share a store whose pool has one connection: each waits its turn."""
+    dsn, schema = where
+    store = af.PostgresStore(dsn, schema=schema, pool_size=1)
+    outputs, _ = _reference()
+
+    def one(n: int) -> list[Any]:
+        case = graphs.build("ring", 3, 4, ballast=3)
+        with case.workflow as wf, wf.session(f"s{n}", store=store) as s:
+            return s.run(case.input).outputs
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = [f.result(timeout=WAIT_S) for f in [pool.submit(one, n) for n in range(4)]]
+        assert results == [outputs] * 4
+        assert store.sessions() == ["s0", "s1", "s2", "s3"]
+        assert store.verify() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("durability", [af.Durability.SYNC, af.Durability.ASYNC])
+def test_sync_and_async_durability(store: Any, durability: af.Durability) -> None:
+    """Both durabilities store the lineage of an uninterrupted run."""
+    outputs, states = _reference()
+    case = graphs.build("ring", 3, 4, ballast=3)
+    policy = af.CheckpointPolicy(durability=durability)
+    with case.workflow as wf, wf.session("s", store=store, checkpoint=policy) as s:
+        assert s.run(case.input).outputs == outputs
+    final = store.latest(session="s")
+    assert final is not None and _states(store, final) == states
+    chain = store.history(final.id)
+    assert chain[-1].kind is CheckpointKind.ENTRY
+    assert store.verify() == []
+
+
+def test_readers_never_see_half_a_checkpoint(store: Any) -> None:
+    """While one thread saves, another never finds a record whose blobs are not all there."""
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            latest = store.latest(session="s")
+            if latest is not None:
+                assert len(store.load_blobs(latest.blob_digests())) == len(latest.blob_digests())
+                seen.append(latest.superstep)
+
+    with ThreadPoolExecutor(1) as pool:
+        reader = pool.submit(read)
+        parent = None
+        for i in range(40):
+            checkpoint, blobs = make_checkpoint(
+                session="s", parent=parent, chunks={"e": [f"{i}".encode() * 100, b"same"]}
+            )
+            store.save(checkpoint, blobs)
+            parent = checkpoint
+        stop.set()
+        reader.result(timeout=WAIT_S)
+    assert seen == sorted(seen)
+    assert store.verify() == []
+
+
+# --- the schema ------------------------------------------------------------------------
+
+
+def test_schema_is_created_once_by_concurrent_first_opens(where: tuple[str, str]) -> None:
+    """Eight threads opening a new schema at once all succeed and share one set of tables."""
+    dsn, schema = where
+    barrier = threading.Barrier(8, timeout=WAIT_S)
+
+    def open_and_save(n: int) -> str:
+        barrier.wait()
+        with af.PostgresStore(dsn, schema=schema, pool_size=1) as opened:
+            checkpoint, blobs = make_checkpoint(session=f"s{n}")
+            opened.save(checkpoint, blobs)
+            return checkpoint.id
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = [f.result(timeout=WAIT_S) for f in [pool.submit(open_and_save, n) for n in range(8)]]
+    with af.PostgresStore(dsn, schema=schema) as store:
+        assert sorted(cp.id for cp in store.list()) == sorted(ids)
+        assert store.verify() == []
+    assert _sql(dsn, f"SELECT version FROM {schema}.actorflow_schema") == [(1,)]
+
+
+def test_schemas_are_independent(where: tuple[str, str]) -> None:
+    """Two schemas of one database are two stores: nothing of one is seen in the other."""
+    dsn, schema = where
+    with (
+        pg.schema() as (_, other_schema),
+        af.PostgresStore(dsn, schema=schema) as one,
+        af.PostgresStore(dsn, schema=other_schema) as other,
+    ):
+        checkpoint, blobs = make_checkpoint(session="s")
+        one.save(checkpoint, blobs)
+        assert other.list() == [] and other.has_blobs(blobs) == set()
+        other.save(checkpoint, blobs)  # the same id is free in the other schema
+        one.delete(checkpoint.id)
+        assert other.load(checkpoint.id) == checkpoint
+        assert other.has_blobs(blobs) == set(blobs)
+
+
+def test_newer_schema_is_refused(where: tuple[str, str]) -> None:
+    """A schema written by a newer actorflow is refused, naming the fix; a damaged version table too."""
+    dsn, schema = where
+    af.PostgresStore(dsn, schema=schema).close()
+    _sql(dsn, f"UPDATE {schema}.actorflow_schema SET version = 99")
+    with pytest.raises(af.UnsupportedFormat, match="Upgrade actorflow"):
+        af.PostgresStore(dsn, schema=schema)
+    _sql(dsn, f"DELETE FROM {schema}.actorflow_schema")
+    with pytest.raises(af.CheckpointCorrupt, match="version"):
+        af.PostgresStore(dsn, schema=schema)
+
+
+def test_older_schema_is_upgraded_in_place(
+    where: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening a schema of an older version applies the upgrades in order and keeps the data."""
+    from actorflow.storage import _postgres_sql
+
+    dsn, schema = where
+    with af.PostgresStore(dsn, schema=schema) as store:
+        checkpoint, blobs = make_checkpoint(session="s")
+        store.save(checkpoint, blobs)
+    monkeypatch.setattr(_postgres_sql, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(
+        _postgres_sql,
+        "UPGRADES",
+        {
+            1: ("ALTER TABLE {s}.checkpoints ADD COLUMN note text",),
+            2: ("UPDATE {s}.checkpoints SET note = 'upgraded'",),
+        },
+    )
+    with af.PostgresStore(dsn, schema=schema) as store:
+        assert store.load(checkpoint.id) == checkpoint
+        assert store.verify() == []
+    assert _sql(dsn, f"SELECT version FROM {schema}.actorflow_schema") == [(3,)]
+    assert _sql(dsn, f"SELECT note FROM {schema}.checkpoints") == [("upgraded",)]
+    monkeypatch.setattr(_postgres_sql, "SCHEMA_VERSION", 5)
+    with pytest.raises(af.UnsupportedFormat, match="no upgrade from it"):
+        af.PostgresStore(dsn, schema=schema)
+
+
+@pytest.mark.parametrize("name", ["Upper", "semi;colon", "x" * 64, "", "1st", 'quo"te'])
+def test_schema_name_must_be_a_plain_identifier(name: str) -> None:
+    """A schema name that is not a plain lowercase identifier is refused before connecting."""
+    with pytest.raises(ValueError, match="schema name"):
+        af.PostgresStore("postgresql://127.0.0.1:1/none", schema=name)
+
+
+def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
+    """No server at the DSN: CheckpointError naming the address and the fix, never the password."""
+    with pytest.raises(af.CheckpointError) as failed:
+        af.PostgresStore("postgresql://user:s3cret@127.0.0.1:1/db", timeout=0.5)
+    message = str(failed.value)
+    assert "127.0.0.1:1" in message and "server is up" in message
+    assert "s3cret" not in message

@@ -1,0 +1,233 @@
+"""The inspector in a real headless Chromium (the system's), driven as a person would.
+
+Playwright drives ``/usr/bin/chromium`` (never a browser of its own: nothing is
+downloaded). Screenshots go to the test's temp folder; the session page's also to
+``docs/inspector.png``, so the README shows the page as it is now. Under ``CI=true``
+a missing Chromium is a failure, elsewhere a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ui_scenario  # beside the tests (pytest puts this folder on sys.path)
+
+import actorflow as af
+from actorflow.ui import Inspector
+
+CHROMIUM = os.environ.get("ACTORFLOW_CHROMIUM", "/usr/bin/chromium")
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    # A foreign name that resolves to loopback: the page's DNS-rebinding check.
+    "--host-resolver-rules=MAP rebind.test 127.0.0.1",
+]
+
+if os.environ.get("CI") == "true":
+    from playwright import sync_api  # under CI a missing driver fails, never skips
+else:
+    sync_api = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"{CHROMIUM} is missing: .ci/chromium.sh installs it")
+    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Chromium for the module, on a fresh profile folder."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1200, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    made = browser.new_page()
+    made.set_default_timeout(20_000)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def store() -> af.MemoryStore:
+    made = af.MemoryStore()
+    ui_scenario.make_store(made)
+    return made
+
+
+def shot(page: Any, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.png"
+    # Written here rather than by Playwright (path=...), whose loop would start a
+    # worker thread for the file that outlives the test.
+    path.write_bytes(page.screenshot(full_page=True))
+    return path
+
+
+def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
+    page: Any, store: af.MemoryStore, tmp_path: Path
+) -> None:
+    """Through the page only: find the session, open its lineage, open a checkpoint,
+    diff two states, answer the pending request, and see the run finish without a reload."""
+    with ui_scenario.workflow() as wf, Inspector(store, workflow=wf, port=0) as inspector:
+        page.goto(inspector.url)
+        assert page.title() == "Sessions - actorflow inspector"
+        row = page.locator('tr[data-session="order-1"]')
+        assert row.locator(".state").inner_text() == "waiting"
+        shot(page, tmp_path, "index")
+        row.locator("a.session-link").click()
+
+        assert page.title() == "Session order-1 - actorflow inspector"
+        lineage = page.locator("svg#lineage")
+        assert lineage.locator("circle.node").count() == len(store.list(session="order-1")) + 1
+        assert "fork into session order-1-fork" in (lineage.text_content() or "")
+        assert page.locator("svg#graph g.gnode").count() == 2
+        assert page.locator('svg#graph g.gnode.asking[data-executor="review"]').count() == 1
+        session_png = shot(page, tmp_path, "session")
+        DOCS.mkdir(exist_ok=True)
+        shutil.copyfile(session_png, DOCS / "inspector.png")
+
+        # The response checkpoint: answers queued, not yet handled.
+        lineage.locator("a.node-response").first.click()
+        assert page.title().startswith("Checkpoint ")
+        assert page.locator("#cp-kind").inner_text() == "response"
+        assert page.locator("#answered li").inner_text() == "review:2:0"
+        assert "True" in page.locator("#inflight").inner_text()  # the answer, queued
+        intake = page.locator('section.executor[data-executor="intake"] pre')
+        assert ui_scenario.SCRIPT in intake.inner_text()  # shown as text, never run
+        assert page.evaluate("window.__pwned") is None
+        shot(page, tmp_path, "checkpoint")
+
+        page.select_option("#diff-executor", "review")
+        first = page.locator("#diff-against option").first.get_attribute("value")
+        page.select_option("#diff-against", first)
+        page.click("#diff-button")
+        assert page.title() == "Diff of review - actorflow inspector"
+        assert page.locator("#diff .add").count() >= 1
+        shot(page, tmp_path, "diff")
+
+        page.goto(f"{inspector.url}/sessions/order-1")
+        drawn = page.locator("svg#lineage circle.node").count()
+        form = page.locator('#pending .request[data-request="review:5:0"] form')
+        form.locator("input.answer-input").fill("true")
+        with page.expect_navigation():
+            form.locator("button").click()
+        assert page.url == f"{inspector.url}/sessions/order-1", page.content()
+        page.evaluate("window.__stay = 'same page'")
+        # The run goes on in the server; the page follows it without reloading.
+        page.locator("#session-state", has_text="idle").wait_for()
+        assert page.evaluate("window.__stay") == "same page"
+        assert page.locator(".action-completed .outputs").inner_text() == "['approved=True']"
+        assert page.locator("#pending").count() == 0
+        # The run's checkpoints (response, steps, final) joined the picture.
+        assert page.locator("svg#lineage circle.node").count() >= drawn + 3
+        shot(page, tmp_path, "answered")
+    assert store.latest(session="order-1") is not None
+
+
+def test_markup_in_state_and_requests_stays_text(
+    page: Any, store: af.MemoryStore, tmp_path: Path
+) -> None:
+    """Every decoded value is escaped: no script runs, the markup reads as text."""
+    with Inspector(store, port=0) as inspector:
+        final = next(c for c in reversed(store.list(session="order-1")) if c.kind.value == "final")
+        page.goto(f"{inspector.url}/checkpoints/{final.id}")
+        review = page.locator('section.executor[data-executor="review"] pre').inner_text()
+        assert ui_scenario.IMG in review
+        assert page.locator("img").count() == 0
+        assert page.evaluate("window.__pwned") is None
+        assert page.locator("#read-only").is_visible()
+        assert page.locator("form.answer-form").count() == 0
+        shot(page, tmp_path, "escaped")
+
+
+class _Attacker(BaseHTTPRequestHandler):
+    """Another origin on loopback, whose page posts to the inspector on load."""
+
+    target = ""
+    timeout = 1  # an idle connection Chromium opened ahead of time closes, with its thread
+
+    def do_GET(self) -> None:
+        body = (
+            f'<form id="f" method="post" action="{self.target}">'
+            '<input name="request_id" value="review:5:0"><input name="answer" value="false">'
+            '<input name="csrf" value="guessed"></form>'
+            '<script>document.getElementById("f").submit()</script>'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_cross_site_posts_and_foreign_hosts_are_refused_in_the_browser(
+    page: Any, store: af.MemoryStore, tmp_path: Path
+) -> None:
+    """A page of another origin that submits an answer is refused, and nothing runs; the
+    inspector reached under another host name (DNS rebinding) answers nothing."""
+    with ui_scenario.workflow() as wf, Inspector(store, workflow=wf, port=0) as inspector:
+        final = next(c for c in reversed(store.list(session="order-1")) if c.kind.value == "final")
+        _Attacker.target = f"{inspector.url}/checkpoints/{final.id}/respond"
+        attacker = ThreadingHTTPServer(("127.0.0.1", 0), _Attacker)
+        thread = threading.Thread(target=attacker.serve_forever, name="attacker")
+        thread.start()
+        try:
+            page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/")
+            page.wait_for_url(f"{inspector.url}/**")
+            assert page.title() == "Refused - actorflow inspector"
+            assert "cross-site request refused" in page.locator("#error").inner_text()
+            shot(page, tmp_path, "refused")
+        finally:
+            attacker.shutdown()
+            attacker.server_close()
+            thread.join(10)
+        assert inspector.app.actions == []
+        response = page.goto(f"http://rebind.test:{inspector.port}/")
+        assert response is not None and response.status == 421
+        assert "order-1" not in page.content()
+
+
+def test_a_traced_run_drawn_for_the_readme(page: Any, tmp_path: Path) -> None:
+    """The spans of a traced fan-out/fan-in run with a restart, drawn as a waterfall:
+    saved as docs/trace.png, so the README's picture of a trace is a real one."""
+    import trace_page
+
+    spans = trace_page.traced_run()
+    names = [s.name for s in spans]
+    assert names.count("executor.process right") == 2 and "executor.restart" in names
+    page.set_content(trace_page.waterfall(spans))
+    assert page.title() == "A traced run"
+    assert page.locator("svg rect").count() == len(spans)
+    assert page.locator("svg path.l").count() >= 4  # each send linked to its receiver
+    picture = tmp_path / "trace.png"
+    picture.write_bytes(page.locator("body").screenshot())
+    shutil.copyfile(picture, DOCS / "trace.png")
