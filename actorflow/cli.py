@@ -3,10 +3,11 @@
 ``STORE`` is a SQLite file (``SQLiteStore``), a folder (``FileStore``), or a
 PostgreSQL URI (``PostgresStore``, extra ``actorflow[postgres]``:
 ``postgresql://user@host/db``, with ``?schema=NAME`` for a schema other than
-``actorflow``).
+``actorflow``); every command opens it with :func:`open_store`, and no command
+creates a file or a folder.
 
     actorflow checkpoints list STORE [--session S] [--workflow W]
-    actorflow checkpoints show STORE CHECKPOINT_ID
+    actorflow checkpoints show STORE CHECKPOINT_ID [--decode] [--import MODULE]
     actorflow checkpoints verify STORE
     actorflow checkpoints prune STORE --session S --keep N
     actorflow checkpoints prune STORE --older-than AGE [--whole-sessions]   (AGE: 90s, 30m, 12h, 7d, 2w)
@@ -14,15 +15,19 @@ PostgreSQL URI (``PostgresStore``, extra ``actorflow[postgres]``:
     actorflow graph MODULE:ATTRIBUTE [--format mermaid]
     actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
     actorflow demo
+
+Also ``python -m actorflow``. A mistake (a missing store, a bad graph target) is one
+line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
+import os
 import re
-import runpy
 import sys
 import time
 import urllib.parse
@@ -32,17 +37,59 @@ from typing import Any
 
 from actorflow.errors import ActorflowError, CheckpointError
 from actorflow.runtime import Workflow
-from actorflow.runtime._checkpointing import check_runtime, check_runtime_bytes
+from actorflow.runtime._checkpointing import check_runtime
 from actorflow.storage import Checkpoint, CheckpointStore, FileStore, SQLiteStore
+from actorflow.storage._file_gc import MARKER
 
-__all__ = ["main"]
+from ._cli_show import describe_checkpoint, import_modules
+
+__all__ = ["main", "open_store"]
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-def open_store(path: str) -> CheckpointStore:
-    """A PostgreSQL URI is a PostgresStore, a folder a FileStore, anything else a SQLite file."""
-    if path.startswith(("postgresql://", "postgres://")):
-        return _open_postgres(path)
-    return FileStore(path) if Path(path).is_dir() else SQLiteStore(path)
+class _Usage(Exception):
+    """A mistake on the command line: printed as one line, exit status 2."""
+
+
+def open_store(target: str, *, create: bool = False, upgrade: bool = False) -> CheckpointStore:
+    """The store a command-line argument names: a PostgreSQL URI is a PostgresStore,
+    a folder a FileStore, a file a SQLiteStore.
+
+    Args:
+        target: the argument as given.
+        create: make a new, empty store when nothing is at ``target`` (no command does:
+            a mistyped path must be an error, never a new store).
+        upgrade: first bring a store written by an older actorflow to the current
+            layout (``checkpoints upgrade``).
+
+    Raises:
+        CheckpointError: nothing at ``target``, or something that is not a store.
+        UnsupportedFormat: a store of an older layout (the message names ``upgrade``).
+    """
+    if target.startswith(("postgresql://", "postgres://")):
+        return _open_postgres(target)  # schema created or upgraded as the store opens
+    path = Path(target)
+    if path.is_dir():
+        if not create and not (path / MARKER).exists():
+            raise CheckpointError(
+                f"{target} is a folder but not an actorflow FileStore (no {MARKER} file in "
+                "it); give the folder a FileStore wrote, or a SQLite file"
+            )
+        if upgrade:
+            FileStore.upgrade(path)
+        return FileStore(path)
+    if not path.exists():
+        if not create:
+            raise CheckpointError(
+                f"no checkpoint store at {target}: no such file or folder; check the path"
+            )
+    elif not _is_sqlite(path):
+        raise CheckpointError(
+            f"{target} is neither a SQLite database nor a FileStore folder; give a store "
+            "written by actorflow"
+        )
+    return SQLiteStore(path)  # a SQLite store upgrades its schema when opened
 
 
 def _open_postgres(uri: str) -> CheckpointStore:
@@ -78,6 +125,14 @@ def parse_age(text: str) -> float:
     return float(match[1]) * _UNITS[match[2]]
 
 
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return False
+
+
 def _summary(cp: Checkpoint) -> dict[str, Any]:
     return {
         "id": cp.id,
@@ -88,34 +143,6 @@ def _summary(cp: Checkpoint) -> dict[str, Any]:
         "kind": cp.kind.value,
         "created_at": cp.created_at,
     }
-
-
-def _describe_runtime(runtime: bytes) -> dict[str, Any]:
-    """The runtime blob with payloads shown as sizes (never decoded as values).
-
-    Decoded and checked as a resume does it (CheckpointCorrupt if malformed).
-    """
-    body = check_runtime_bytes(runtime)
-    if "partial" in body:  # one executor's finished part of an unfinished superstep
-        sends, outputs, requests = body["report"]
-        return {
-            "partial": body["partial"],
-            "sends": [[target, group, _size(payload)] for target, group, payload in sends],
-            "outputs": len(outputs),
-            "requests": len(requests),
-        }
-    inbox = {t: [[src, grp, _size(p)] for src, grp, p in ds] for t, ds in body["inbox"].items()}
-    fan_in = {g: {s: len(v) for s, v in srcs.items()} for g, srcs in body["fan_in"].items()}
-    pending = {rid: {"executor": e[0], "response_type": e[2]} for rid, e in body["pending"].items()}
-    return {"superstep": body["superstep"], "inbox": inbox, "fan_in": fan_in, "pending": pending}
-
-
-def _size(payload: Any) -> str:
-    if isinstance(payload, bytes):
-        return f"{len(payload)} bytes"
-    if isinstance(payload, list):
-        return f"{len(payload)} items"
-    return type(payload).__name__
 
 
 def _runtime_problems(store: CheckpointStore, ids: list[str]) -> list[str]:
@@ -133,43 +160,32 @@ def _runtime_problems(store: CheckpointStore, ids: list[str]) -> list[str]:
     return problems
 
 
-def _upgrade(path: str) -> int:
-    # Before opening: a store of an older layout refuses to open, naming this command.
-    if Path(path).is_dir():
-        FileStore.upgrade(path)
-        print(f"{path}: FileStore layout is current")
-    else:
-        SQLiteStore(path).close()  # a SQLite store upgrades its schema when opened
-        print(f"{path}: SQLiteStore schema is current")
-    return 0
-
-
 def _checkpoints(args: argparse.Namespace) -> int:
-    if args.action == "upgrade":
-        return _upgrade(args.store)
     if args.action == "prune":
         by_age, by_count = args.older_than is not None, (args.session, args.keep) != (None, None)
         if by_age == by_count or (by_count and None in (args.session, args.keep)):
             raise SystemExit(
                 "prune: give either --session S --keep N, or --older-than AGE [--whole-sessions]"
             )
-    store = open_store(args.store)
+    store = open_store(args.store, upgrade=args.action == "upgrade")
     try:
-        if args.action == "list":
+        if args.action == "upgrade":
+            what = "layout" if isinstance(store, FileStore) else "schema"
+            print(f"{args.store}: {type(store).__name__} {what} is current")
+        elif args.action == "list":
             for cp in store.list(workflow=args.workflow, session=args.session):
                 print(json.dumps(_summary(cp)))
         elif args.action == "show":
+            try:
+                import_modules(args.imports)
+            except ValueError as exc:
+                raise _Usage(str(exc)) from None
             cp = store.load(args.checkpoint_id)
-            shown = _summary(cp) | {
-                "graph_signature": cp.graph_signature,
-                "executors": {k: list(v) for k, v in cp.executors.items()},
-                "metadata": dict(cp.metadata),
-                "runtime": _describe_runtime(cp.runtime),
-            }
+            shown = describe_checkpoint(store, cp, decode_states=args.decode)
             print(json.dumps(shown, indent=2, default=str))
         elif args.action == "verify":
             problems = store.verify()
-            ids = _all_ids(store)
+            ids = _all_ids(store)  # counts damaged records too, where list() would raise
             problems += _runtime_problems(store, ids)
             for problem in problems:
                 print(problem)
@@ -189,25 +205,75 @@ def _checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_workflow(target: str, command: str) -> Workflow:
+def _graph(args: argparse.Namespace) -> int:
+    workflow = load_workflow(args.target, "graph")
+    try:
+        print(mermaid(workflow))
+    finally:
+        workflow.close()
+    return 0
+
+
+def load_workflow(target: str, command: str) -> Workflow:
+    """The Workflow ``MODULE:ATTRIBUTE`` names (or builds, when it is a no-argument function).
+
+    ``command`` (``graph``, ``ui``) starts each error message.
+
+    Raises:
+        _Usage: one line saying what is wrong with ``target`` and what to give instead.
+    """
     module_name, _, attribute = target.partition(":")
-    if not attribute:
-        raise SystemExit(
-            f"{command}: give MODULE:ATTRIBUTE naming a Workflow (or a function returning one)"
+    if not module_name or not attribute:
+        raise _Usage(
+            f"{command}: {target!r} is not MODULE:ATTRIBUTE; name a Workflow, or a function "
+            "returning one, e.g. myapp.flows:build"
         )
     sys.path.insert(0, str(Path.cwd()))
-    found = getattr(importlib.import_module(module_name), attribute)
-    workflow = found() if callable(found) and not isinstance(found, Workflow) else found
-    if not isinstance(workflow, Workflow):
-        raise SystemExit(f"{command}: {target} is not a Workflow")
-    return workflow
-
-
-def _graph(args: argparse.Namespace) -> int:
-    workflow = _load_workflow(args.target, "graph")
-    print(mermaid(workflow))
-    workflow.close()
-    return 0
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise _Usage(
+                f"{command}: no module named {module_name!r}; run from the folder that holds it, "
+                "or add that folder to PYTHONPATH"
+            ) from None
+        raise _Usage(f"{command}: importing {module_name!r} failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
+        raise _Usage(
+            f"{command}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        found = getattr(module, attribute)
+    except AttributeError:
+        raise _Usage(f"{command}: module {module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(found, Workflow):
+        return found
+    if not callable(found):
+        raise _Usage(
+            f"{command}: {target} is {type(found).__name__!r}, not a Workflow or a function "
+            "returning one"
+        )
+    try:
+        parameters = inspect.signature(found).parameters.values()
+    except (TypeError, ValueError):
+        parameters = []  # type: ignore[assignment]  # no signature to read: just call it
+    needed = [
+        p.name
+        for p in parameters
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if needed:
+        raise _Usage(
+            f"{command}: {target} needs arguments ({', '.join(needed)}); name a Workflow, or a "
+            "function that builds one with no arguments"
+        )
+    try:
+        made = found()
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line, no traceback
+        raise _Usage(f"{command}: calling {target}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(made, Workflow):
+        raise _Usage(f"{command}: {target}() returned {type(made).__name__!r}, not a Workflow")
+    return made
 
 
 def _ui(args: argparse.Namespace) -> int:
@@ -215,7 +281,7 @@ def _ui(args: argparse.Namespace) -> int:
         from actorflow.ui import Inspector  # noqa: PLC0415 - an optional extra
     except ImportError as exc:
         raise SystemExit(f"ui: install the extra: pip install 'actorflow[ui]' ({exc})") from exc
-    workflow = _load_workflow(args.workflow, "ui") if args.workflow else None
+    workflow = load_workflow(args.workflow, "ui") if args.workflow else None
     store = open_store(args.store)
     try:
         inspector = Inspector(store, workflow=workflow, port=args.port)
@@ -250,18 +316,27 @@ def _node(executor_id: str) -> str:
 
 
 def _demo(_: argparse.Namespace) -> int:
-    demo = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
-    if not demo.exists():
-        raise SystemExit(
-            "demo: examples/demo.py ships with the source checkout; run `make demo` there"
-        )
-    runpy.run_path(str(demo), run_name="__main__")
+    from actorflow._demo import main as demo  # noqa: PLC0415 - only this command needs it
+
+    demo()
     return 0
 
 
+_DESCRIPTION = (
+    "Inspect actorflow checkpoint stores, draw workflow graphs, run the demo. "
+    "STORE is a SQLite file (SQLiteStore), a folder (FileStore) or a postgresql:// URI "
+    "(PostgresStore, extra actorflow[postgres]); no command creates a file or a folder."
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``actorflow`` command."""
-    parser = argparse.ArgumentParser(prog="actorflow", description=__doc__.splitlines()[0])
+    """Entry point of the ``actorflow`` command (and of ``python -m actorflow``).
+
+    Returns:
+        The exit status: 0, 1 (``verify`` found problems), or 2 (a mistake or an
+        error, printed as one line on stderr).
+    """
+    parser = argparse.ArgumentParser(prog="actorflow", description=_DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
 
     ckpt = commands.add_parser("checkpoints", help="inspect a checkpoint store")
@@ -270,9 +345,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     listing.add_argument("store")
     listing.add_argument("--session")
     listing.add_argument("--workflow")
-    show = actions.add_parser("show", help="show one checkpoint")
+    show = actions.add_parser(
+        "show", help="show one checkpoint: state digests and sizes, in-flight messages, requests"
+    )
     show.add_argument("store")
     show.add_argument("checkpoint_id")
+    show.add_argument(
+        "--decode", action="store_true", help="also show each executor's state, decoded"
+    )
+    show.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first, so its message types decode (repeatable)",
+    )
     verify = actions.add_parser("verify", help="check every record, digest and reference")
     verify.add_argument("store")
     prune = actions.add_parser(
@@ -317,9 +405,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except ActorflowError as exc:
+        sys.stdout.flush()
+    except (ActorflowError, _Usage) as exc:
         print(f"actorflow: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left (``| head``): nothing more to say, and no traceback. Point
+        # stdout at devnull so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
 
 

@@ -41,8 +41,10 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "ExecutorFailed",
+    "ExecutorTimedOut",
     "GraphError",
     "GraphMismatch",
+    "HandlerReturnedValue",
     "HostLost",
     "InputNotAccepted",
     "LeaseError",
@@ -139,6 +141,13 @@ class InputNotAccepted(WorkflowError):
     """
 
 
+class HandlerReturnedValue(WorkflowError):
+    """A handler returned a value. A handler's return value goes nowhere, so this is a
+    mistake, never ignored: call ``ctx.output(value)`` to emit it as a run output, or
+    ``ctx.send(value)`` to pass it on along the out-edges, and return nothing.
+    """
+
+
 class UnroutableMessage(WorkflowError):
     """An executor sent a value that no out-edge target has a handler for.
 
@@ -183,6 +192,12 @@ class ExecutorFailed(RunFailed):
         self.error_type = error_type
 
 
+class _UnroutableRunFailure(ExecutorFailed, UnroutableMessage):
+    """How a run fails when a handler sent a value no target handles: an
+    :class:`ExecutorFailed` (the executor, the run) that ``except UnroutableMessage``
+    catches too. The handler's own ``UnroutableMessage`` is chained."""
+
+
 class SuperstepLimitExceeded(RunFailed):
     """The run reached ``max_supersteps`` with messages still in flight.
 
@@ -193,6 +208,29 @@ class SuperstepLimitExceeded(RunFailed):
 
 class RunCancelled(WorkflowError):
     """The run was cancelled and stopped at a barrier; its last consistent state is kept."""
+
+
+class ExecutorTimedOut(WorkflowError, TimeoutError):
+    """An executor did not finish its part of a superstep within its ``timeout``.
+
+    The cause of the ``ExecutorFailed`` (or the error the restart policy saw) when
+    a handler ran too long. Its actor was abandoned (Python cannot kill a thread):
+    the handler keeps running until it returns, and whatever it sends or outputs
+    after the deadline is never read. Raise the executor's ``timeout``, or make
+    the handler finish sooner.
+
+    Attributes:
+        executor: id of the executor that timed out.
+        limit: the timeout, in seconds.
+    """
+
+    def __init__(self, executor: str, limit: float) -> None:
+        super().__init__(
+            f"executor {executor!r} did not finish its superstep within its timeout of "
+            f"{limit} s; raise the timeout, or make the handler finish sooner"
+        )
+        self.executor = executor
+        self.limit = limit
 
 
 class SessionBusy(WorkflowError):
@@ -355,6 +393,20 @@ class StateMigrationError(CheckpointError):
         self.executor = executor
         self.stored_version = stored_version
         self.current_version = current_version
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_migration,
+            (str(self), self.executor, self.stored_version, self.current_version),
+        )
+
+
+def _rebuild_migration(
+    message: str, executor: str, stored: int, current: int
+) -> StateMigrationError:
+    return StateMigrationError(
+        message, executor=executor, stored_version=stored, current_version=current
+    )
 
 
 # --- backends ----------------------------------------------------------------------

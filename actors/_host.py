@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
-from ._reply import LeanActor
+from ._reply import LeanActor, Raised
 
 __all__ = [
     "ExecutorHost",
@@ -126,11 +126,13 @@ class ProgramSlot:
             if kind == "unload":
                 self._unload()
                 return None
-        except Exception:
-            raise
-        except BaseException as exc:
-            raise HandlerAborted(f"a hosted program raised {type(exc).__name__}: {exc}") from exc
-        raise ValueError(f"unknown host message {kind!r}")
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
+            return Raised(exc)  # the caller's future raises it; pykka logs nothing
+        except BaseException as exc:  # noqa: BLE001 - would stop every pykka actor (see HandlerAborted)
+            aborted = HandlerAborted(f"a hosted program raised {type(exc).__name__}: {exc}")
+            aborted.__cause__ = exc
+            return Raised(aborted)
+        return Raised(ValueError(f"unknown host message {kind!r}"))
 
     def close(self) -> None:
         """Stop the program and close the loop (the host is going away)."""

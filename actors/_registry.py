@@ -138,6 +138,11 @@ def is_registered(tp: type) -> bool:
     return tp in _by_type
 
 
+def has_registered_subclass(tp: type) -> bool:
+    """Whether some registered class is a subclass of ``tp`` (so values of it can arrive)."""
+    return any(issubclass(cls, tp) for cls in list(_by_type))
+
+
 def registered() -> list[tuple[str, type]]:
     """Every (wire name, class) registered in this process (a snapshot)."""
     return [(entry.name, cls) for cls, entry in list(_by_type.items())]

@@ -25,7 +25,7 @@ from typing import Any
 
 import pykka
 
-__all__ = ["LeanActor", "ReplyFuture", "ReplyTimeout"]
+__all__ = ["LeanActor", "Raised", "ReplyFuture", "ReplyTimeout"]
 
 _PENDING: Any = object()
 
@@ -35,6 +35,20 @@ _PLAIN_MESSAGES = (tuple, types.FunctionType)
 
 class ReplyTimeout(pykka.Timeout, TimeoutError):
     """No answer within the timeout: both pykka's ``Timeout`` and the builtin ``TimeoutError``."""
+
+
+class Raised:
+    """An error an actor hands back as its answer: the :class:`ReplyFuture` raises it.
+
+    Returning the error, rather than raising it out of ``on_receive``, keeps pykka
+    from logging an "Exception returned from ... to caller" traceback at INFO for
+    every failure the caller handles (a handler error the supervisor restarts from).
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class ReplyFuture(pykka.Future[Any]):
@@ -75,8 +89,14 @@ class ReplyFuture(pykka.Future[Any]):
         return self._value
 
     def set(self, value: Any | None = None) -> None:
-        """Complete with ``value``. Raises ``queue.Full`` if already complete."""
-        self._complete(value, None)
+        """Complete with ``value`` (with its error, for a :class:`Raised`).
+
+        Raises ``queue.Full`` if already complete.
+        """
+        if type(value) is Raised:
+            self._complete(None, (value.error, value.error.__traceback__))
+        else:
+            self._complete(value, None)
 
     def set_exception(self, exc_info: Any = None) -> None:
         """Complete with an error (``sys.exc_info()`` of the caller by default)."""

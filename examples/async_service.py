@@ -1,7 +1,8 @@
 """An asyncio service running many workflows at once without blocking its loop.
 
 A heartbeat coroutine keeps ticking while 50 runs (each with a handler that
-blocks its own actor for 20 ms) are in flight.
+blocks its own actor for 20 ms) are in flight. ``docs/running.md`` lists the
+whole async API; ``docs/requests.md`` answers requests with ``arespond``.
 """
 
 from __future__ import annotations
@@ -45,11 +46,16 @@ async def serve() -> None:
             await asyncio.sleep(0.005)
 
     beat = asyncio.create_task(heartbeat())
-    with build() as wf:
+    async with build() as wf:  # closed off the loop, like every actor start and stop
         results = await asyncio.gather(*(wf.arun(f"user-{i}") for i in range(50)))
         async for event in wf.astream("streamed"):
             if isinstance(event, af.OutputEvent):
                 print("streamed output:", event.value)
+        async with wf.session("user-42") as s:
+            # A deadline on a run: when it passes, the run is cancelled (a handler
+            # still running 0.25 s later is abandoned) and the session stays usable.
+            async with asyncio.timeout(5):
+                print("session output:", (await s.arun("again")).outputs)
     stop.set()
     await beat
     outputs = [r.outputs[0] for r in results]

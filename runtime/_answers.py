@@ -11,7 +11,7 @@ from actorflow.errors import EncodeError, RequestError
 from ._lineage import Lineage
 from ._runner import RESPONSE_SOURCE
 from ._state import RunState
-from ._types import type_label
+from ._types import a_label, type_label
 from ._wire import RESPONSE
 
 __all__ = ["queue_answers"]
@@ -48,13 +48,13 @@ def queue_answers(
         expected = entry[2]
         if expected not in ("object", type_label(type(answer))):
             raise RequestError(
-                f"request {request_id!r} of executor {entry[0]!r} expects a {expected}, "
-                f"got a {type_label(type(answer))}; nothing was consumed"
+                f"request {request_id!r} of executor {entry[0]!r} expects {a_label(expected)}, "
+                f"got {a_label(type_label(type(answer)))}; nothing was consumed"
             )
         try:
             encoded.append((request_id, encode(answer)))
         except EncodeError as exc:
-            raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from exc
+            raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from None
     for request_id, payload in encoded:
         executor, request_payload, _ = state.pending.pop(request_id)
         state.answered.add(request_id)

@@ -17,16 +17,69 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from actorflow.actors import HostFuture
+from actorflow.errors import ExecutorTimedOut
 
-__all__ = ["Outcome", "TimedOut", "collect"]
+__all__ = ["CANCEL_GRACE", "Interrupted", "Outcome", "TimedOut", "collect"]
 
 
-class TimedOut(TimeoutError):
-    """An executor did not finish its part of a superstep within its ``timeout``."""
+TimedOut = ExecutorTimedOut
+"""The error of an executor past its deadline (the public :class:`ExecutorTimedOut`)."""
 
-    def __init__(self, executor: str, limit: float) -> None:
-        super().__init__(f"executor {executor!r} did not finish its superstep within {limit} s")
+CANCEL_GRACE = 0.25
+"""Seconds a cancelled barrier still waits for handlers before abandoning them.
+
+Long enough that a cancel in the middle of ordinary handlers stops at the barrier
+they reach; short enough that a run whose handler never returns stops within a
+second of being asked (KeyboardInterrupt, a cancelled task, ``close()``)."""
+
+_POLL = 0.05
+"""How often a barrier waiting without a deadline looks at its cancel event."""
+
+
+class Interrupted(Exception):
+    """The run was cancelled while this executor was still in its handler: abandoned."""
+
+    def __init__(self, executor: str) -> None:
+        super().__init__(executor)
         self.executor = executor
+
+
+class _Stop:
+    """When a cancelled barrier gives up: ``CANCEL_GRACE`` after it first saw the cancel."""
+
+    __slots__ = ("_cancel", "at")
+
+    def __init__(self, cancel: threading.Event | None) -> None:
+        self._cancel = cancel
+        self.at: float | None = None
+
+    def end(self, deadline: float | None) -> tuple[float | None, float | None]:
+        """(time to give up at, longest single wait) given the caller's own ``deadline``."""
+        if self.at is None and self._cancel is not None and self._cancel.is_set():
+            self.at = time.monotonic() + CANCEL_GRACE
+        ends = [t for t in (deadline, self.at) if t is not None]
+        end = min(ends) if ends else None
+        watching = self._cancel is not None and self.at is None
+        return end, (_POLL if watching else None)
+
+    def wait(self, lock: threading.Lock, deadline: float | None) -> bool:
+        """Acquire ``lock`` unless ``deadline`` or the cancel's grace passes first."""
+        while True:
+            end, poll = self.end(deadline)
+            timeout = -1.0
+            if end is not None:
+                timeout = end - time.monotonic()
+                if timeout <= 0:
+                    return lock.acquire(False)
+            if poll is not None:
+                timeout = poll if timeout < 0 else min(timeout, poll)
+            if lock.acquire(True, timeout):
+                return True
+
+    @property
+    def over(self) -> bool:
+        """Whether the cancel's grace has run out."""
+        return self.at is not None and time.monotonic() >= self.at
 
 
 Outcome = tuple[str, bytes | None, BaseException | None]
@@ -38,8 +91,9 @@ def collect(
     limits: Mapping[str, float | None],
     started: float,
     on_answer: Callable[[str, bytes, int], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[Outcome]:
-    """Wait for every future, or its deadline (``started + limit``).
+    """Wait for every future, or its deadline (``started + limit``), or a cancel.
 
     Args:
         futures: executor id -> pending answer.
@@ -47,15 +101,29 @@ def collect(
         started: ``time.monotonic()`` when the batches were handed out.
         on_answer: called as ``on_answer(executor, answer, still_running)`` for each
             successful answer as it arrives, on the calling thread.
+        cancel: once set, the barrier waits at most :data:`CANCEL_GRACE` more
+            seconds; executors still in their handlers then are abandoned.
 
     Returns:
-        One outcome per executor, sorted by id. A timed-out executor's error is a
-        :class:`TimedOut`; its future is abandoned (its late answer is never read).
+        One outcome per executor, sorted by id. A timed-out executor's error is an
+        :class:`ExecutorTimedOut`, an abandoned one's an :class:`Interrupted`; their
+        futures are abandoned (a late answer is never read).
     """
+    stop = _Stop(cancel)
+    finished: set[str] = set()
     if len(futures) == 1:
-        # The common case (a chain or a cycle): nothing to order, no need for callbacks.
+        # The common case (a chain or a cycle): nothing to order, no need for a queue.
         [(executor, future)] = futures.items()
-        return [_one(executor, future, limits.get(executor), started)]
+        limit = limits.get(executor)
+        done = threading.Lock()
+        done.acquire()
+        future.add_done_callback(done.release)
+        if stop.wait(done, None if limit is None else started + limit):
+            return [_taken(executor, future)]
+        if stop.over:
+            return [(executor, None, Interrupted(executor))]
+        assert limit is not None
+        return [(executor, None, TimedOut(executor, limit))]
     deadlines = {
         e: started + limit for e, limit in limits.items() if limit is not None and e in futures
     }
@@ -67,26 +135,35 @@ def collect(
     all_in.acquire()
     landed = partial(_count_down, itertools.count(1).__next__, len(futures), all_in)
     if on_answer is None and not deadlines:
-        for future in futures.values():
-            future.add_done_callback(landed)
-        all_in.acquire()
-        return [_taken(executor, futures[executor]) for executor in sorted(futures)]
+        for executor, future in futures.items():
+            future.add_done_callback(partial(_finished, finished, executor, landed))
+        if stop.wait(all_in, None):
+            return [_taken(executor, futures[executor]) for executor in sorted(futures)]
+        return [
+            _taken(e, futures[e]) if e in finished else (e, None, Interrupted(e))
+            for e in sorted(futures)
+        ]
     # Otherwise answers are also queued as they land, to be taken in completion order.
     arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
     for executor, future in futures.items():
         future.add_done_callback(partial(_landed, arrived, executor, landed))
     if on_answer is None:
-        earliest = min(deadlines.values())
         # On a deadline, the loop below sorts out who is late.
-        all_in.acquire(True, max(earliest - time.monotonic(), 0.0))
+        stop.wait(all_in, min(deadlines.values()))
     outstanding = set(futures)
     outcomes: list[Outcome] = []
     while outstanding:
         pending = [deadlines[e] for e in outstanding if e in deadlines]
-        wait = max(min(pending) - time.monotonic(), 0.0) if pending else None
+        end, poll = stop.end(min(pending) if pending else None)
+        wait = None if end is None else max(end - time.monotonic(), 0.0)
+        if poll is not None:
+            wait = poll if wait is None else min(wait, poll)
         try:
             executor = arrived.get(timeout=wait)
         except queue.Empty:
+            if stop.over:
+                outcomes.extend((e, None, Interrupted(e)) for e in sorted(outstanding))
+                break
             now = time.monotonic()
             for late in sorted(e for e in outstanding if e in deadlines and deadlines[e] <= now):
                 outstanding.discard(late)
@@ -111,6 +188,11 @@ def _count_down(landed: Callable[[], int], count: int, all_in: threading.Lock) -
         all_in.release()
 
 
+def _finished(finished: set[str], executor: str, count_down: Callable[[], None]) -> None:
+    finished.add(executor)  # atomic
+    count_down()
+
+
 def _landed(arrived: queue.SimpleQueue[str], executor: str, count_down: Callable[[], None]) -> None:
     arrived.put(executor)  # atomic
     count_down()
@@ -120,16 +202,5 @@ def _taken(executor: str, future: HostFuture) -> Outcome:
     """The outcome of a future that has its answer."""
     try:
         return (executor, future.get(timeout=0), None)
-    except Exception as exc:  # noqa: BLE001 - any failure of the call is the executor's
-        return (executor, None, exc)
-
-
-def _one(executor: str, future: HostFuture, limit: float | None, started: float) -> Outcome:
-    remaining = None if limit is None else max(started + limit - time.monotonic(), 0.0)
-    try:
-        return (executor, future.get(timeout=remaining), None)
-    except TimeoutError:
-        assert limit is not None
-        return (executor, None, TimedOut(executor, limit))
     except Exception as exc:  # noqa: BLE001 - any failure of the call is the executor's
         return (executor, None, exc)

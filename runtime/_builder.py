@@ -349,7 +349,10 @@ class _Probe:
 
 
 def _declared_sends(cls: type, handlers: tuple[HandlerInfo, ...]) -> list[type] | None:
-    """Types the handlers declare with ``Context[T]``; None if any handler is undeclared."""
+    """Types the handlers declare with ``Context[T]``; None if any handler is undeclared.
+
+    ``Context[None]`` declares that a handler sends nothing.
+    """
     declared: list[type] = []
     for info in handlers:
         hints = typing.get_type_hints(getattr(cls, info.name))
@@ -360,5 +363,9 @@ def _declared_sends(cls: type, handlers: tuple[HandlerInfo, ...]) -> list[type] 
         spec = parse_type_spec(args[0]) if args else None
         if spec is None or object in spec.classes:
             return None
-        declared.extend(c for c in spec.classes if c not in declared)
+        # ``Context[None]``: the handler sends nothing (``ctx.output`` only, or nothing).
+        declared.extend(c for c in spec.classes if c not in declared and c is not _NONE)
     return declared if handlers else None
+
+
+_NONE = type(None)

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from actorflow.actors import HostFuture
-from actorflow.errors import CheckpointWriteFailed, RunFailed
+from actorflow.errors import CheckpointWriteFailed, ExecutorFailed, RunFailed
 
 from . import _events as ev
 from ._checkpointing import Checkpointer
@@ -61,7 +61,21 @@ class CheckpointSteps:
         last, state = self._last, self.state
         if last.dirty:
             for target in sorted(last.dirty):
-                snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
+                try:
+                    snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
+                except Exception as exc:
+                    # As when a snapshot taken with a superstep fails: the run fails,
+                    # with a RunFailedEvent, naming the executor and the cause.
+                    raise ExecutorFailed(
+                        f"executor {target!r} could not snapshot its state for the {kind} "
+                        f"checkpoint after superstep {state.superstep}: "
+                        f"{qualname(type(exc))}: {exc}; fix its snapshot() (or its state, "
+                        "which must be encodable)",
+                        executor=target,
+                        error_type=qualname(type(exc)),
+                        run_id=job.run_id,
+                        superstep=state.superstep,
+                    ) from exc
                 last.remember(target, snapshot)
         try:
             checkpoint_id = checkpointer.write(
@@ -76,7 +90,10 @@ class CheckpointSteps:
                 checkpointer.flush()  # a run is reported complete only once it is durable
         except Exception as exc:
             self._log.error(
-                "checkpoint write failed", superstep=self.state.superstep, error=str(exc)
+                f"checkpoint write failed after superstep {self.state.superstep}: "
+                f"{qualname(type(exc))}: {exc}; stopping the run",
+                superstep=self.state.superstep,
+                error=str(exc),
             )
             job.emit(
                 ev.CheckpointFailedEvent(

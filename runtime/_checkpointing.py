@@ -25,7 +25,7 @@ from actorflow.storage import (
     Lease,
     new_checkpoint_id,
 )
-from actorflow.storage._cut import Cut, ExecutorDigests, cut_saver, packed_metadata
+from actorflow.storage._cut import EMPTY_METADATA, Cut, ExecutorDigests, cut_saver
 
 from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
@@ -79,8 +79,6 @@ class Checkpointer:
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()
-        self._metadata_given: Mapping[str, Any] | None = None
-        self._metadata = b""
         self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -104,7 +102,7 @@ class Checkpointer:
         state: RunState,
         snapshots: Mapping[str, list[str]],
         chunks: Mapping[str, bytes],
-        metadata: Mapping[str, Any],
+        metadata: bytes,
     ) -> str:
         """Write one checkpoint; returns its id.
 
@@ -171,7 +169,7 @@ class Checkpointer:
             superstep,
             ((executor, tuple(d for d, _ in chunks)),),
             pack({"partial": executor, "report": report}),
-            {},
+            EMPTY_METADATA,
         )
         self._save(cut, blobs)
         return cut.id
@@ -182,14 +180,13 @@ class Checkpointer:
         superstep: int,
         executors: ExecutorDigests,
         runtime: bytes,
-        metadata: Mapping[str, Any],
+        metadata: bytes,
     ) -> Cut:
-        """A new record of this lineage (its parent: the last cut written)."""
-        if metadata is not self._metadata_given:
-            # Checked and copied once per run: a run's metadata is the same at every
-            # barrier, and EncodeError should name it before anything is written.
-            self._metadata = packed_metadata(metadata)
-            self._metadata_given = metadata
+        """A new record of this lineage (its parent: the last cut written).
+
+        ``metadata`` is the run's, packed when the run was submitted (see
+        :func:`~actorflow.storage._cut.packed_metadata`).
+        """
         spec = self.spec
         return tuple.__new__(  # skips the NamedTuple's Python-level __new__
             Cut,
@@ -204,7 +201,7 @@ class Checkpointer:
                 time.time(),
                 executors,
                 runtime,
-                self._metadata,
+                metadata,
             ),
         )
 

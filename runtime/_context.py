@@ -19,8 +19,11 @@ class Context(Generic[T_Send]):
     """What a handler may do besides changing its own state.
 
     One context per delivered message; valid only while the handler runs. The
-    type parameter (``Context[Order | Refund]``) optionally declares what the
-    handler sends, so ``build()`` can check that every such type has a target.
+    type parameter declares what the handler sends (``Context[Order | Refund]``),
+    so ``build()`` can check that every such type has a target and a type checker
+    can check each ``send``; ``Context[None]`` declares a handler that sends
+    nothing (it may still ``output`` and ``request``). A bare ``Context`` (allowed
+    at run time, "missing type arguments" under ``mypy --strict``) declares nothing.
     """
 
     __slots__ = ("_buffer", "_request_id", "_source")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from actorflow.actors import decode
@@ -16,7 +16,16 @@ from actorflow.actors import decode
 from . import _events as ev
 from ._job import Payload
 
-__all__ = ["AsyncSink", "End", "QueueSink", "collected", "materialize", "pending_of"]
+__all__ = [
+    "AsyncSink",
+    "End",
+    "EndSink",
+    "EventStream",
+    "QueueSink",
+    "collected",
+    "materialize",
+    "pending_of",
+]
 
 
 def materialize(event: ev.Event) -> ev.Event:
@@ -80,6 +89,48 @@ class QueueSink:
         self.queue.put(event)
 
 
+class EventStream(Iterator[ev.Event]):
+    """What ``Session.stream`` returns: the run's events, decoded in the caller's thread.
+
+    Unlike a generator, closing it stops the run even before the first ``next()``;
+    so do an exception (``KeyboardInterrupt``) while waiting for an event, and
+    dropping it unfinished. ``stop`` is called at most once, on the caller's thread.
+    """
+
+    __slots__ = ("_done", "_sink", "_stop")
+
+    def __init__(self, sink: QueueSink, stop: Callable[[], None]) -> None:
+        self._sink = sink
+        self._stop = stop
+        self._done = False
+
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> ev.Event:
+        if self._done:
+            raise StopIteration
+        try:
+            item = self._sink.queue.get()
+        except BaseException:
+            self.close()  # Ctrl-C while waiting: stop the run, then let it propagate
+            raise
+        if type(item) is End:
+            self._done = True
+            item.raise_error()
+            raise StopIteration
+        return materialize(item)
+
+    def close(self) -> None:
+        """Stop the run if it is still going (waits a bounded time; see ``Session.cancel``)."""
+        if not self._done:
+            self._done = True
+            self._stop()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class AsyncSink:
     """Events into an asyncio queue owned by ``loop``; safe to call from any thread."""
 
@@ -95,6 +146,34 @@ class AsyncSink:
             self.loop.call_soon_threadsafe(self._put, event)
         except RuntimeError:
             pass  # the consumer's loop is closed: nobody is left to receive the event
+
+
+class EndSink:
+    """Events into a list; only the :class:`End` is handed to ``loop`` (as ``end``'s result).
+
+    For ``arun``: the caller needs the events only once the run is over, so the
+    loop is woken once per run. Safe to call from any thread.
+    """
+
+    __slots__ = ("end", "events", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.events: list[Any] = []
+        self.end: asyncio.Future[End] = loop.create_future()
+
+    def __call__(self, event: Any) -> None:
+        if type(event) is not End:
+            self.events.append(event)  # atomic; read by the loop only after the End
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._settle, event)
+        except RuntimeError:
+            pass  # the consumer's loop is closed: nobody is left to receive the end
+
+    def _settle(self, end: End) -> None:
+        if not self.end.done():
+            self.end.set_result(end)
 
 
 class End:

@@ -15,7 +15,7 @@ from typing import Any
 
 from actorflow.errors import UnroutableMessage
 
-from ._types import TypeSpec, type_label
+from ._types import TypeSpec, a_label, type_label
 
 __all__ = [
     "Accepts",
@@ -72,7 +72,11 @@ class Accepts:
         key = (type(value), False)
         hit = self._cache.get(key)
         if hit is None:
-            hit = isinstance(value, self._classes) or (type(value) is list and bool(self._items))
+            hit = isinstance(value, self._classes)
+            if not hit and type(value) is list and self._items:
+                # A list[T] handler takes a list whose every item is a T: decided per
+                # value, never cached by type.
+                return all(isinstance(item, self._items) for item in value)
             self._cache[key] = hit
         return hit
 
@@ -188,7 +192,7 @@ def _unroutable_text(sender: str, edges: Sequence[OutEdge], value: object, to: s
     targets = {t: a.labels for e in edges for t, a in zip(e.targets, e.accepts, strict=True)}
     if not targets:
         return (
-            f"executor {sender!r} sent a {type_name} but has no out-edges; add an edge from "
+            f"executor {sender!r} sent {a_label(type_name)} but has no out-edges; add an edge from "
             f"{sender!r}, or use ctx.output() to emit a result"
         )
     listing = "; ".join(
@@ -196,10 +200,10 @@ def _unroutable_text(sender: str, edges: Sequence[OutEdge], value: object, to: s
     )
     if to is not None:
         return (
-            f"executor {sender!r} sent a {type_name} to {to!r}, which is not an out-edge "
+            f"executor {sender!r} sent {a_label(type_name)} to {to!r}, which is not an out-edge "
             f"target with a handler for it ({listing}); add the edge or a handler"
         )
     return (
-        f"executor {sender!r} sent a {type_name} that no out-edge target handles ({listing}); "
+        f"executor {sender!r} sent {a_label(type_name)} that no out-edge target handles ({listing}); "
         f"add a handler for {type_name} to a target, or an edge to an executor that has one"
     )

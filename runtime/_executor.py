@@ -9,12 +9,17 @@ reachable from inside a run.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import inspect
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
+from actorflow.actors import is_registered
+from actorflow.actors._registry import has_registered_subclass
 from actorflow.errors import GraphError
 
 from ._types import TypeSpec, parse_type_spec
@@ -149,8 +154,15 @@ class Executor:
 
     @property
     def id(self) -> str:
-        """This executor's id in its graph."""
-        return self._af_id
+        """This executor's id in its graph.
+
+        Raises:
+            GraphError: the subclass's ``__init__`` never called ``super().__init__(id)``.
+        """
+        try:
+            return self._af_id
+        except AttributeError:
+            raise GraphError([_no_init(type(self))]) from None
 
     @property
     def timeout(self) -> float | None:
@@ -186,7 +198,7 @@ class Executor:
         raise NotImplementedError(f"{cls.__qualname__} defines no migrate()")
 
     def __repr__(self) -> str:
-        return f"<{type(self).__qualname__} {self._af_id!r}>"
+        return f"<{type(self).__qualname__} {getattr(self, '_af_id', '(no id)')!r}>"
 
     # --- class introspection (used by the builder and the runner) -------------
 
@@ -221,11 +233,85 @@ class Executor:
                 info = _resolve_handler(cls, name, fn, mark, problems)
                 if info is not None:
                     infos.append(info)
+                    _check_wire_types(cls, info, problems)
+        _check_overlaps(cls, infos, problems)
         if problems:
             raise GraphError(problems)
         infos.sort(key=lambda i: i.name)
         cls._af_handlers = tuple(infos)
         return cls._af_handlers
+
+
+_WIRE_BUILTINS = frozenset(
+    {
+        object,
+        type(None),
+        bool,
+        int,
+        float,
+        str,
+        bytes,
+        list,
+        dict,
+        tuple,
+        set,
+        frozenset,
+        dt.datetime,
+        dt.date,
+        dt.time,
+        dt.timedelta,
+        uuid.UUID,
+        decimal.Decimal,
+    }
+)
+"""Types the codec carries without registration (``object``: a catch-all)."""
+
+_ABSTRACT_MODULES = frozenset({"abc", "collections.abc", "numbers", "typing", "typing_extensions"})
+
+
+def _check_wire_types(cls: type, info: HandlerInfo, problems: list[str]) -> None:
+    """A handler for a class no message can ever be (never registered, no registered
+    subclass) would never run: the value would fail to encode when first sent."""
+    specs = [info.spec] + ([info.request_spec] if info.request_spec is not None else [])
+    for tp in dict.fromkeys(c for spec in specs for c in (*spec.classes, *spec.list_items)):
+        if (
+            tp in _WIRE_BUILTINS
+            or is_registered(tp)
+            or tp.__module__ in _ABSTRACT_MODULES
+            or has_registered_subclass(tp)
+        ):
+            continue
+        problems.append(
+            f"handler {cls.__qualname__}.{info.name} handles {tp.__qualname__}, which is not "
+            "registered for the wire, so no message of that type can reach it; decorate "
+            f"{tp.__qualname__} with @af.message (a dataclass or an Enum), or handle a "
+            "built-in type"
+        )
+
+
+def _check_overlaps(cls: type, infos: list[HandlerInfo], problems: list[str]) -> None:
+    """Two message handlers for one type: which one runs would be an accident of names."""
+    owners: dict[str, list[str]] = {}
+    for info in infos:
+        if info.is_response:
+            continue
+        for label in info.spec.labels():
+            owners.setdefault(label, []).append(info.name)
+    for label, names in owners.items():
+        if len(names) > 1:
+            listed = " and ".join(sorted(names))
+            problems.append(
+                f"executor class {cls.__qualname__} has {len(names)} handlers for {label} "
+                f"({listed}); keep one (merge their bodies), or give them different types"
+            )
+
+
+def _no_init(cls: type) -> str:
+    return (
+        f"{cls.__qualname__}.__init__ never called Executor.__init__, so the executor has no "
+        "id; call super().__init__(id) first in it (a subclass that needs no arguments of "
+        "its own can drop its __init__)"
+    )
 
 
 def _resolve_handler(

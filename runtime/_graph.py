@@ -21,6 +21,7 @@ from actorflow.errors import GraphMismatch
 from ._edges import Accepts
 from ._executor import HandlerInfo
 from ._runner import ExecutorProgram
+from ._types import a_label
 
 __all__ = ["GraphSpec", "describe", "explain_mismatch", "signature_of"]
 
@@ -124,9 +125,10 @@ def _differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[
             lines.append(f"executor {eid!r} is in this graph but not in the checkpoint")
         elif old_ex[eid]["type"] != new_ex[eid]["type"]:
             lines.append(
-                f"executor {eid!r} was a {old_ex[eid]['type']}, now a {new_ex[eid]['type']} "
-                "(if the class only moved or was renamed, declare __actorflow_name__ = "
-                f"{old_ex[eid]['type']!r} on it to keep its stored name)"
+                f"executor {eid!r} was {a_label(old_ex[eid]['type'])}, now "
+                f"{a_label(new_ex[eid]['type'])} (if the class only moved or was renamed, "
+                f"declare __actorflow_name__ = {old_ex[eid]['type']!r} on it to keep its "
+                "stored name)"
             )
         elif old_ex[eid]["handlers"] != new_ex[eid]["handlers"]:
             lines.append(

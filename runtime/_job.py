@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from actorflow.actors import LeanActor
+from actorflow.storage._cut import EMPTY_METADATA
 
 __all__ = ["Fault", "Payload", "RunJob", "SupervisorActor", "new_run_id"]
 
@@ -42,8 +43,9 @@ class RunJob:
     """Set to stop at the next barrier."""
     max_supersteps: int
     """Bound on this run's supersteps."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    """User metadata for checkpoints."""
+    metadata: bytes = EMPTY_METADATA
+    """User metadata for checkpoints, packed when the run was submitted: what the caller
+    does to its dict afterwards changes nothing."""
     input: bytes | None = None
     """The encoded input to queue for the start executor, if any."""
     trace: bytes | None = None

@@ -25,9 +25,10 @@ from typing import Any
 
 from ._wire import pack
 
-__all__ = ["Lineage", "tag_of"]
+__all__ = ["Lineage", "superstep_of", "tag_of"]
 
 _TAGGED = re.compile(r"#([0-9a-f]{8})\Z")
+_STEP = re.compile(r":(\d+):\d+(?:#[0-9a-f]{8})?\Z")
 
 
 def tag_of(request_id: str) -> str:
@@ -36,12 +37,24 @@ def tag_of(request_id: str) -> str:
     return found.group(1) if found else ""
 
 
+def superstep_of(request_id: str) -> int | None:
+    """The superstep a default request id was made in (None for an explicit id)."""
+    found = _STEP.search(request_id)
+    return int(found.group(1)) if found else None
+
+
 @dataclass(frozen=True, slots=True)
 class Lineage:
-    """The tag a lineage puts on its request ids, and the tags of requests it may hold."""
+    """The tag a lineage puts on its request ids, and the tags of requests it may hold.
+
+    ``left`` maps an ancestor's tag to the superstep at which this lineage branched
+    off it (time travel): that ancestor's requests made later belong to the branch
+    left behind.
+    """
 
     tag: str = ""
     tags: tuple[str, ...] = ("",)
+    left: tuple[tuple[str, int], ...] = ()
 
     @property
     def suffix(self) -> str:
@@ -54,26 +67,43 @@ class Lineage:
         tag = os.urandom(4).hex()
         return Lineage(tag, (tag,))
 
-    def branch(self) -> Lineage:
-        """A new lineage continuing this one's state (resuming an older checkpoint)."""
+    def branch(self, superstep: int) -> Lineage:
+        """A new lineage continuing this one's state at ``superstep`` (time travel)."""
         tag = os.urandom(4).hex()
-        return Lineage(tag, (*self.tags, tag))
+        left = dict(self.left)
+        left.setdefault(self.tag, superstep)
+        return Lineage(tag, (*self.tags, tag), tuple(sorted(left.items())))
 
     @staticmethod
     def of(extra: Mapping[str, Any]) -> Lineage:
         """The lineage recorded in a checkpoint's runtime fields (first lineage if none)."""
         tag = extra.get("lineage", "")
         tags = extra.get("lineages", [tag])
-        if not isinstance(tag, str) or not all(isinstance(t, str) for t in tags):
+        left = extra.get("left", {})
+        if (
+            not isinstance(tag, str)
+            or not isinstance(tags, list)
+            or not all(isinstance(t, str) for t in tags)
+            or not isinstance(left, dict)
+            or not all(isinstance(k, str) and isinstance(v, int) for k, v in left.items())
+        ):
             return Lineage()
-        return Lineage(tag, tuple(tags))
+        return Lineage(tag, tuple(tags), tuple(sorted(left.items())))
 
     def entries(self) -> dict[str, bytes]:
         """Runtime fields to record in every checkpoint (none for a first lineage)."""
         if not self.tag and self.tags == ("",):
             return {}
-        return {"lineage": pack(self.tag), "lineages": pack(list(self.tags))}
+        entries = {"lineage": pack(self.tag), "lineages": pack(list(self.tags))}
+        if self.left:
+            entries["left"] = pack(dict(self.left))
+        return entries
 
     def holds(self, request_id: str) -> bool:
         """Whether a request with this id may belong to this lineage."""
-        return tag_of(request_id) in self.tags
+        tag = tag_of(request_id)
+        if tag not in self.tags:
+            return False
+        branched = dict(self.left).get(tag)
+        step = superstep_of(request_id)
+        return branched is None or step is None or step <= branched

@@ -215,7 +215,7 @@ def _session_on(
         restored=restored,
         restart=restart,
         ownership=ownership,
-        lineage=lineage.branch() if branch else lineage,
+        lineage=lineage.branch(restored.checkpoint.superstep) if branch else lineage,
         pool=pool,
     )
 

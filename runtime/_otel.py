@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from actorflow.storage._cut import metadata_with
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
@@ -301,7 +303,7 @@ class RunTelemetry:
         self._run_ctx = remote_context(self.run_context)
         if self.run_span.get_span_context().is_valid:
             # Checkpoints of this run name it, so a resume elsewhere can link to it.
-            job.metadata = {**job.metadata, TRACE_KEY: self.run_context}
+            job.metadata = metadata_with(job.metadata, TRACE_KEY, self.run_context)
         self._step_span: Span | None = None
         self._step_ctx: Any = None
         self._step_packed: bytes | None = None

@@ -73,6 +73,12 @@ def acquire(
         ValueError: ``wait`` or ``ttl`` is out of range.
     """
     check_lease_options(wait, ttl)
+    if not callable(getattr(store, "acquire_lease", None)):
+        raise CheckpointError(
+            f"{type(store).__name__} does not implement session leases (acquire_lease, "
+            "renew_lease, release_lease, current_lease, save(..., lease=)); every "
+            "CheckpointStore must, to be written by a session: see docs/storage.md"
+        )
     name = owner or owner_name()
     deadline = time.monotonic() + wait
     delay = 0.05

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pykka
 
 from actorflow.actors import HostFuture, HostPool, HostRef
-from actorflow.errors import ExecutorFailed, RunCancelled
+from actorflow.errors import ExecutorFailed, RunCancelled, UnroutableMessage, _UnroutableRunFailure
 
 from . import _events as ev
 from ._barrier import TimedOut
@@ -64,7 +64,11 @@ class RecoverySteps:
         )
         decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
         if isinstance(decision, str):
-            raise ExecutorFailed(
+            # An unroutable send fails the run as both ExecutorFailed and UnroutableMessage.
+            failed = (
+                _UnroutableRunFailure if isinstance(error, UnroutableMessage) else ExecutorFailed
+            )
+            raise failed(
                 f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
                 f"{qualname(type(error))}: {error}; {decision}",
                 executor=target,
@@ -73,18 +77,27 @@ class RecoverySteps:
                 superstep=superstep,
             ) from error
         policy, attempt = decision
+        delay = policy.backoff.delay(attempt)
+        replace = (
+            isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive
+        )
+        # The message itself says what happened and what is done about it: a plain
+        # ``logging.basicConfig`` shows only the message, never the structured fields.
         self._log.warning(
-            "restarting executor",
+            f"restarting executor {target!r} (attempt {attempt}): it failed in superstep "
+            f"{superstep} with {qualname(type(error))}: {error}; "
+            + ("replacing its actor, " if replace else "")
+            + f"restoring its last good state and running superstep {superstep} again"
+            + (f" after {delay:g} s" if delay > 0 else ""),
             run=job.run_id,
             superstep=superstep,
             executor=target,
             attempt=attempt,
             error=f"{qualname(type(error))}: {error}",
         )
-        delay = policy.backoff.delay(attempt)
         if delay > 0 and job.cancel.wait(delay):
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
-        if isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive:
+        if replace:
             self._replace_host(target)
         self._load_state(target, self._last.snapshot_of(target))
         job.emit(
@@ -99,11 +112,12 @@ class RecoverySteps:
             )
         )
 
-    def _roll_back(self, targets: list[str], superstep: int) -> None:
+    def _roll_back(self, targets: list[str], superstep: int, *, cancelled: bool = False) -> None:
         """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
         if not (self._keep_state and self._last.exact(targets)):
+            what = "was interrupted by a cancel" if cancelled else "failed"
             self.broken = (
-                f"superstep {superstep} failed and the state before it was never snapshotted "
+                f"superstep {superstep} {what} and the state before it was never snapshotted "
                 "(no store checkpointing every superstep, no restart policy)"
             )
             return

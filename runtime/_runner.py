@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
-from actorflow.errors import EncodeError, UnroutableMessage
+from actorflow.errors import EncodeError, HandlerReturnedValue, UnroutableMessage
 
 from ._context import Context
 from ._edges import OutEdge, route
 from ._executor import Executor, HandlerInfo, Resource
-from ._types import type_label
+from ._types import a_label, type_label
 from ._wire import RESPONSE, SINGLE, pack, split_digests, unpack
 
 __all__ = [
@@ -172,7 +172,7 @@ class StepBuffer:
                 f"its {what}: {exc}",
                 type_name=exc.type_name,
                 executor=self.executor_id,
-            ) from exc
+            ) from None  # the message holds the codec's: chaining it would print it twice
 
 
 class ExecutorRunner:
@@ -306,15 +306,23 @@ class ExecutorRunner:
                 args = (value, ctx)
             if found is None:
                 raise UnroutableMessage(
-                    f"executor {self._program.executor_id!r} received a "
-                    f"{type_label(type(args[-2]))} from {source!r} but has no handler for it"
+                    f"executor {self._program.executor_id!r} received "
+                    f"{a_label(type_label(type(args[-2])))} from {source!r} but has no handler "
+                    "for it"
                 )
             fn, info = found
             if info.is_async:
                 assert self._loop is not None
-                self._loop.run(fn(*args))
+                returned = self._loop.run(fn(*args))
             else:
-                fn(*args)
+                returned = fn(*args)
+            if returned is not None:
+                raise HandlerReturnedValue(
+                    f"handler {type(self._instance).__qualname__}.{info.name} of executor "
+                    f"{self._program.executor_id!r} returned {_short(returned)}, which goes "
+                    "nowhere; call ctx.output(value) to emit it as a run output, or "
+                    "ctx.send(value) to pass it on, and return nothing"
+                )
         if fault:
             self._inject(fault, superstep)
         snapshot = self._snapshot() if want_snapshot else None
@@ -346,7 +354,7 @@ class ExecutorRunner:
                 f"state cannot be snapshotted: {exc}",
                 type_name=exc.type_name,
                 executor=self._program.executor_id,
-            ) from exc
+            ) from None  # the message holds the codec's: chaining it would print it twice
         out: list[list[Any]] = []
         reported = self._reported
         # Comparing with last time's chunk at the same place is a memcmp, far cheaper
@@ -388,3 +396,11 @@ def _message_handler(cls: type[Executor], kind: type) -> HandlerInfo | None:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _short(value: object) -> str:
+    """``value`` for an error message: its repr, cut short, and its type."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({a_label(type_label(type(value)))})"

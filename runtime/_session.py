@@ -7,12 +7,12 @@ key. ``Workflow.run`` is a one-off session on warm pooled actors.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -26,17 +26,19 @@ from actorflow.errors import (
     SessionClosed,
 )
 from actorflow.storage import CheckpointStore, Lease
+from actorflow.storage._cut import EMPTY_METADATA, packed_metadata
 
 from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._context import RUN_INPUT
-from ._delivery import AsyncSink, End, QueueSink, collected, materialize, pending_of
+from ._delivery import End, EventStream, QueueSink, collected, pending_of
 from ._job import Fault, RunJob, SupervisorActor, new_run_id
 from ._lineage import Lineage
 from ._otel import capture_context
 from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
+from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
 from ._supervisor import Driver
 from ._types import type_label
 from ._wire import SINGLE
@@ -46,11 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_INPUT", "Session"]
 
-NO_INPUT: Any = object()
-"""Run without new input: continue what is in flight (after a cancel or a limit)."""
 
-
-class Session:
+class Session(AsyncRuns):
     """A live instance of a workflow: actors and state persist between runs.
 
     Create with ``workflow.session(...)`` or ``workflow.resume(...)``; use as a
@@ -82,6 +81,9 @@ class Session:
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
         self._busy = threading.Lock()
+        self._ending = threading.Lock()
+        """Orders a run's end against a close that could not wait for it."""
+        self._close_when_done = False
         self._closed = False
         self._cancel = threading.Event()
         self._supervisor: pykka.ActorRef[SupervisorActor] | None = None
@@ -205,95 +207,31 @@ class Session:
     ) -> Iterator[ev.Event]:
         """Run and yield each event as it happens.
 
-        Abandoning the iterator (``break``, ``close()``) cancels the run at the next
-        barrier; its remaining events are never delivered to a later run. A failure
-        raises after its ``RunFailedEvent`` was yielded.
+        Abandoning the iterator (``close()``, even before the first event, or
+        dropping it after a ``break``) cancels the run, as does a ``KeyboardInterrupt``
+        while it waits, and returns within :data:`STOP_WAIT` s; its remaining events
+        are never delivered to a later run. A failure raises after its
+        ``RunFailedEvent`` was yielded.
         """
         sink = QueueSink()
         job = self._begin(input, max_supersteps, metadata, sink)
         future = self._submit(job)
-        return self._iterate(sink, future)
-
-    def _iterate(self, sink: QueueSink, future: pykka.Future[Any]) -> Iterator[ev.Event]:
-        finished = False
-        try:
-            while True:
-                item = sink.queue.get()
-                if isinstance(item, End):
-                    finished = True
-                    item.raise_error()
-                    return
-                yield materialize(item)
-        finally:
-            if not finished:
-                self._abandon(future)
-
-    async def arun(
-        self,
-        input: Any = NO_INPUT,
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> ev.RunResult:
-        """Async :meth:`run`: never blocks the event loop.
-
-        Cancelling the awaiting task cancels the run at the next barrier (the task
-        waits for that barrier, then raises ``CancelledError``).
-        """
-        raw: list[ev.Event] = []
-        job, sink = self._abegin(input, max_supersteps, metadata)
-        end = None
-        async for item in self._adrain(job, sink):
-            if isinstance(item, End):
-                end = item
-            else:
-                raw.append(item)
-        assert end is not None
-        return self._finish(job, raw, end)
-
-    async def astream(
-        self,
-        input: Any = NO_INPUT,
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ev.Event]:
-        """Async :meth:`stream`: never blocks the event loop."""
-        job, sink = self._abegin(input, max_supersteps, metadata)
-        async for item in self._adrain(job, sink):
-            if isinstance(item, End):
-                item.raise_error()
-            else:
-                yield materialize(item)
-
-    def _abegin(
-        self, value: Any, max_supersteps: int | None, metadata: Mapping[str, Any] | None
-    ) -> tuple[RunJob, AsyncSink]:
-        sink = AsyncSink(asyncio.get_running_loop())
-        job = self._begin(value, max_supersteps, metadata, sink)
-        self._submit(job)
-        return job, sink
-
-    async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncIterator[Any]:
-        finished = False
-        try:
-            while True:
-                item = await sink.queue.get()
-                if isinstance(item, End):
-                    finished = True
-                yield item
-                if finished:
-                    return
-        finally:
-            if not finished:
-                # Cancelled or abandoned: stop at the next barrier, and wait for it
-                # without blocking the loop, so the session is free afterwards.
-                job.cancel.set()
-                while not isinstance(await sink.queue.get(), End):
-                    pass
+        return EventStream(sink, partial(self._abandon, future))
 
     def cancel(self) -> None:
-        """Ask the current run to stop at the next barrier (safe from any thread)."""
+        """Ask the current run to stop at the next barrier (safe from any thread).
+
+        Handlers still running :data:`CANCEL_GRACE` s after the cancel are abandoned
+        (as a ``timeout=`` does): the superstep is rolled back to the last barrier
+        (its input back in flight, so a later ``run()`` re-delivers it), or, with no
+        snapshot of that barrier (no store, no restart policy), the session is left
+        broken until ``reset()``. The run's caller gets ``RunStatus.CANCELLED``.
+
+        Python cannot kill a thread: an abandoned handler keeps running on its own
+        (daemon) actor thread until it returns. Nothing it sends or outputs after
+        that is read, but side effects outside the run (a file written, a request
+        made) still happen; make such handlers idempotent or give them a timeout.
+        """
         self._cancel.set()
 
     def inject_fault(self, fault: Fault) -> None:
@@ -325,9 +263,13 @@ class Session:
             self._busy.release()
 
     def close(self) -> None:
-        """Stop this session's run (at the next barrier) and give back every actor.
+        """Stop this session's run and give back every actor; returns within a second.
 
-        When it returns, every program has been stopped and its resources released.
+        A running run is cancelled (see :meth:`cancel`). When this returns, every
+        program has been stopped and its resources released, unless the run was
+        stuck outside any handler (a ``restore()`` or resource factory that never
+        returned): the session is closed then, and gives its actors back itself
+        when that run ends.
         """
         self._close(wait=True)
 
@@ -335,18 +277,33 @@ class Session:
         if self._closed:
             return
         self._cancel.set()
-        with self._busy:
-            self._closed = True
-            if self._started:
-                self._driver.release_hosts(wait=wait)
-                self._started = False
-            if self._driver.checkpointer is not None:
-                self._driver.checkpointer.close()
-            if self._supervisor is not None:
-                self._workflow._release_supervisor(self._supervisor)
-                self._supervisor = None
-            if self._ownership is not None:
-                self._ownership.release()  # after the checkpointer drained its writes
+        # A run reaches its barrier within CANCEL_GRACE of the cancel, abandoning any
+        # handler still running then; a run stuck elsewhere (a restore() or resource
+        # factory that never returns) closes the session itself when it ends.
+        if not self._busy.acquire(timeout=STOP_WAIT):
+            with self._ending:
+                if not self._busy.acquire(blocking=False):
+                    self._closed = True
+                    self._close_when_done = True
+                    return
+        try:
+            self._teardown(wait=wait)
+        finally:
+            self._busy.release()
+
+    def _teardown(self, *, wait: bool) -> None:
+        """Give back every actor (caller holds the busy lock, or is the run ending)."""
+        self._closed = True
+        if self._started:
+            self._driver.release_hosts(wait=wait)
+            self._started = False
+        if self._driver.checkpointer is not None:
+            self._driver.checkpointer.close()
+        if self._supervisor is not None:
+            self._workflow._release_supervisor(self._supervisor)
+            self._supervisor = None
+        if self._ownership is not None:
+            self._ownership.release()  # after the checkpointer drained its writes
 
     def __enter__(self) -> Session:
         return self
@@ -430,7 +387,7 @@ class Session:
                 labels = ", ".join(spec.accepts[spec.start].labels) or "nothing"
                 raise InputNotAccepted(
                     f"the start executor {spec.start!r} has no handler for the input type "
-                    f"{type_label(type(value))} (it handles {labels}); pass one of those, or "
+                    f"{_input_label(value)} (it handles {labels}); pass one of those, or "
                     "add a handler for this type"
                 )
             try:
@@ -438,7 +395,10 @@ class Session:
             except EncodeError as exc:
                 raise EncodeError(
                     f"the run's input cannot be encoded: {exc}", type_name=exc.type_name
-                ) from exc
+                ) from None  # the message holds the codec's: chaining it would print it twice
+        # Packed now, so the caller's later changes to its dict (or to lists inside
+        # it) never reach a checkpoint; EncodeError names a bad value before anything runs.
+        packed = packed_metadata(metadata) if metadata else EMPTY_METADATA
         self._acquire("start a run")
         try:
             self._check_open()
@@ -459,7 +419,7 @@ class Session:
             emit=emit,
             cancel=self._cancel,
             max_supersteps=max_supersteps or spec.max_supersteps,
-            metadata=dict(metadata or {}),
+            metadata=packed,
             input=payload,
             trace=capture_context(),
         )
@@ -476,7 +436,14 @@ class Session:
             except Exception as exc:  # noqa: BLE001 - handed to the caller through End
                 end = End(ev.RunStatus.FAILED, exc)
             finally:
-                self._busy.release()
+                with self._ending:
+                    if self._close_when_done:
+                        self._close_when_done = False
+                        try:
+                            self._teardown(wait=False)
+                        except Exception:  # noqa: BLE001 - closing for a caller that left
+                            pass
+                    self._busy.release()
                 job.emit(end)
             return end
 
@@ -505,7 +472,11 @@ class Session:
         return status
 
     def _abandon(self, future: pykka.Future[Any]) -> None:
-        """The caller stopped waiting: cancel at the next barrier and wait a bounded time.
+        """The caller stopped waiting: cancel, and give the run :data:`STOP_WAIT` s to stop.
+
+        The barrier abandons handlers still running :data:`CANCEL_GRACE` s after the
+        cancel, so the run normally ends well within that; if it does not (stuck
+        outside a handler), the session stays busy until it does.
 
         Not at interpreter exit: a stream left open is closed then, and its run may be
         stuck in a handler that never returns; waiting would hold up the exit.
@@ -514,7 +485,7 @@ class Session:
         if sys.is_finalizing():
             return
         try:
-            future.get(timeout=30)
+            future.get(timeout=STOP_WAIT)
         except Exception:  # noqa: BLE001 - the caller already left; nothing to report to
             pass
 
@@ -532,3 +503,11 @@ class Session:
             pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )
+
+
+def _input_label(value: Any) -> str:
+    """The input's type for an error message; for a list, its items' types too."""
+    if type(value) is not list or not value:
+        return type_label(type(value))
+    items = sorted({type_label(type(item)) for item in value})
+    return f"list[{' | '.join(items)}]"

@@ -145,7 +145,7 @@ MAX_SUPERSTEP = (1 << 62) - 1
 counter and the ids derived from it stay within msgpack's 64-bit ints)."""
 _MAX_GROUP = (1 << 31) - 1
 _OWN_KEYS = frozenset({"superstep", "inbox", "fan_in", "pending", "answered"})
-_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "versions"})
+_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "left", "versions"})
 _SINGLE, _RESPONSE = -1, -2  # as in ._wire (SINGLE, RESPONSE)
 
 
@@ -200,6 +200,16 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
     if "lineages" in body:
         tags = body["lineages"]
         _check(type(tags) is list and all(type(t) is str for t in tags), "lineages")
+    if "left" in body:  # ancestor tag -> the superstep a time-travel branch left it at
+        left = body["left"]
+        _check(
+            type(left) is dict
+            and all(
+                type(t) is str and type(v) is int and 0 <= v <= MAX_SUPERSTEP
+                for t, v in left.items()
+            ),
+            "left",
+        )
     if "versions" in body:  # written by ._migration.version_entries
         versions = body["versions"]
         _check(

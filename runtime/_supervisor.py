@@ -11,6 +11,7 @@ executors that completed keep their results, routed once.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from actorflow.errors import (
 from actorflow.storage import BlobBatchReader
 
 from . import _events as ev
-from ._barrier import TimedOut, collect
+from ._barrier import Interrupted, TimedOut, collect
 from ._checkpoint_steps import CheckpointSteps, qualname
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
@@ -73,6 +74,8 @@ class Driver(CheckpointSteps, RecoverySteps):
             store.load_blobs if store is not None and isinstance(store, BlobBatchReader) else None,
         )
         self._hung: set[str] = set()
+        self._stopping: threading.Event | None = None
+        """The current run's cancel event, watched at the barrier."""
         self._unloaded: set[str] = set()
         self.completed: dict[str, tuple[list[Any], list[str]]] = {}
         """Executor -> (report, snapshot digests) of a partly finished superstep (resume)."""
@@ -231,6 +234,7 @@ class Driver(CheckpointSteps, RecoverySteps):
     def _run(self, job: RunJob, first_checkpoint: str | None) -> ev.RunStatus:
         log = self._log.bind(run=job.run_id)
         log.info("run started", superstep=self.state.superstep)
+        self._stopping = job.cancel
         steps = 0
         emit = job.emit
         try:
@@ -289,7 +293,11 @@ class Driver(CheckpointSteps, RecoverySteps):
                     str(exc),
                 )
             )
-            log.info("run failed", superstep=self.state.superstep, error=str(exc))
+            log.info(
+                f"run failed in superstep {self.state.superstep}: {exc}",
+                superstep=self.state.superstep,
+                error=str(exc),
+            )
             raise
 
     def _superstep(self, job: RunJob) -> None:
@@ -331,16 +339,20 @@ class Driver(CheckpointSteps, RecoverySteps):
                 on_sent=on_sent,
             )
             reports.update(done)
-        except BaseException:
+        except BaseException as exc:
             # Nothing of a failed superstep survives (MAF #7859): its inbox is back in
             # flight and every executor it ran is rolled back to the last barrier, so
             # a later run continues from a consistent cut.
             state.inbox = inbox
+            cancelled = isinstance(exc, RunCancelled)
             if self._trace is None:
-                self._roll_back(targets, superstep)
+                self._roll_back(targets, superstep, cancelled=cancelled)
             else:
                 self._trace.recovery(
-                    SPAN_ROLLBACK, superstep, None, lambda: self._roll_back(targets, superstep)
+                    SPAN_ROLLBACK,
+                    superstep,
+                    None,
+                    lambda: self._roll_back(targets, superstep, cancelled=cancelled),
                 )
             if self._unwritten:  # failed before any host started: the cut still counts
                 self._write_unwritten(job)
@@ -508,14 +520,25 @@ class Driver(CheckpointSteps, RecoverySteps):
         if on_sent is not None:
             on_sent()
         failures: list[StepFailure] = []
-        for target, answer, error in collect(futures, self.spec.timeouts, started, on_answer):
+        abandoned: list[str] = []
+        outcomes = collect(futures, self.spec.timeouts, started, on_answer, self._stopping)
+        for target, answer, error in outcomes:
             if error is not None:
-                if isinstance(error, TimedOut):
+                if isinstance(error, (TimedOut, Interrupted)):
                     self._hung.add(target)
+                if isinstance(error, Interrupted):
+                    abandoned.append(target)
                 failures.append(StepFailure(target, error))
             else:
                 assert answer is not None
                 report = reports[target] = unpack(answer)
                 if trace is not None:
                     trace.take_sends(report)
+        if abandoned:
+            # Cancelled with handlers that did not reach the barrier in time: the whole
+            # superstep is rolled back by the caller, the stuck hosts replaced.
+            raise RunCancelled(
+                f"the run was cancelled in superstep {superstep} while {abandoned} were still "
+                "in their handlers; they were abandoned and the superstep rolled back"
+            )
         return failures

@@ -16,7 +16,7 @@ from typing import Any
 from actorflow.actors import wire_name
 from actorflow.actors._naming import stable_name
 
-__all__ = ["TypeSpec", "parse_type_spec", "type_label"]
+__all__ = ["TypeSpec", "a_label", "parse_type_spec", "type_label"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,11 @@ def parse_type_spec(annotation: Any) -> TypeSpec | None:
     if flat is None:
         return None
     return TypeSpec(classes=flat, list_items=())
+
+
+def a_label(label: str) -> str:
+    """``label`` with its indefinite article, as a message reads: "an Approval", "a str"."""
+    return f"{'an' if label[:1].lower() in 'aeiou' else 'a'} {label}"
 
 
 def type_label(tp: type) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 import pykka
@@ -126,23 +128,34 @@ class Workflow:
             s.close()
 
     async def arun(self, input: Any, *, max_supersteps: int | None = None) -> ev.RunResult:
-        """Async :meth:`run`; never blocks the event loop."""
-        s = self.session()
+        """Async :meth:`run`; never blocks the event loop.
+
+        Cancelling the awaiting task stops the run within a second, whatever its
+        handlers do (see :meth:`Session.arun`).
+        """
+        s = self._take_warm()
+        completed = False
         try:
-            return await s.arun(input, max_supersteps=max_supersteps)
+            result = await s.arun(input, max_supersteps=max_supersteps)
+            completed = result.status is ev.RunStatus.COMPLETED
+            return result
         finally:
-            s.close()
+            if completed:
+                self._give_back(s, completed)  # the run is over: nothing to wait for
+            else:
+                await asyncio.to_thread(self._give_back, s, completed)
 
     async def astream(
         self, input: Any, *, max_supersteps: int | None = None
-    ) -> AsyncIterator[ev.Event]:
+    ) -> AsyncGenerator[ev.Event, None]:
         """Async :meth:`stream`; never blocks the event loop."""
         s = self.session()
         try:
-            async for event in s.astream(input, max_supersteps=max_supersteps):
-                yield event
+            async with aclosing(s.astream(input, max_supersteps=max_supersteps)) as events:
+                async for event in events:
+                    yield event
         finally:
-            s.close()
+            await s.aclose()
 
     # --- sessions -----------------------------------------------------------------
 
@@ -262,6 +275,31 @@ class Workflow:
                 raise
         return resumed
 
+    async def aresume(
+        self,
+        store: CheckpointStore,
+        *,
+        session: str | None = None,
+        checkpoint_id: str | None = None,
+        checkpoint: CheckpointPolicy | None = None,
+        responses: Mapping[str, Any] | None = None,
+        restart: RestartPolicy | None = None,
+    ) -> Session:
+        """Async :meth:`resume`: the checkpoint is read off the event loop.
+
+        Raises:
+            CheckpointNotFound, GraphMismatch, RequestError: as for :meth:`resume`.
+        """
+        return await asyncio.to_thread(
+            self.resume,
+            store,
+            session=session,
+            checkpoint_id=checkpoint_id,
+            checkpoint=checkpoint,
+            responses=responses,
+            restart=restart,
+        )
+
     # --- lifecycle ----------------------------------------------------------------
 
     def close(self) -> None:
@@ -279,11 +317,21 @@ class Workflow:
         for ref in supervisors:
             ref.stop(block=False)
 
+    async def aclose(self) -> None:
+        """Async :meth:`close`: the actors are stopped off the event loop."""
+        await asyncio.to_thread(self.close)
+
     def __enter__(self) -> Workflow:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Workflow:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name!r} executors={list(self.executor_ids)}>"

@@ -24,7 +24,14 @@ from ._format import Checkpoint, CheckpointKind, _plain_copy
 from ._lease import Lease
 from ._protocol import CheckpointStore
 
-__all__ = ["Cut", "CutSaver", "ExecutorDigests", "cut_saver", "packed_metadata"]
+__all__ = [
+    "Cut",
+    "CutSaver",
+    "ExecutorDigests",
+    "cut_saver",
+    "metadata_with",
+    "packed_metadata",
+]
 
 ExecutorDigests = tuple[tuple[str, tuple[str, ...]], ...]
 """``(executor id, its snapshot's chunk digests)`` pairs, in the record's order."""
@@ -106,6 +113,16 @@ def cut_saver(store: CheckpointStore, lease: Lease | None = None) -> CutSaver:
 
 EMPTY_METADATA = b"\x80"
 """An empty msgpack map: the metadata of most runs."""
+
+
+def metadata_with(packed: bytes, key: str, value: Any) -> bytes:
+    """Packed metadata ``packed`` with ``key`` set to ``value`` (a plain msgpack value).
+
+    Raises:
+        EncodeError: ``value`` is not plain msgpack.
+    """
+    current = msgpack.unpackb(packed, raw=False) if packed != EMPTY_METADATA else {}
+    return packed_metadata({**current, key: value})
 
 
 def packed_metadata(metadata: Mapping[str, Any]) -> bytes:

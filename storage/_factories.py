@@ -150,6 +150,20 @@ class PostgresStoreFactory:
         """Rewrite a blob row's bytes with ``mutate(its bytes)``."""
         self._mutate("blobs", "data", "digest", digest, mutate)
 
+    def corrupt_header(self, mutate: Mutation) -> None:
+        """Rewrite the schema's version row, what the store reads first on opening, with
+        ``mutate(its value as 4 big-endian bytes)``."""
+        import psycopg  # noqa: PLC0415  # the extra is optional
+
+        table = f"{self._schema()}.actorflow_schema"
+        with psycopg.connect(self.dsn) as db:  # one transaction, committed on exit
+            row = db.execute(f"SELECT version FROM {table}").fetchone()
+            assert row is not None, f"no version row in {table}"
+            data = mutate(int(row[0]).to_bytes(4, "big", signed=True))[:4].rjust(4, b"\0")
+            db.execute(
+                f"UPDATE {table} SET version = %s", (int.from_bytes(data, "big", signed=True),)
+            )
+
     def _schema(self) -> str:
         return Statements(self.schema).schema  # validated: safe to place in SQL text
 

@@ -246,7 +246,8 @@ def _plain_copy(value: Any, path: str) -> Any:
         return copied
     kind = type(value)
     raise EncodeError(
-        f"{path} holds a {kind.__qualname__}; checkpoint metadata takes only plain msgpack "
+        f"{path} holds {'an' if kind.__qualname__[:1].lower() in 'aeiou' else 'a'} "
+        f"{kind.__qualname__}; checkpoint metadata takes only plain msgpack "
         "values (None, bool, int, float, str, bytes, lists, str-keyed dicts)",
         type_name=f"{kind.__module__}.{kind.__qualname__}",
     )

@@ -305,6 +305,14 @@ class PostgresStore(LeaseMethods, StoreBase):
         rows = self._run(lambda db: db.execute(query).fetchall(), what="list sessions")
         return [r[0] for r in rows]
 
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts.
+        """
+        query = self._sql("SELECT id FROM {s}.checkpoints ORDER BY id")
+        return [r[0] for r in self._run(lambda db: db.execute(query).fetchall(), what="list ids")]
+
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record (damaged or not) and collect unreferenced blobs."""
 

@@ -38,6 +38,11 @@ def open_schema(db: Conn, q: sql.Statements, where: str) -> None:
             db.execute(q("CREATE TABLE {s}.actorflow_schema (version integer NOT NULL)"))
             for statement in sql.TABLES:
                 db.execute(q(statement))
+            try:
+                with db.transaction():  # a savepoint: the server may lack lz4
+                    db.execute(q(sql.FAST_COMPRESSION))
+            except psycopg.Error:
+                pass  # the server's default compression (pglz) then
             db.execute(
                 q("INSERT INTO {s}.actorflow_schema (version) VALUES (%s)"), (sql.SCHEMA_VERSION,)
             )

@@ -13,10 +13,19 @@ built-in or third-party, is certified by one subclass and one fixture::
 
 The factory (see :class:`StoreFactory`) opens the same store again on each call.
 Optional capabilities switch on more tests; without them those tests are skipped
-with the reason shown. ``docs/storage.md`` explains each one.
+with the reason shown. ``docs/storage.md`` explains each one. Session leases are
+not optional: a store without them fails every lease test.
 """
 
 from __future__ import annotations
+
+try:
+    import pytest  # noqa: F401 - the kit's modules need it; say what to install before they do
+except ImportError:
+    raise ImportError(
+        "actorflow.storage.conformance is a pytest suite, and pytest is not installed: "
+        "install the test extra (pip install 'actorflow[test]'), or pytest itself"
+    ) from None
 
 from ._factories import (
     FileStoreFactory,

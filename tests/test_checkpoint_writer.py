@@ -14,6 +14,7 @@ from actorflow.runtime._policy import CheckpointPolicy
 from actorflow.runtime._state import PackedEntries, RunState
 from actorflow.runtime._wire import pack
 from actorflow.storage import Checkpoint, Lease, MemoryStore, blob_digest
+from actorflow.storage._cut import EMPTY_METADATA
 
 
 class Idle(af.Executor):
@@ -36,7 +37,7 @@ def write(checkpointer: Checkpointer, snapshots: dict[str, list[str]], chunks: A
         state=RunState(),
         snapshots=snapshots,
         chunks=chunks,
-        metadata={},
+        metadata=EMPTY_METADATA,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -98,7 +99,7 @@ def test_show_describes_a_partial_record_without_decoding_payloads() -> None:
     """A partial record's runtime is shown as sizes: its executor, sends, outputs, requests."""
     import msgpack
 
-    from actorflow.cli import _describe_runtime
+    from actorflow._cli_show import describe_runtime as _describe_runtime
 
     body = msgpack.packb({"partial": "w1", "report": [[["z", -1, b"\x01\x02"]], [b"\x03"], []]})
     assert _describe_runtime(body) == {
@@ -200,3 +201,163 @@ def test_postgres_uri_works_for_list_show_verify_prune(
         assert "removed 1 checkpoint(s)" in capsys.readouterr().out
         assert main(["checkpoints", "list", uri]) == 0
         assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("action", ["list", "verify", "show", "prune"])
+def test_commands_never_create_a_store_at_a_mistyped_path(
+    action: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing file, or an empty folder, is an error naming the path; nothing is written."""
+    extra = {"show": ["some-id"], "prune": ["--session", "s", "--keep", "1"]}.get(action, [])
+    missing = tmp_path / "nope.db"
+    assert main(["checkpoints", action, str(missing), *extra]) == 2
+    assert f"no checkpoint store at {missing}" in capsys.readouterr().err
+    assert not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["checkpoints", action, str(empty), *extra]) == 2
+    assert "not an actorflow FileStore" in capsys.readouterr().err
+    assert list(empty.iterdir()) == []
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    assert main(["checkpoints", action, str(other), *extra]) == 2
+    assert "neither a SQLite database nor a FileStore" in capsys.readouterr().err
+    assert other.read_text() == "hello"
+
+
+GRAPH_TARGETS = """
+import actorflow as af
+
+def needs(n: int) -> af.Workflow:
+    raise AssertionError("never called")
+
+def broken() -> af.Workflow:
+    raise RuntimeError("no database")
+
+number = 3
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("nosuchmod:wf", "no module named 'nosuchmod'"),
+        ("targets:needs", "needs arguments (n)"),
+        ("targets:broken", "calling targets:broken() failed: RuntimeError: no database"),
+        ("targets:number", "is 'int', not a Workflow"),
+        ("targets:missing", "has no attribute 'missing'"),
+        ("targets", "is not MODULE:ATTRIBUTE"),
+    ],
+)
+def test_bad_graph_targets_are_one_line_errors(tmp_path: Path, target: str, expected: str) -> None:
+    """Each mistake is one line on stderr with exit status 2, never a traceback."""
+    (tmp_path / "targets.py").write_text(GRAPH_TARGETS)
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", "graph", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("actorflow: graph: ") and expected in line
+
+
+def test_python_dash_m_and_help_read_as_plain_text() -> None:
+    """``python -m actorflow --help`` works and shows no reST markup."""
+    for argv in (["--help"], ["checkpoints", "show", "--help"], ["graph", "--help"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "actorflow", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "usage: actorflow" in done.stdout
+        assert "``" not in done.stdout and ":class:" not in done.stdout
+
+
+def test_piping_into_head_prints_no_broken_pipe(store_path: str) -> None:
+    """``actorflow checkpoints list STORE | head -1`` prints one line and no error."""
+    store = af.SQLiteStore(store_path)
+    with build() as wf, wf.session("s2", store=store) as s:
+        for n in range(200):
+            s.run(n % 3)
+    store.close()
+    done = subprocess.run(
+        f"{sys.executable} -m actorflow checkpoints list {store_path} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert len(done.stdout.splitlines()) == 1
+    assert "BrokenPipeError" not in done.stderr and "Traceback" not in done.stderr
+
+
+@af.message
+@dataclasses.dataclass
+class Invoice:
+    number: int
+
+
+class Approver(af.Executor):
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.asked: list[int] = []
+
+    @af.handler
+    def on_invoice(self, invoice: Invoice, ctx: af.Context[None]) -> None:
+        self.asked.append(invoice.number)
+        ctx.request(invoice, bool, request_id=f"approve-{invoice.number}")
+
+    @af.response_handler
+    def on_answer(self, invoice: Invoice, ok: bool, ctx: af.Context[None]) -> None:
+        ctx.output(ok)
+
+
+def test_show_lists_pending_requests_and_executor_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show prints each pending request (id, type, decoded value) and each executor's state
+    as digests and sizes, decoded with --decode."""
+    path = str(tmp_path / "ask.db")
+    store = af.SQLiteStore(path)
+    with (
+        af.WorkflowBuilder("ask", start=Approver("ap")).build() as wf,
+        wf.session("s", store=store) as s,
+    ):
+        s.run(Invoice(7))
+        checkpoint_id = s.last_checkpoint_id
+    store.close()
+    assert checkpoint_id is not None
+    assert main(["checkpoints", "show", path, checkpoint_id]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    [pending] = shown["runtime"]["pending"]
+    assert pending["id"] == "approve-7"
+    assert pending["executor"] == "ap"
+    assert pending["response_type"] == "bool"
+    assert pending["value"] == "Invoice(number=7)"  # registered in this process
+    state = shown["executors"]["ap"]
+    assert state["digests"] and state["bytes"] > 0 and "state" not in state
+    assert main(["checkpoints", "show", path, checkpoint_id, "--decode"]) == 0
+    decoded = json.loads(capsys.readouterr().out)["executors"]["ap"]["state"]
+    assert decoded == {"asked": [7]}
+
+
+def test_demo_runs_from_the_installed_package(tmp_path: Path) -> None:
+    """``actorflow demo`` needs nothing outside the package (run far from the checkout)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", "demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "identical to the reference run: True" in done.stdout

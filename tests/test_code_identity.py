@@ -110,7 +110,7 @@ def test_a_declared_name_survives_a_rename_and_a_true_difference_says_how(tmp_pa
     other = af.WorkflowBuilder("desk", start=Other("desk")).build()
     with (
         other as wf,
-        pytest.raises(af.GraphMismatch, match=r"was a owners\.Desk, now a .*__actorflow_name__"),
+        pytest.raises(af.GraphMismatch, match=r"was an owners\.Desk, now a .*__actorflow_name__"),
     ):
         wf.resume(store, session="s1")
     store.close()

@@ -40,7 +40,7 @@ def test_events_carry_workflow_session_run_superstep_and_executor(
     records = [r for r in caplog.records if r.name.startswith("actorflow")]
     started = next(r for r in records if r.getMessage() == "run started")
     assert (started.workflow, started.session) == ("logged", "logged-session")  # type: ignore[attr-defined]
-    restart = next(r for r in records if r.getMessage() == "restarting executor")
+    restart = next(r for r in records if r.getMessage().startswith("restarting executor"))
     assert restart.levelno == logging.WARNING
     assert (restart.executor, restart.superstep, restart.attempt) == ("b", 2, 1)  # type: ignore[attr-defined]
     assert restart.run == started.run  # type: ignore[attr-defined]
@@ -120,7 +120,32 @@ def test_a_handler_added_later_on_any_ancestor_gets_the_restart_warning() -> Non
     finally:
         root.removeHandler(warnings)
         root.removeHandler(errors)
-    assert [r.getMessage() for r in warnings.records if r.name.startswith("actorflow")] == [
-        "restarting executor"
-    ]
+    [message] = [r.getMessage() for r in warnings.records if r.name.startswith("actorflow")]
+    assert message.startswith("restarting executor 'b'")
     assert errors.records == []
+
+
+BASIC_CONFIG_CHILD = """
+import logging, sys
+sys.path.insert(0, {tests!r})
+logging.basicConfig(level=logging.INFO)
+import test_logging
+test_logging.faulted_run()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_with_basic_config_a_restart_says_what_failed_and_what_was_done() -> None:
+    """With a plain ``logging.basicConfig(level=INFO)`` the restart line names the executor,
+    the error and the action; pykka's traceback for a handled failure never appears."""
+    code = BASIC_CONFIG_CHILD.format(tests=str(Path(__file__).resolve().parent))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "restarting executor" in line]
+    assert line.startswith("WARNING:actorflow.supervisor:restarting executor 'b' (attempt 1)")
+    assert "superstep 2" in line and "InjectedFault" in line
+    assert "restoring its last good state and running superstep 2 again" in line
+    assert "Exception returned from" not in done.stderr
+    assert "Traceback" not in done.stderr

@@ -218,8 +218,8 @@ def test_time_travel_by_the_owner_branches_with_new_request_ids(store: Checkpoin
         with wf.resume(store, session="s1", checkpoint_id=entry.id) as s:
             [again] = s.run().pending_requests
             assert again.request_id.startswith("desk:1:0#")
-            with pytest.raises(af.RequestError, match=r"not a pending request|already"):
-                s.respond({"desk:1:0": True})
+            with pytest.raises(af.RequestError, match="abandoned lineage"):
+                s.respond({"desk:1:0": True})  # asked in the branch left behind
             assert s.respond({again.request_id: False}).outputs == [[1, False]]
         branch = store.history("s1")
         assert branch[-1].id == entry.id  # the new records descend from the older checkpoint
@@ -339,3 +339,54 @@ def test_nested_request_ids_never_repeat_across_resets() -> None:
         with pytest.raises(af.RequestError, match="abandoned lineage"):
             s.respond({first.request_id: True})
         assert s.respond({second.request_id: False}).outputs == [[2, False]]
+
+
+def test_lease_errors_survive_pickling() -> None:
+    """Lease and migration errors keep their fields across processes (pickle)."""
+    import pickle
+
+    holder = af.Lease("s1", 3, "pid 1 on h (w)", time.time() + 5)
+    owned = pickle.loads(pickle.dumps(af.SessionOwned(holder)))
+    assert owned.holder == holder and "pid 1 on h (w)" in str(owned)
+    lost = pickle.loads(pickle.dumps(LeaseLost("gone", lease=holder)))
+    assert lost.lease == holder and str(lost) == "gone"
+    error = af.StateMigrationError("m", executor="e", stored_version=1, current_version=2)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.executor, copy.stored_version, copy.current_version, str(copy)) == (
+        "e",
+        1,
+        2,
+        "m",
+    )
+
+
+class _Unleased:
+    """A store written before leases existed (everything but the lease methods)."""
+
+    def __init__(self) -> None:
+        self._inner = af.MemoryStore()
+
+    def __getattr__(self, name: str) -> object:
+        if name.endswith("_lease"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_store_without_leases_is_refused_clearly() -> None:
+    """Opening a session for writing on a store without leases names what it lacks."""
+    with owners.build() as wf, pytest.raises(af.CheckpointError, match="session leases"):
+        wf.session("s1", store=_Unleased())  # type: ignore[arg-type]
+
+
+def test_a_session_dropped_without_close_lets_go_of_its_lease() -> None:
+    """A session garbage-collected without close() releases its lease (no renewal forever)."""
+    import gc
+
+    store = af.MemoryStore()
+    with owners.build() as wf:
+        s = wf.session("s1", store=store)
+        assert store.current_lease("s1") is not None
+        del s
+        gc.collect()
+        assert store.current_lease("s1") is None
+    assert not _RENEWER.active()

@@ -141,10 +141,12 @@ def test_pool_exhausted_gives_a_clear_error_then_recovers(where: tuple[str, str]
         dsn, min_size=1, max_size=2, timeout=0.5, open=True, kwargs={"autocommit": True}
     )
     store = af.PostgresStore(pool, schema=schema)
-    held = [pool.getconn(), pool.getconn()]
+    held: list[Any] = []
     try:
         case = graphs.build("chain", 2)
+        # Opening the session takes its lease (a connection); then the pool runs dry.
         with case.workflow as wf, wf.session("s", store=store) as s:
+            held = [pool.getconn(), pool.getconn()]
             with pytest.raises(af.CheckpointWriteFailed) as failed:
                 s.run(case.input)
             assert "pool is exhausted" in str(failed.value.__cause__)
@@ -320,3 +322,32 @@ def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
     message = str(failed.value)
     assert "127.0.0.1:1" in message and "server is up" in message
     assert "s3cret" not in message
+
+
+def test_chunks_are_compressed_by_the_server(store: Any, where: tuple[str, str]) -> None:
+    """Chunk rows are compressed by TOAST (lz4 where the server has it) and read back whole."""
+    dsn, schema = where
+    text = b"item-00000001 lorem ipsum dolor sit amet consectetur adipiscing elit " * 1500
+    checkpoint = save_new_chunk(store, text)
+    [(stored,)] = _sql(dsn, f"SELECT pg_column_size(data) FROM {schema}.blobs")
+    assert stored < len(text) / 5
+    [(lz4_available,)] = _sql(
+        dsn,
+        "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'",
+    )
+    [(method,)] = _sql(
+        dsn,
+        "SELECT attcompression FROM pg_attribute WHERE attrelid = %s::regclass"
+        " AND attname = 'data'",
+        f"{schema}.blobs",
+    )
+    assert (method == "l") == bool(lz4_available)
+    assert store.load_blobs(checkpoint.blob_digests()) == dict.fromkeys(
+        checkpoint.blob_digests(), text
+    )
+
+
+def save_new_chunk(store: Any, chunk: bytes) -> Any:
+    checkpoint, blobs = make_checkpoint(session="z", chunks={"e": [chunk]})
+    store.save(checkpoint, blobs)
+    return checkpoint

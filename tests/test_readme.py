@@ -28,3 +28,28 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     assert lines[0] == "[1]"
     assert "RunCompletedEvent" in lines
     assert (tmp_path / "runs.db").exists()
+
+
+def test_readme_quickstart_passes_mypy_strict(tmp_path: Path) -> None:
+    """The quickstart type-checks under ``mypy --strict`` exactly as written."""
+    code = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
+    script = tmp_path / "quickstart.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(script),
+        ],
+        cwd=README.parent,  # where mypy finds the package's sources, as in a checkout
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
