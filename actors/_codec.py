@@ -166,6 +166,12 @@ class _ThreadState(threading.local):
         # Per unpack level: how many ext values with a hash the bytes can choose it
         # produced (-1: that level builds its maps through the hash check).
         self.hashed = [0] * (MAX_DEPTH + 1)
+        # Per unpack level: the ext values decoded so far in this pass (so that a
+        # second pass, after a flood check was switched on, reuses them instead of
+        # decoding their subtrees again), and how many of them a second pass used.
+        self.decoded: list[list[object] | None] = [None] * (MAX_DEPTH + 1)
+        self.reused = [-1] * (MAX_DEPTH + 1)
+        self.earlier: list[list[object] | None] = [None] * (MAX_DEPTH + 1)
 
 
 _state = _ThreadState()

@@ -82,9 +82,10 @@ def _unpack_deferred(data: bytes) -> Any:
         max_map_len=size,
         max_ext_len=size,
     )
-    hashed = _state.hashed
     depth = _state.unpack_depth
-    hashed[depth] = -1  # maps are checked here, not counted
+    _state.hashed[depth] = -1  # maps are checked here, not counted
+    _state.decoded[depth] = None
+    _state.reused[depth] = -1
     holder = [root]
     maps: list[tuple[list[Any], int]] = []  # where each map sits, outer ones first
     stack: list[list[Any]] = [holder]
@@ -119,14 +120,28 @@ _PLAIN_KEYS = (str, bytes)
 
 
 def _unpack_with(unpackb: Callable[..., Any], data: bytes) -> Any:
-    hashed = _state.hashed
-    depth = _state.unpack_depth
-    hashed[depth] = 0
+    state = _state
+    depth = state.unpack_depth
+    state.hashed[depth] = 0
+    decoded: list[object] = []
+    state.decoded[depth] = decoded
+    state.reused[depth] = -1
     try:
         return _unpackb(unpackb, data, None)
     except _Flood:
-        hashed[depth] = -1  # counted no more: this level's maps are checked instead
-        return _unpackb(unpackb, data, _checked_map)
+        # Again with every map of this level built through the hash check. The ext
+        # values the first pass decoded come back in the same order and are reused:
+        # decoding their subtrees again would make work grow with the nesting
+        # (twice per level), which bytes could chain into an exponential.
+        state.hashed[depth] = -1  # counted no more: this level's maps are checked
+        state.decoded[depth] = None
+        state.reused[depth] = 0
+        state.earlier[depth] = decoded
+        try:
+            return _unpackb(unpackb, data, _checked_map)
+        finally:
+            state.reused[depth] = -1
+            state.earlier[depth] = None
 
 
 def _unpackb(unpackb: Callable[..., Any], data: bytes, pairs_hook: Any) -> Any:
@@ -355,13 +370,23 @@ _CHOSEN_HASH = frozenset(
 
 
 def _ext_hook(code: int, data: bytes) -> object:
+    state = _state
+    depth = state.unpack_depth
+    reused = state.reused[depth]
+    if reused >= 0:  # a second pass (see _unpack_with): the first one decoded these
+        earlier = state.earlier[depth]
+        if earlier is not None and reused < len(earlier):
+            state.reused[depth] = reused + 1
+            return earlier[reused]
     decoder = _DECODERS.get(code)
     if decoder is None:
         raise DecodeError(f"unknown ext type code {code}: not actorflow's wire format")
     value = decoder(data)
+    decoded = state.decoded[depth]
+    if decoded is not None:
+        decoded.append(value)
     if code in _CHOSEN_HASH or (code == EXT_DATACLASS and type(value).__hash__ is not None):
-        hashed = _state.hashed
-        depth = _state.unpack_depth
+        hashed = state.hashed
         count = hashed[depth]
         if count >= 0:
             if count >= _FLOOD_EXTS:

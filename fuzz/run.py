@@ -141,6 +141,9 @@ def _replay(args: argparse.Namespace) -> int:
         for name, target in targets.items():
             folder = Path(args.replay) / name
             cases = sorted(folder.glob("*.bin")) if folder.is_dir() else []
+            if not cases:
+                print(f"replayed 0 case(s) of {name}")
+                continue
             warm_up(target.check, [target.seed(random.Random(0))])
             guard = Guard(slow_seconds=args.slow)
             if not hasattr(_replay, "installed"):
@@ -235,7 +238,7 @@ def _drive(args: argparse.Namespace) -> int:
                     tried += result["tried"]
                     totals.update(result["kinds"])
                     slowest = max(slowest, result["slowest_s"])
-                    slowest_cpu = max(slowest_cpu, result["slowest_cpu_s"])
+                    slowest_cpu = max(slowest_cpu, result.get("slowest_cpu_s", 0.0))
                     break
                 # The worker died on an input (the alarm fired, or it crashed): record it, go on.
                 data = Path(current.name).read_bytes()
