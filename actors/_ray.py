@@ -36,6 +36,7 @@ from actorflow.errors import HostLost, WorkerImportFailed
 from ._host import HostedFactory
 from ._ray_worker import CACHED_PROGRAMS, Shipped, Worker, check_programs
 from ._registry import registered
+from ._reply import Raised
 
 __all__ = ["RayBackend"]
 
@@ -384,6 +385,8 @@ class _RayFuture:
             self._settle()
             raise self._translate(ray, exc) from None
         self._settle()
+        if type(value) is Raised:  # the program's failure, handed back as an answer
+            raise value.error
         return value
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
