@@ -7,6 +7,9 @@ target its inbox as one batch, waits at the barrier for every report, routes the
 returned payloads without decoding them, and checkpoints. A failed executor is
 restored from its last good state and re-run alone (confined recovery): the
 executors that completed keep their results, routed once.
+
+Its other concerns are mixins beside it: the hosts (``_host_steps``),
+checkpointing (``_checkpoint_steps``) and recovery (``_recovery``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ._barrier import Interrupted, TimedOut, collect
 from ._checkpoint_steps import CheckpointSteps, qualname
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
+from ._host_steps import HostSteps
 from ._job import Fault, Payload, RunJob
 from ._lastgood import LastGood
 from ._logging import get_logger
@@ -43,7 +47,7 @@ __all__ = ["Driver"]
 _log = get_logger("actorflow.supervisor")
 
 
-class Driver(CheckpointSteps, RecoverySteps):
+class Driver(CheckpointSteps, RecoverySteps, HostSteps):
     """Supervisor logic for one session (or one one-off run). Supervisor thread only."""
 
     def __init__(
@@ -90,112 +94,7 @@ class Driver(CheckpointSteps, RecoverySteps):
         self._trace: RunTelemetry | None = None
         """The current run's spans and metrics; None unless a provider is set."""
 
-    # --- lifecycle ----------------------------------------------------------------
-
-    def renew(self, session: str) -> None:
-        """Start over on the same hosts, for an unrelated run (a recycled one-off session).
-
-        Nothing of the last run survives: in-flight state, restart counters, last good
-        states and injected faults are dropped, and each executor's next call reloads
-        its program, so every run gets fresh instances built from the blueprints.
-
-        The one call not made on the supervisor thread: its owner calls it between
-        runs, while no job is queued, and the next job, queued after it through the
-        actor's inbox, sees every write.
-        """
-        assert self.reusable, "only a driver without store, failure or hung host is renewed"
-        self.session = session
-        self.state = RunState()
-        self.faults.clear()
-        self.completed.clear()
-        self._restarts.reset()
-        self._last = LastGood(None)
-        self.broken = None
-        self._log = _log.bind(workflow=self.spec.name, session=session)
-        self._load_programs(sorted(self.hosts), None)
-
-    @property
-    def reusable(self) -> bool:
-        """Whether :meth:`renew` may hand these hosts to an unrelated run: no store
-        (its lineage is the session's), nothing broken, no host abandoned mid-handler."""
-        return self.checkpointer is None and self.broken is None and not self._hung
-
-    def start_hosts(self, initial: dict[str, list[tuple[str, bytes | None]]] | None = None) -> None:
-        """Borrow hosts for every executor; restore ``initial`` snapshots into them now,
-        and let the others load their blueprint with their first call."""
-        ids = sorted(self.spec.programs)
-        self.pool.backend.check(self.spec.programs)
-        hosts = self.pool.acquire(ids)
-        self.hosts = dict(zip(ids, hosts, strict=True))
-        try:
-            self._load_programs(ids, initial)
-        except BaseException:
-            # A snapshot that cannot be restored must not strand the borrowed hosts.
-            self.release_hosts()
-            raise
-
-    def _load_programs(
-        self, ids: list[str], initial: dict[str, list[tuple[str, bytes | None]]] | None
-    ) -> None:
-        # A program is loaded by the first call its host gets in this run (one round
-        # trip for both), so executors a run never reaches cost nothing.
-        self._unloaded = set(ids)
-        if initial:
-            self._last.prefetch([d for chunks in initial.values() for d, c in chunks if c is None])
-        restores = [
-            self._call(eid, "restore", self._restore_request(initial[eid]))
-            for eid in ids
-            if initial and eid in initial
-        ]
-        for future in restores:  # issued together: the hosts restore in parallel
-            future.get(timeout=60)
-        for eid in ids:
-            if initial and eid in initial:
-                if self._keep_state:
-                    self._last.remember(eid, initial[eid])
-            elif self._keep_state:
-                program = self.spec.programs[eid]
-                self._last.remember(
-                    eid, list(zip(program.blueprint_digests, program.blueprint, strict=True))
-                )
-
-    def _call(self, target: str, method: str, payload: bytes) -> HostFuture:
-        """Call ``target``'s program, loading it first if this host does not have it yet."""
-        host = self.hosts[target]
-        if target in self._unloaded:
-            self._unloaded.discard(target)
-            return host.load_call(self.spec.programs[target], method, payload)
-        return host.call(method, payload)
-
-    def release_hosts(self, *, wait: bool = True) -> None:
-        """Unload every program and give the hosts back to the pool.
-
-        With ``wait`` the programs (and their resources) are released when this
-        returns; without (one-off runs), a pooled host keeps its finished program
-        until its next borrower loads a fresh one over it.
-        """
-        owned, self.hosts = self.hosts, {}
-        self._unloaded = set()
-        # A host stuck in a hung handler is abandoned, never pooled: the next
-        # borrower would wait behind the handler.
-        for target in self._hung & set(owned):
-            self.pool.forget(owned.pop(target))
-        self._hung.clear()
-        hosts = list(owned.values())
-        if not wait:
-            # The next borrower's first call replaces the program; until then the old
-            # instance is unreachable from anywhere.
-            self.pool.release(hosts)
-            return
-        unloads = [host.unload() for host in hosts]
-        healthy: list[HostRef] = []
-        for host, future in zip(hosts, unloads, strict=True):
-            try:
-                future.get(timeout=30)
-                healthy.append(host)
-            except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
-                self.pool.forget(host)
-        self.pool.release(healthy)
+    # --- lifecycle: see HostSteps ----------------------------------------------------
 
     # --- the run ------------------------------------------------------------------
 

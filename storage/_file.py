@@ -1,4 +1,9 @@
-"""FileStore: checkpoints as packs in a folder, crash-safe and safe for concurrent writers."""
+"""FileStore: checkpoints as packs in a folder, crash-safe and safe for concurrent writers.
+
+This module holds the layout, the store lock, saving, listing, deleting and
+collecting. Finding and reading blobs is in ``_file_blobs``, the lease methods
+in ``_file_lease``: mixins of :class:`FileStore`, each one concern.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from actorflow.errors import (
@@ -32,16 +36,15 @@ from ._base import (
     not_found,
     prune_plan,
 )
-from ._file_lease import FileLeases
-from ._format import Checkpoint, CheckpointKind, encode_checkpoint, is_blob_digest, verify_blob
+from ._file_blobs import FileBlobReads
+from ._file_lease import FileLeases, FileStoreLeases
+from ._format import Checkpoint, CheckpointKind, encode_checkpoint
 from ._lease import Lease
 from ._pack import (
     RECORD_SUFFIX,
     BlobSource,
     encode_hints,
-    read_pack_hints,
     read_record,
-    read_spans,
     write_pack,
 )
 from ._packindex import PackIndex
@@ -56,7 +59,7 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 _RECENT_RECORDS = 4
 
 
-class FileStore(StoreBase):
+class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     """A checkpoint store in a folder on a local POSIX file system.
 
     Layout 2 (see docs/storage.md for why)::
@@ -181,73 +184,12 @@ class FileStore(StoreBase):
                 f"could not write checkpoint {checkpoint.id} to {self._root}: {exc}"
             ) from exc
 
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
-        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
-        self._check_open()
-        return self._leases.acquire(session, owner, ttl)
-
-    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        """Extend a current lease (see CheckpointStore.renew_lease)."""
-        self._check_open()
-        return self._leases.renew(lease, ttl)
-
-    def release_lease(self, lease: Lease) -> None:
-        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
-        self._check_open()
-        self._leases.release(lease)
-
-    def current_lease(self, session: str) -> Lease | None:
-        """The live lease of ``session``, or None."""
-        self._check_open()
-        return self._leases.current(session)
-
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
         self._check_open()
         if not isinstance(checkpoint_id, str) or not _SAFE_ID.fullmatch(checkpoint_id):
             raise not_found(str(checkpoint_id))
         return self._read(checkpoint_id)
-
-    def load_blob(self, digest: str) -> bytes:
-        """The blob with this digest, verified (see CheckpointStore.load_blob)."""
-        return self.load_blobs([digest])[digest]
-
-    def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
-        """Several blobs, each verified, reading each pack once (see ``BlobBatchReader``).
-
-        Raises:
-            CheckpointNotFound: one of them is not stored.
-            CheckpointCorrupt: one of them does not match its digest.
-        """
-        self._check_open()
-        wanted = sorted(set(digests))
-        for d in wanted:
-            if not is_blob_digest(d):
-                raise CheckpointNotFound(f"no blob {d!r} in this store")
-        found = self._read_blobs(wanted)
-        if found is None:  # a pack moved under us (a collection ran): look again, locked
-            with self._locked(exclusive=False, write=False):
-                self._index.scan()
-                found = self._read_blobs(wanted)
-        if found is None:
-            raise CheckpointError(f"the packs of {self._root} kept changing while being read")
-        missing = [d for d in wanted if d not in found]
-        if missing:
-            with self._locked(exclusive=False, write=False):
-                self._stored(set(missing))
-                more = self._read_blobs(missing)
-            found.update(more or {})
-        for d in wanted:
-            if d not in found:
-                raise self._blob_not_found(d)
-        return {d: verify_blob(d, found[d]) for d in wanted}
-
-    def has_blobs(self, digests: Iterable[str]) -> set[str]:
-        """The subset of ``digests`` that is stored."""
-        self._check_open()
-        wanted = {d for d in digests if is_blob_digest(d)}
-        with self._locked(exclusive=False, write=False):
-            return self._stored(wanted)
 
     def list(
         self,
@@ -428,65 +370,6 @@ class FileStore(StoreBase):
         except OSError as exc:
             raise CheckpointError(f"cannot open {self._lock_path}: {exc}") from exc
 
-    def _stored(self, digests: AbstractSet[str], also: AbstractSet[str] = frozenset()) -> set[str]:
-        """Which of ``digests`` (and of ``also``, as far as indexed) some pack holds.
-
-        Caller holds the lock. Digests of ``digests`` the index does not know make
-        it look for packs written by other handles; those of ``also`` do not.
-        """
-        known = self._index.known(digests)
-        if len(known) < len(digests):  # not indexed here yet: look on disk
-            self._find(digests)
-            known = self._index.known(digests)
-        return known | self._index.known(also)
-
-    def _find(self, digests: AbstractSet[str]) -> None:
-        """Index the packs holding ``digests``, as far as stored. Caller holds the lock.
-
-        The records read lately name, in their hints, the packs holding their blobs
-        (a resume wants the blobs of the record it just loaded): reading those few
-        headers usually suffices. Only if it does not (hints stale after a
-        collection, a record without hints, blobs of another record) is every
-        header read. Either way only headers read under the lock enter the index.
-        """
-        for name in reversed(list(self._recent)):  # a copy: other threads append
-            try:
-                _, hinted = read_pack_hints(os.path.join(self._packs, name))
-            except (FileNotFoundError, CheckpointError):
-                continue  # gone, damaged or unreadable: the scan below decides
-            self._index.read_named([name, *hinted])
-            if len(self._index.known(digests)) == len(digests):
-                return
-        self._index.scan()
-
-    def _read_blobs(self, digests: builtins.list[str]) -> dict[str, bytes] | None:
-        """The bytes of the indexed ones among ``digests``; None if a pack moved meanwhile."""
-        by_pack: dict[tuple[str, int], builtins.list[tuple[str, tuple[int, int]]]] = {}
-        for digest in digests:
-            place = self._index.locate(digest)
-            if place is not None:
-                name, inode, span = place
-                by_pack.setdefault((name, inode), []).append((digest, span))
-        found: dict[str, bytes] = {}
-        for (name, inode), wanted in sorted(by_pack.items()):
-            try:
-                data = read_spans(self._packs / name, inode, [span for _, span in wanted])
-            except FileNotFoundError:
-                return None
-            if data is None:
-                return None
-            found.update(zip([d for d, _ in wanted], data, strict=True))
-        return found
-
-    def _blob_not_found(self, digest: str) -> CheckpointError:
-        damaged = sorted(self._index.damaged)
-        if damaged:
-            return CheckpointCorrupt(
-                f"no readable blob {digest!r} in this store; damaged pack(s) {', '.join(damaged)} "
-                "may hold it (store.verify() lists every problem)"
-            )
-        return CheckpointNotFound(f"no blob {digest!r} in this store")
-
     def _ids(self) -> builtins.list[str]:
         try:
             names = os.listdir(self._packs)
@@ -517,15 +400,6 @@ class FileStore(StoreBase):
                 yield self._read(checkpoint_id)
             except CheckpointNotFound:
                 continue  # deleted since the folder was listed: not corruption
-
-    def _blob_state(self, digest: str) -> str:
-        try:
-            self.load_blob(digest)
-        except CheckpointNotFound:
-            return "missing"
-        except CheckpointCorrupt:
-            return "corrupt"
-        return "ok"
 
     def _read_deleted(self) -> tuple[set[str], str]:
         """The ids in ``deleted``, and what is wrong with the file ("" if nothing)."""

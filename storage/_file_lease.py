@@ -11,6 +11,10 @@ Layout, inside the store's folder::
 outlives release, so the next grant's token is greater: tokens are never reused.
 A row is fsynced before it is renamed into place; a grant also fsyncs the folder,
 so a token once handed out survives power loss.
+
+:class:`FileStoreLeases` is the store's side of it: the protocol's lease methods,
+a mixin of :class:`~._file.FileStore` (whose ``save`` does the fencing step
+through :meth:`FileLeases.fenced`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
@@ -41,6 +46,8 @@ if sys.platform != "win32":
     import fcntl
 
 LEASES = "leases"
+
+__all__ = ["LEASES", "FileLeases", "FileStoreLeases"]
 
 
 class FileLeases:
@@ -156,6 +163,36 @@ class FileLeases:
                     os.close(dir_fd)
         except OSError as exc:
             raise CheckpointError(f"cannot write lease file {path}: {exc}") from exc
+
+
+class FileStoreLeases:
+    """The lease methods of FileStore (which provides the attributes declared here)."""
+
+    _leases: FileLeases
+
+    if TYPE_CHECKING:
+
+        def _check_open(self) -> None: ...
+
+    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+        self._check_open()
+        return self._leases.acquire(session, owner, ttl)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a current lease (see CheckpointStore.renew_lease)."""
+        self._check_open()
+        return self._leases.renew(lease, ttl)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
+        self._check_open()
+        self._leases.release(lease)
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live lease of ``session``, or None."""
+        self._check_open()
+        return self._leases.current(session)
 
 
 def _key(session: str) -> str:

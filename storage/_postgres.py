@@ -2,6 +2,10 @@
 
 Requires the ``actorflow[postgres]`` extra (psycopg 3 and psycopg_pool); nothing in
 ``import actorflow`` imports this module.
+
+This module holds the connections and the protocol's record and blob methods;
+the lease methods are in ``_postgres_lease``, verify in ``_postgres_verify``:
+mixins of :class:`PostgresStore`, each one concern.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from actorflow.errors import (
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
-    UnsupportedFormat,
 )
 
 from . import _postgres_sql as sql
@@ -38,16 +41,17 @@ from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._lease import Lease, fence, leaseless_check
 from ._postgres_lease import LeaseMethods, lease_of, session_key
 from ._postgres_schema import open_schema
+from ._postgres_sql import COLUMNS
+from ._postgres_verify import PostgresVerify
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
-COLUMNS = "id, session, workflow, kind, record"
 PIPELINE_MAX_BYTES = 64 * 1024
 """A save whose new blobs total more than this is not pipelined (see ``save``)."""
 
 
-class PostgresStore(LeaseMethods, StoreBase):
+class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
     """A checkpoint store in a PostgreSQL database (extra ``actorflow[postgres]``).
 
     - One transaction per save: the record row and its new blob rows commit together
@@ -352,50 +356,6 @@ class PostgresStore(LeaseMethods, StoreBase):
                 return self._collect(db, age_plan(rows, limit, whole_sessions=whole_sessions))
 
         return self._run(run, what="prune by age", retry=False)
-
-    def verify(self) -> builtins.list[str]:
-        """Every problem found in the store, one line each; [] when healthy."""
-        q = self._sql
-
-        def run(db: Conn) -> builtins.list[str]:
-            problems: builtins.list[str] = []
-            with db.transaction():
-                db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                stored = {r[0] for r in db.execute(q("SELECT id FROM {s}.checkpoints"))}
-                deleted = {r[0] for r in db.execute(q("SELECT id FROM {s}.deleted"))}
-                blobs: dict[int, tuple[str, str]] = {}
-                for blob_id, digest, data in db.execute(
-                    q("SELECT id, digest, data FROM {s}.blobs")
-                ):
-                    blobs[blob_id] = (digest, sql.blob_state(digest, data))
-                rows = db.execute(
-                    q(f"SELECT {COLUMNS}, parent_id, blob_ids FROM {{s}}.checkpoints ORDER BY id")
-                )
-                for row in rows:
-                    checkpoint_id, parent, blob_ids = row[0], row[5], row[6]
-                    named = {
-                        blobs[b][0] if b in blobs else f"<missing blob #{b}>" for b in blob_ids
-                    }
-                    try:
-                        cp = sql.decode_row(row[:5])
-                        if cp.blob_digests() != named:
-                            problems.append(
-                                f"checkpoint {checkpoint_id}: its blob references disagree "
-                                "with its blob_ids"
-                            )
-                    except (CheckpointCorrupt, UnsupportedFormat) as exc:
-                        problems.append(str(exc))
-                    if parent is not None and parent not in stored and parent not in deleted:
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: parent {parent} was never stored"
-                        )
-                    for blob_id in sorted(blob_ids):
-                        digest, state = blobs.get(blob_id, (f"#{blob_id}", "missing"))
-                        if state != "ok":
-                            problems.append(f"checkpoint {checkpoint_id}: blob {digest} is {state}")
-            return problems
-
-        return self._run(run, what="verify")
 
     def close(self) -> None:
         """Close the store's own pool (a pool the caller passed stays open). Idempotent."""

@@ -22,6 +22,9 @@ SCHEMA_VERSION = 1
 """The layout below. A store refuses a newer one and upgrades an older one in place
 (see :data:`UPGRADES`), under the schema lock, when it is opened."""
 
+COLUMNS = "id, session, workflow, kind, record"
+"""The columns a checkpoint row is decoded from (see ``decode_row``)."""
+
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 """Accepted schema names: unquoted PostgreSQL identifiers, so the name is safe to
 place in SQL text as it is (and means the same in psql)."""

@@ -1,4 +1,9 @@
-"""SQLiteStore: checkpoints in one SQLite file, the embedded default for services."""
+"""SQLiteStore: checkpoints in one SQLite file, the embedded default for services.
+
+This module holds the schema, the connections and the protocol's record and blob
+methods. The lease methods are in ``_sqlite_lease``, verify in ``_sqlite_verify``:
+mixins of :class:`SQLiteStore`, each one concern.
+"""
 
 from __future__ import annotations
 
@@ -34,18 +39,15 @@ from ._base import (
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._lease import (
     Lease,
-    LeaseRow,
-    check_owner,
-    check_ttl,
     fence,
-    grant,
     leaseless_check,
-    renewed,
 )
+from ._sqlite_lease import SQLiteLeases
 from ._sqlite_sql import SCHEMA_VERSION
+from ._sqlite_verify import SQLiteVerify
 
 
-class SQLiteStore(StoreBase):
+class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
     """A checkpoint store in one SQLite database file; the documented default for services.
 
     - WAL journal, ``synchronous=FULL`` (a committed checkpoint survives power
@@ -153,39 +155,6 @@ class SQLiteStore(StoreBase):
                 "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
                 [(row.lastrowid, blob_ids[d]) for d in digests],
             )
-
-    # --- leases (see CheckpointStore.acquire_lease) --------------------------------
-
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
-        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
-        ttl, owner = check_ttl(ttl), check_owner(owner)
-        with self._write() as db:
-            row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
-            sql.put_lease(db, session, row)
-        return row.as_lease(session)
-
-    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        """Extend a current lease (see CheckpointStore.renew_lease)."""
-        ttl = check_ttl(ttl)
-        with self._write() as db:
-            row = renewed(sql.lease_row(db, lease.session), lease, ttl, time.time())
-            sql.put_lease(db, lease.session, row)
-        return row.as_lease(lease.session)
-
-    def release_lease(self, lease: Lease) -> None:
-        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
-        with self._write() as db:
-            row = sql.lease_row(db, lease.session)
-            if row is not None and not row.released and row.token == lease.token:
-                sql.put_lease(
-                    db, lease.session, LeaseRow(row.token, row.owner, row.expires_at, True)
-                )
-
-    def current_lease(self, session: str) -> Lease | None:
-        """The live lease of ``session``, or None."""
-        with self._read() as db:
-            row = sql.lease_row(db, session)
-        return row.as_lease(session) if row is not None and row.live(time.time()) else None
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
@@ -337,60 +306,6 @@ class SQLiteStore(StoreBase):
             doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
             sql.delete(db, doomed)
         return len(doomed)
-
-    def verify(self) -> builtins.list[str]:
-        """Every problem found in the store, one line each; [] when healthy.
-
-        A file too damaged for the checks to finish gives the problem that
-        stopped them (with those found before it), rather than raising.
-        """
-        problems: builtins.list[str] = []
-        try:
-            self._verify(problems)
-        except CheckpointCorrupt as exc:
-            problems.append(str(exc))
-        return problems
-
-    def _verify(self, problems: builtins.list[str]) -> None:
-        states: dict[str, str] = {}
-        with self._read() as db:
-            # integrity_check, not quick_check: only it compares every index with
-            # the table, and a damaged index can make latest() give an older record.
-            problems += [
-                f"database: {r[0]}" for r in db.execute("PRAGMA integrity_check") if r[0] != "ok"
-            ]
-            stored = {r[0] for r in db.execute("SELECT id FROM checkpoints")}
-            deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
-            refs: dict[str, set[str]] = {}
-            for checkpoint_id, blob, digest in db.execute(
-                "SELECT c.id, r.blob, b.digest FROM refs r JOIN checkpoints c ON c.rowid ="
-                " r.checkpoint LEFT JOIN blobs b ON b.id = r.blob"
-            ):
-                named = digest if type(digest) is str else f"<missing blob #{blob}>"
-                if digest is not None and type(digest) is not str:
-                    problems.append(f"checkpoint {checkpoint_id}: blob #{blob} has no text digest")
-                refs.setdefault(str(checkpoint_id), set()).add(named)
-            rows = db.execute(f"SELECT {sql.COLUMNS}, parent_id FROM checkpoints ORDER BY id")
-            for row in rows:
-                checkpoint_id, parent = str(row[0]), row[5]
-                try:
-                    cp = sql.decode_row(row[:5])
-                    if cp.blob_digests() != refs.get(checkpoint_id, set()):
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: its blob references disagree "
-                            "with the refs table"
-                        )
-                except (CheckpointCorrupt, UnsupportedFormat) as exc:
-                    problems.append(str(exc))
-                if parent is not None and parent not in stored and parent not in deleted:
-                    problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
-                for digest in sorted(refs.get(checkpoint_id, ())):
-                    if digest not in states:
-                        states[digest] = sql.blob_state(db, digest)
-                    if states[digest] != "ok":
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: blob {digest} is {states[digest]}"
-                        )
 
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Idempotent."""

@@ -1,0 +1,76 @@
+"""PostgresStore's verify: every check of a store's schema, reported one line each.
+
+A mixin of :class:`~._postgres.PostgresStore`, kept apart because it is one
+concern: finding damage (records that do not decode, references that disagree
+with the records, missing parents, missing or corrupt blobs) in one consistent
+snapshot, without raising on it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from actorflow.errors import CheckpointCorrupt, UnsupportedFormat
+
+from . import _postgres_sql as sql
+from ._postgres_sql import COLUMNS, Statements
+
+__all__ = ["PostgresVerify"]
+
+Conn = psycopg.Connection[Any]
+
+
+class PostgresVerify:
+    """Verify for PostgresStore (which provides the attributes declared here)."""
+
+    _sql: Statements
+    _run: Callable[..., Any]
+
+    def verify(self) -> builtins.list[str]:
+        """Every problem found in the store, one line each; [] when healthy."""
+        q = self._sql
+
+        def run(db: Conn) -> builtins.list[str]:
+            problems: builtins.list[str] = []
+            with db.transaction():
+                db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                stored = {r[0] for r in db.execute(q("SELECT id FROM {s}.checkpoints"))}
+                deleted = {r[0] for r in db.execute(q("SELECT id FROM {s}.deleted"))}
+                blobs: dict[int, tuple[str, str]] = {}
+                for blob_id, digest, data in db.execute(
+                    q("SELECT id, digest, data FROM {s}.blobs")
+                ):
+                    blobs[blob_id] = (digest, sql.blob_state(digest, data))
+                rows = db.execute(
+                    q(f"SELECT {COLUMNS}, parent_id, blob_ids FROM {{s}}.checkpoints ORDER BY id")
+                )
+                for row in rows:
+                    checkpoint_id, parent, blob_ids = row[0], row[5], row[6]
+                    named = {
+                        blobs[b][0] if b in blobs else f"<missing blob #{b}>" for b in blob_ids
+                    }
+                    try:
+                        cp = sql.decode_row(row[:5])
+                        if cp.blob_digests() != named:
+                            problems.append(
+                                f"checkpoint {checkpoint_id}: its blob references disagree "
+                                "with its blob_ids"
+                            )
+                    except (CheckpointCorrupt, UnsupportedFormat) as exc:
+                        problems.append(str(exc))
+                    if parent is not None and parent not in stored and parent not in deleted:
+                        problems.append(
+                            f"checkpoint {checkpoint_id}: parent {parent} was never stored"
+                        )
+                    for blob_id in sorted(blob_ids):
+                        digest, state = blobs.get(blob_id, (f"#{blob_id}", "missing"))
+                        if state != "ok":
+                            problems.append(f"checkpoint {checkpoint_id}: blob {digest} is {state}")
+            return problems
+
+        found: builtins.list[str] = self._run(run, what="verify")
+        return found
