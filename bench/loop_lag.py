@@ -68,16 +68,22 @@ async def _tick(stop: asyncio.Event, lags: list[float]) -> None:
         lags.append(max(loop.time() - due, 0.0))
 
 
-async def _session(wf: af.Workflow, index: int, store: af.CheckpointStore, runs: int) -> None:
-    async with wf.session(f"s{index}", store=store) as s:
+async def _session(wf: af.Workflow, sid: str, store: af.CheckpointStore, runs: int) -> None:
+    async with wf.session(sid, store=store) as s:
         for n in range(runs):
             result = await s.arun(n)
             if result.outputs != [n + 2]:
-                raise AssertionError(f"session {index} run {n}: {result.outputs}")
+                raise AssertionError(f"session {sid} run {n}: {result.outputs}")
 
 
-async def _measure(store: af.CheckpointStore | None, sessions: int, runs: int) -> list[float]:
-    """Lags (s) of the ticker while the sessions run (or for 0.5 s idle: no store)."""
+async def _measure(
+    store: af.CheckpointStore | None, sessions: int, runs: int, label: str = "s"
+) -> list[float]:
+    """Lags (s) of the ticker while the sessions run (or for 0.5 s idle: no store).
+
+    Session ids start with ``label``: each measurement on one store opens new
+    sessions (reopening a stored id for writing is refused, see ``SessionExists``).
+    """
     lags: list[float] = []
     stop = asyncio.Event()
     ticker = asyncio.create_task(_tick(stop, lags))
@@ -86,7 +92,9 @@ async def _measure(store: af.CheckpointStore | None, sessions: int, runs: int) -
             await asyncio.sleep(0.5)
         else:
             async with build() as wf:
-                await asyncio.gather(*(_session(wf, i, store, runs) for i in range(sessions)))
+                await asyncio.gather(
+                    *(_session(wf, f"{label}{i}", store, runs) for i in range(sessions))
+                )
     finally:
         stop.set()
         await ticker
@@ -116,7 +124,7 @@ def bench_loop_lag(quick: bool) -> None:
                 interval = sys.getswitchinterval()
                 sys.setswitchinterval(0.001)
                 try:
-                    fine = asyncio.run(_measure(store, sessions, runs))
+                    fine = asyncio.run(_measure(store, sessions, runs, label="fine-s"))
                 finally:
                     sys.setswitchinterval(interval)
             for metric, q, floor, target in (
