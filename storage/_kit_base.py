@@ -6,6 +6,7 @@ Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
 from __future__ import annotations
 
 import os
+import queue
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -173,3 +174,28 @@ class KitBase:
         store = store_factory()
         yield store
         store.close()
+
+
+def join_children(children: list[Any], results: Any, expected: int) -> list[tuple[str, str | None]]:
+    """Collect up to ``expected`` reports from child processes, then join them all.
+
+    Stops early when every child has died (one that could not import the factory
+    fails the test at once, not at the deadline); a child still alive after
+    ``WAIT_S`` is killed.
+    """
+    reports: list[tuple[str, str | None]] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(reports) < expected and time.monotonic() < deadline:
+            try:
+                reports.append(results.get(timeout=0.5))
+            except queue.Empty:
+                if not any(c.is_alive() for c in children):
+                    break
+    finally:
+        for child in children:
+            child.join(timeout=WAIT_S)
+            if child.is_alive():
+                child.kill()
+                child.join(timeout=WAIT_S)
+    return reports

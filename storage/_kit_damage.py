@@ -22,7 +22,7 @@ from actorflow.errors import ActorflowError, CheckpointError
 
 from ._factories import Mutation
 from ._format import Checkpoint, blob_digest
-from ._kit_base import WAIT_S, KitBase, StoreFactory, flip, save_new
+from ._kit_base import WAIT_S, KitBase, StoreFactory, flip, join_children, save_new
 from ._protocol import CheckpointStore
 
 _WRITERS, _SAVES = 6, 10
@@ -119,27 +119,6 @@ def _reported_saves(results: Any) -> list[str]:
             saved.append(checkpoint_id)
 
 
-def _join_children(
-    children: list[Any], results: Any, expected: int
-) -> list[tuple[str, str | None]]:
-    reports: list[tuple[str, str | None]] = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while len(reports) < expected and time.monotonic() < deadline:
-            try:
-                reports.append(results.get(timeout=0.5))
-            except queue.Empty:
-                if not any(c.is_alive() for c in children):
-                    break
-    finally:
-        for child in children:
-            child.join(timeout=WAIT_S)
-            if child.is_alive():
-                child.kill()
-                child.join(timeout=WAIT_S)
-    return reports
-
-
 class DamageTests(KitBase):
     """Saves racing prunes and verify, crashes mid-save, and damaged headers."""
 
@@ -212,7 +191,7 @@ class DamageTests(KitBase):
             while any(c.is_alive() for c in children):
                 assert isinstance(store.verify(), list)
         finally:
-            reports = _join_children(children, results, len(children))
+            reports = join_children(children, results, len(children))
             results.close()
             results.join_thread()
         assert [r for r in reports if r[1] is not None] == []

@@ -6,9 +6,7 @@ Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
 from __future__ import annotations
 
 import multiprocessing
-import queue
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,6 +21,7 @@ from ._kit_base import (
     StoreFactory,
     damage_hook,
     flip,
+    join_children,
     make_checkpoint,
     save_lineage_in_child,
     save_new,
@@ -196,23 +195,9 @@ class StressTests(KitBase):
         ]
         for child in children:
             child.start()
-        reports: list[tuple[str, str | None]] = []
-        deadline = time.monotonic() + WAIT_S
         try:
-            while len(reports) < processes and time.monotonic() < deadline:
-                try:
-                    reports.append(results.get(timeout=0.5))
-                except queue.Empty:
-                    # A child that died before reporting (e.g. it could not import
-                    # the factory) must fail the test now, not at the deadline.
-                    if not any(c.is_alive() for c in children):
-                        break
+            reports = join_children(children, results, processes)
         finally:
-            for child in children:
-                child.join(timeout=WAIT_S)
-                if child.is_alive():
-                    child.kill()
-                    child.join(timeout=WAIT_S)
             results.close()
             results.join_thread()
         assert [r for r in reports if r[1] is not None] == []
