@@ -11,7 +11,15 @@ backends that place hosts (threads via pykka by default, or Ray worker processes
 their warm pool.
 """
 
-from ._backend import ActorBackend, HostFuture, HostPool, HostRef, ThreadBackend
+from ._backend import (
+    ActorBackend,
+    HostFuture,
+    HostPool,
+    HostRef,
+    ThreadBackend,
+    WaitAny,
+    group_wait,
+)
 from ._chunks import decode_state, encode_state
 from ._codec import encode
 from ._decode import decode
@@ -36,10 +44,12 @@ __all__ = [
     "ReplyFuture",
     "ReplyTimeout",
     "ThreadBackend",
+    "WaitAny",
     "decode",
     "decode_state",
     "encode",
     "encode_state",
+    "group_wait",
     "is_registered",
     "message",
     "prefer_handoffs",

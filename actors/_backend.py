@@ -16,23 +16,53 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from ._host import ExecutorHost, HostedFactory
 from ._reply import ReplyFuture
 
-__all__ = ["ActorBackend", "HostFuture", "HostPool", "HostRef", "ThreadBackend"]
+__all__ = [
+    "ActorBackend",
+    "HostFuture",
+    "HostPool",
+    "HostRef",
+    "ThreadBackend",
+    "WaitAny",
+    "group_wait",
+]
 
 
 class HostFuture(Protocol):
-    """The pending answer of one host call."""
+    """The pending answer of one host call.
+
+    A future class may also offer ``wait_any(futures, count, timeout) -> positions``
+    (a static method; see :data:`WaitAny`): the barrier then waits for a superstep's
+    answers on its own thread with it, instead of a callback per answer. Ray's
+    callbacks cost a thread hop each, more than the call itself; threads' do not.
+    """
 
     def get(self, *, timeout: float | None = None) -> Any:
         """Wait at most ``timeout`` seconds; raise what the call raised, or ``TimeoutError``."""
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the answer (or error) is in; at once if it already is."""
+
+
+WaitAny = Callable[[Sequence[HostFuture], int, float | None], list[int]]
+"""``wait_any(futures, count, timeout)``: block until ``count`` of ``futures`` have
+their answer, or ``timeout`` seconds (None: no limit) pass; return the positions of
+those that have it, ascending. Their ``get`` then returns at once."""
+
+
+def group_wait(futures: Iterable[HostFuture]) -> WaitAny | None:
+    """The ``wait_any`` that waits for all of ``futures`` together, if they are of one
+    class that offers one; None otherwise (wait with ``add_done_callback``)."""
+    kinds = {type(future) for future in futures}
+    if len(kinds) != 1:
+        return None
+    wait: WaitAny | None = getattr(kinds.pop(), "wait_any", None)
+    return wait
 
 
 class HostRef(Protocol):

@@ -22,26 +22,29 @@ cannot be.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
-import os
-import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
-from actorflow.errors import HostLost, WorkerImportFailed
+from actorflow.errors import WorkerImportFailed
 
 from ._host import HostedFactory
-from ._ray_worker import CACHED_PROGRAMS, Shipped, Worker, check_programs
+from ._ray_host import RayHost
+from ._ray_runtime import (
+    LOOPBACK_ENV,
+    actor_class,
+    check_task,
+    class_of,
+    kill,
+    label,
+    ray_module,
+)
+from ._ray_worker import Shipped
 from ._registry import registered
-from ._reply import Raised
 
 __all__ = ["RayBackend"]
-
-LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-"""Set to ``"0"`` before a local ``ray.init``: Ray then binds and advertises 127.0.0.1 only."""
 
 _OPTION_KEYS = frozenset(
     {
@@ -159,7 +162,7 @@ class RayBackend:
         supervisor's thread; Ray installs its signal handlers only when started on
         the main thread, so a program that owns its Ray calls this first.
         """
-        _ray(self._init)
+        ray_module(self._init)
 
     # --- ActorBackend -------------------------------------------------------------
 
@@ -171,7 +174,7 @@ class RayBackend:
         """Workers started with equal options are interchangeable."""
         return _freeze(self._executors.get(executor, self._options))
 
-    def spawn(self, executor: str) -> _RayHost:
+    def spawn(self, executor: str) -> RayHost:
         """Start (or take from the reserve) a worker for ``executor``."""
         key = self.placement(executor)
         with self._lock:
@@ -181,15 +184,15 @@ class RayBackend:
         options = self.options_for(executor)
         if _reserves(options):
             missing = 0  # a spare would hold CPUs, GPUs or memory that running workers need
-        ray = _ray(self._init)
-        actor = _actor_class(ray).options(**options)
+        ray = ray_module(self._init)
+        actor = actor_class(ray).options(**options)
         if handle is None:
             handle = actor.remote()
         for _ in range(missing):
             # Started now, in the background: the next spawn of this placement (a
             # replacement after a crash, most likely) finds a running process.
             self._park(actor.remote(), key, spare=True)
-        return _RayHost(self, handle, key)
+        return RayHost(self, handle, key)
 
     def check(self, factories: Mapping[str, HostedFactory]) -> None:
         """Unpickle every program on a worker of its placement, once per class and placement.
@@ -199,16 +202,16 @@ class RayBackend:
         """
         todo: dict[Hashable, list[tuple[str, str, bytes]]] = {}
         for executor, factory in sorted(factories.items()):
-            key = (_class_of(factory), self.placement(executor))
+            key = (class_of(factory), self.placement(executor))
             with self._lock:
                 if key in self._checked:
                     continue
             _digest, blob = self._pickled(factory)
-            todo.setdefault(key[1], []).append((executor, _label(factory), blob))
+            todo.setdefault(key[1], []).append((executor, label(factory), blob))
         if not todo:
             return
-        ray = _ray(self._init)
-        task = _check_task(ray)
+        ray = ray_module(self._init)
+        task = check_task(ray)
         pending = []
         for executors in todo.values():
             env = self.options_for(executors[0][0]).get("runtime_env")
@@ -226,7 +229,7 @@ class RayBackend:
                 raise
         with self._lock:
             for executor, factory in factories.items():
-                self._checked.add((_class_of(factory), self.placement(executor)))
+                self._checked.add((class_of(factory), self.placement(executor)))
 
     # --- internals ----------------------------------------------------------------
 
@@ -238,7 +241,7 @@ class RayBackend:
             if cached is not None and cached[0] is factory:
                 self._blobs.move_to_end(ident)
                 return cached[1], cached[2]
-        ray = _ray(self._init)
+        ray = ray_module(self._init)
         blob = ray.cloudpickle.dumps(Shipped(factory, _by_value_messages(ray)))
         digest = hashlib.sha256(blob).hexdigest()
         with self._lock:
@@ -262,7 +265,7 @@ class RayBackend:
             parked = [h for handles in self._parked.values() for h in handles]
             self._parked = {}
         for handle in parked:
-            _kill(handle)
+            kill(handle)
 
 
 def _rebuild(
@@ -277,154 +280,6 @@ def _rebuild(
     )
 
 
-class _RayHost:
-    """A handle on one worker. Driver side; thread-safe."""
-
-    __slots__ = ("_backend", "_handle", "_in_flight", "_key", "_known", "_lock", "_state")
-
-    def __init__(self, backend: RayBackend, handle: Any, key: Hashable) -> None:
-        self._backend = backend
-        self._handle = handle
-        self._key = key
-        self._lock = threading.Lock()
-        self._in_flight = 0
-        self._state = "live"  # "live", "stopped" or "lost"
-        self._known: OrderedDict[str, None] = OrderedDict()
-
-    def call(self, method: str, payload: bytes) -> _RayFuture:
-        return self._send(("call", method, payload))
-
-    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> _RayFuture:
-        digest, blob = self._backend._pickled(factory)
-        with self._lock:
-            # The worker's cache sees the same sequence of digests as this mirror.
-            if digest in self._known:
-                self._known.move_to_end(digest)
-                shipped: bytes | None = None
-            else:
-                self._known[digest] = None
-                if len(self._known) > CACHED_PROGRAMS:
-                    self._known.popitem(last=False)
-                shipped = blob
-        return self._send(("load_call", (digest, shipped, _label(factory)), method, payload))
-
-    def unload(self) -> _RayFuture:
-        return self._send(("unload",))
-
-    def _send(self, message: tuple[Any, ...]) -> _RayFuture:
-        with self._lock:
-            state = self._state
-            if state == "live":
-                self._in_flight += 1
-        if state != "live":
-            return _RayFuture.failed(self, HostLost(f"the Ray worker was {state}"))
-        return _RayFuture(self, self._handle.handle.remote(message))
-
-    def lost(self) -> None:
-        """The worker died: never call it again, and kill what may remain of it."""
-        with self._lock:
-            if self._state == "lost":
-                return
-            self._state = "lost"
-        _kill(self._handle)
-
-    def stop(self) -> None:
-        """Idle: unload and park the worker for reuse. Busy (a hung handler): kill it."""
-        with self._lock:
-            if self._state != "live":
-                return
-            self._state = "stopped"
-            idle = self._in_flight == 0
-        if idle and _running() is not None:
-            self._handle.handle.remote(("unload",))
-            if self._backend._park(self._handle, self._key):
-                return
-        _kill(self._handle)
-
-    @property
-    def alive(self) -> bool:
-        return self._state == "live"
-
-    def pid(self) -> int:
-        """The worker's process id (for tests and tools that kill a worker on purpose)."""
-        return int(_ray().get(self._handle.pid.remote(), timeout=60))
-
-
-class _RayFuture:
-    """A pending answer from a worker, a :class:`~._backend.HostFuture`.
-
-    ``get`` waits with ``ray.get`` itself; a ``concurrent.futures`` twin (a thread
-    hop per answer) is made only when someone asks for a callback.
-    """
-
-    __slots__ = ("_error", "_future", "_host", "_ref", "_settled")
-
-    def __init__(self, host: _RayHost, ref: Any, error: BaseException | None = None) -> None:
-        self._host = host
-        self._ref = ref
-        self._error = error
-        self._future: concurrent.futures.Future[Any] | None = None
-        self._settled = error is not None  # a call never sent is not in flight
-
-    @classmethod
-    def failed(cls, host: _RayHost, error: BaseException) -> _RayFuture:
-        """A call that was never sent (the worker was stopped or lost)."""
-        return cls(host, None, error)
-
-    def get(self, *, timeout: float | None = None) -> Any:
-        """The answer, or what the call raised (the handler's own exception; a dead
-        worker as :class:`HostLost`); ``TimeoutError`` after ``timeout`` s."""
-        if self._error is not None:
-            raise self._error
-        ray = _ray()
-        try:
-            value = ray.get(self._ref, timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise  # a TimeoutError: the wait timed out, the call goes on
-        except Exception as exc:  # noqa: BLE001 - every failure of the call is translated, raised
-            self._settle()
-            raise self._translate(ray, exc) from None
-        self._settle()
-        if type(value) is Raised:  # the program's failure, handed back as an answer
-            raise value.error
-        return value
-
-    def add_done_callback(self, callback: Callable[[], None]) -> None:
-        if self._error is not None:
-            callback()
-            return
-        future = self._future
-        if future is None:
-            future = self._future = self._ref.future()
-
-        def landed(_future: concurrent.futures.Future[Any]) -> None:
-            self._settle()
-            callback()
-
-        future.add_done_callback(landed)
-
-    def _settle(self) -> None:
-        """The call is over: the worker no longer counts it (once, from any thread)."""
-        host = self._host
-        with host._lock:
-            if self._settled:
-                return
-            self._settled = True
-            host._in_flight -= 1
-
-    def _translate(self, ray: Any, exc: Exception) -> BaseException:
-        if isinstance(exc, ray.exceptions.RayTaskError):
-            cause = exc.cause
-            if isinstance(cause, BaseException):
-                return cause
-        if isinstance(exc, ray.exceptions.RayError):
-            self._host.lost()
-            error = HostLost(f"the Ray worker died: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            return error
-        return exc
-
-
 def _by_value_messages(ray: Any) -> list[tuple[str, type]]:
     by_value = set(ray.cloudpickle.list_registry_pickle_by_value())
     return [
@@ -432,75 +287,3 @@ def _by_value_messages(ray: Any) -> list[tuple[str, type]]:
         for name, cls in registered()
         if cls.__module__ == "__main__" or cls.__module__ in by_value
     ]
-
-
-def _class_of(factory: HostedFactory) -> type:
-    cls = getattr(factory, "cls", None)
-    return cls if isinstance(cls, type) else type(factory)
-
-
-def _label(factory: HostedFactory) -> str:
-    cls = _class_of(factory)
-    executor = getattr(factory, "executor_id", None)
-    name = f"{cls.__module__}.{cls.__qualname__}"
-    return name if executor is None else f"executor {executor!r} ({name})"
-
-
-_remote: dict[str, Any] = {}
-_remote_lock = threading.Lock()
-
-
-def _ray(init: Mapping[str, Any] | None = None) -> Any:
-    """The ray module, imported (and Ray started with ``init`` if it is not) on first use.
-
-    Ray reads :data:`LOOPBACK_ENV` when it is imported: a local Ray (no ``address``)
-    stays on loopback only if this is the first import of Ray in the process.
-    """
-    if "ray" not in sys.modules and (init or {}).get("address") is None:
-        os.environ.setdefault(LOOPBACK_ENV, "0")
-    import ray  # noqa: PLC0415 - Ray is imported on first use, never by `import actorflow`
-
-    if not ray.is_initialized():
-        with _remote_lock:
-            if not ray.is_initialized():
-                _start(ray, init or {})
-    return ray
-
-
-def _running() -> Any:
-    """The ray module if Ray is running in this process, else None (never starts it)."""
-    ray = sys.modules.get("ray")
-    return ray if ray is not None and ray.is_initialized() else None
-
-
-def _kill(handle: Any) -> None:
-    """Kill a worker; nothing to do once Ray is shut down (its workers went with it)."""
-    ray = _running()
-    if ray is not None:
-        try:
-            ray.kill(handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - a worker already gone is what we wanted
-            pass
-
-
-def _start(ray: Any, init: Mapping[str, Any]) -> None:
-    kwargs = dict(init)
-    kwargs.setdefault("include_dashboard", False)
-    kwargs.setdefault("configure_logging", False)
-    ray.init(**kwargs)
-
-
-def _actor_class(ray: Any) -> Any:
-    with _remote_lock:
-        cls = _remote.get("actor")
-        if cls is None:
-            cls = _remote["actor"] = ray.remote(max_restarts=0, max_task_retries=0)(Worker)
-    return cls
-
-
-def _check_task(ray: Any) -> Any:
-    with _remote_lock:
-        task = _remote.get("check")
-        if task is None:
-            task = _remote["check"] = ray.remote(max_retries=0)(check_programs)
-    return task

@@ -68,6 +68,11 @@ class Worker:
     def pid(self) -> int:
         return os.getpid()
 
+    def call(self, method: bytes, payload: bytes) -> Any:
+        """The hot path: ``("call", method, payload)`` as two ``bytes`` arguments, which
+        Ray passes raw (a tuple it would pickle, at ~0.1 ms a call)."""
+        return self._slot.receive(("call", method.decode(), payload))
+
     def handle(self, message: tuple[Any, ...]) -> Any:
         if message[0] == "load_call":
             digest, blob, label = message[1]

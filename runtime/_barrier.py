@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from functools import partial
 
-from actorflow.actors import HostFuture
+from actorflow.actors import HostFuture, WaitAny, group_wait
 from actorflow.errors import ExecutorTimedOut
 
 __all__ = ["CANCEL_GRACE", "Interrupted", "Outcome", "TimedOut", "collect"]
@@ -110,6 +110,9 @@ def collect(
         futures are abandoned (a late answer is never read).
     """
     stop = _Stop(cancel)
+    together = group_wait(futures.values())
+    if together is not None:
+        return _collect_waiting(together, futures, limits, started, on_answer=on_answer, stop=stop)
     finished: set[str] = set()
     if len(futures) == 1:
         # The common case (a chain or a cycle): nothing to order, no need for a queue.
@@ -178,6 +181,55 @@ def collect(
         outcomes.append(outcome)
         if on_answer is not None and outcome[1] is not None:
             on_answer(executor, outcome[1], len(outstanding))
+    outcomes.sort(key=lambda o: o[0])
+    return outcomes
+
+
+def _collect_waiting(
+    wait: WaitAny,
+    futures: Mapping[str, HostFuture],
+    limits: Mapping[str, float | None],
+    started: float,
+    *,
+    on_answer: Callable[[str, bytes, int], None] | None,
+    stop: _Stop,
+) -> list[Outcome]:
+    """:func:`collect` for futures that wait together on this thread (``wait_any``).
+
+    One wait for every answer (one per answer with ``on_answer``, taken as they
+    land), cut short by the nearest deadline and, while a cancel may come, every
+    :data:`_POLL` seconds.
+    """
+    deadlines = {
+        e: started + limit for e, limit in limits.items() if limit is not None and e in futures
+    }
+    outstanding = list(futures)
+    outcomes: list[Outcome] = []
+    while outstanding:
+        pending = [deadlines[e] for e in outstanding if e in deadlines]
+        end, poll = stop.end(min(pending) if pending else None)
+        timeout = None if end is None else max(end - time.monotonic(), 0.0)
+        if poll is not None:
+            timeout = poll if timeout is None else min(timeout, poll)
+        count = 1 if on_answer is not None else len(outstanding)
+        landed = wait([futures[e] for e in outstanding], count, timeout)
+        for executor in [outstanding[i] for i in landed]:
+            outstanding.remove(executor)
+            outcome = _taken(executor, futures[executor])
+            outcomes.append(outcome)
+            if on_answer is not None and outcome[1] is not None:
+                on_answer(executor, outcome[1], len(outstanding))
+        if not outstanding or landed:
+            continue
+        if stop.over:
+            outcomes.extend((e, None, Interrupted(e)) for e in sorted(outstanding))
+            break
+        now = time.monotonic()
+        for late in sorted(e for e in outstanding if e in deadlines and deadlines[e] <= now):
+            outstanding.remove(late)
+            limit = limits[late]
+            assert limit is not None
+            outcomes.append((late, None, TimedOut(late, limit)))
     outcomes.sort(key=lambda o: o[0])
     return outcomes
 
