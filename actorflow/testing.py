@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actorflow.actors import ThreadBackend
+from actorflow.actors import RayBackend, ThreadBackend
 from actorflow.runtime import (
     Event,
     ExecutorFailedEvent,
@@ -67,6 +67,12 @@ def inject_fault(
         raise ValueError(
             "a 'kill' fault kills the process hosting the executor, and this session's "
             "executors are threads of the caller's process: use it with RayBackend"
+        )
+    backend = session.backend
+    if kind == "kill" and isinstance(backend, RayBackend) and executor in backend.on_driver:
+        raise ValueError(
+            f"a 'kill' fault kills the process hosting the executor, and {executor!r} is "
+            "hosted on the driver (RayBackend(on_driver=...)): kill an executor in a Ray worker"
         )
     session.inject_fault(Fault(executor, superstep, kind))
 

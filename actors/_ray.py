@@ -25,11 +25,12 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from typing import Any
 
 from actorflow.errors import WorkerImportFailed
 
+from ._backend import HostRef, ThreadBackend
 from ._host import HostedFactory
 from ._ray_host import RayHost
 from ._ray_runtime import (
@@ -82,6 +83,10 @@ def _reserves(options: Mapping[str, Any]) -> bool:
     ) or bool(options.get("resources"))
 
 
+_ON_DRIVER = "threads of the driver process"
+"""The placement of executors hosted on the driver (no Ray options key is a str)."""
+
+
 def _freeze(value: Any) -> Hashable:
     """A hashable key for a JSON-like options value."""
     if isinstance(value, Mapping):
@@ -117,10 +122,17 @@ class RayBackend:
             process takes ~1 s to start and import). Each costs a process (~90 MB);
             none are kept for placements that reserve CPUs, GPUs, memory or custom
             resources (a spare would hold them).
+        on_driver: executors hosted on threads of the driver process, as on
+            ``ThreadBackend``, instead of in Ray workers: light executors (a source,
+            a gather, a router) whose work is smaller than a Ray round trip (~0.5-2
+            ms), which each of their supersteps would otherwise cost. They speak
+            the same bytes and keep the same isolation; they share the driver's GIL
+            and die with it.
 
     Raises:
         ValueError: an option Ray does not take here (restart and retry options
-            are refused: actorflow's ``RestartPolicy`` owns failures).
+            are refused: actorflow's ``RestartPolicy`` owns failures), or Ray
+            options for an executor hosted on the driver.
     """
 
     LOOPBACK_ENV = LOOPBACK_ENV
@@ -134,12 +146,21 @@ class RayBackend:
         init: Mapping[str, Any] | None = None,
         reserve: int = 16,
         spares: int = 1,
+        on_driver: Collection[str] = (),
     ) -> None:
         self._options = _checked_options(options or {}, "options")
         self._executors = {
             eid: {**self._options, **_checked_options(opts, f"executor {eid!r}")}
             for eid, opts in (executors or {}).items()
         }
+        self._on_driver = frozenset(on_driver)
+        both = sorted(self._on_driver & set(self._executors))
+        if both:
+            raise ValueError(
+                f"RayBackend: {both} are hosted on the driver (on_driver) and also given "
+                "Ray actor options (executors): drop one of the two"
+            )
+        self._threads = ThreadBackend()
         self._init = dict(init or {})
         self._reserve = reserve
         self._spares = spares
@@ -150,10 +171,15 @@ class RayBackend:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shipped inside a sub-workflow's program: the settings travel, the live state does not.
-        return (
-            _rebuild,
-            (self._options, self._executors, self._init, self._reserve, self._spares),
-        )
+        settings = {
+            "options": self._options,
+            "executors": self._executors,
+            "init": self._init,
+            "reserve": self._reserve,
+            "spares": self._spares,
+            "on_driver": self._on_driver,
+        }
+        return (_rebuild, (settings,))
 
     def start(self) -> None:
         """Start (or connect to) Ray now, with this backend's ``init``, if it is not running.
@@ -166,16 +192,26 @@ class RayBackend:
 
     # --- ActorBackend -------------------------------------------------------------
 
+    @property
+    def on_driver(self) -> frozenset[str]:
+        """The executors hosted on threads of the driver process, not in Ray workers."""
+        return self._on_driver
+
     def options_for(self, executor: str) -> dict[str, Any]:
         """The Ray actor options ``executor``'s worker is started with."""
         return dict(self._executors.get(executor, self._options))
 
     def placement(self, executor: str) -> Hashable:
-        """Workers started with equal options are interchangeable."""
+        """Workers started with equal options are interchangeable (and driver threads)."""
+        if executor in self._on_driver:
+            return _ON_DRIVER
         return _freeze(self._executors.get(executor, self._options))
 
-    def spawn(self, executor: str) -> RayHost:
-        """Start (or take from the reserve) a worker for ``executor``."""
+    def spawn(self, executor: str) -> HostRef:
+        """Start (or take from the reserve) a worker for ``executor``; a thread for an
+        executor hosted on the driver."""
+        if executor in self._on_driver:
+            return self._threads.spawn(executor)
         key = self.placement(executor)
         with self._lock:
             parked = self._parked.get(key)
@@ -202,6 +238,8 @@ class RayBackend:
         """
         todo: dict[Hashable, list[tuple[str, str, bytes]]] = {}
         for executor, factory in sorted(factories.items()):
+            if executor in self._on_driver:
+                continue  # the driver's own code: nothing to check
             key = (class_of(factory), self.placement(executor))
             with self._lock:
                 if key in self._checked:
@@ -229,7 +267,8 @@ class RayBackend:
                 raise
         with self._lock:
             for executor, factory in factories.items():
-                self._checked.add((class_of(factory), self.placement(executor)))
+                if executor not in self._on_driver:
+                    self._checked.add((class_of(factory), self.placement(executor)))
 
     # --- internals ----------------------------------------------------------------
 
@@ -268,16 +307,8 @@ class RayBackend:
             kill(handle)
 
 
-def _rebuild(
-    options: dict[str, Any],
-    executors: dict[str, dict[str, Any]],
-    init: dict[str, Any],
-    reserve: int,
-    spares: int,
-) -> RayBackend:
-    return RayBackend(
-        options=options, executors=executors, init=init, reserve=reserve, spares=spares
-    )
+def _rebuild(settings: dict[str, Any]) -> RayBackend:
+    return RayBackend(**settings)
 
 
 def _by_value_messages(ray: Any) -> list[tuple[str, type]]:

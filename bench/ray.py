@@ -12,10 +12,13 @@ each against a floor taken in the same run, alternated with it:
   then one call: W2's pattern with bare calls. Target: >= 0.7x.
 - **w5**: a fan-out of pure-Python CPU handlers (~20 ms each, 2 at a time) in
   rounds (source -> 2 crunchers -> fan-in gather -> source ...). Metric: handlers/s
-  on Ray; floor: the same workflow on the thread backend, where the GIL runs one
+  on Ray, the crunchers in workers and the light source and gather on the driver
+  (``RayBackend(on_driver=...)``: a Ray round trip each would cost more than their
+  work); floor: the same workflow on the thread backend, where the GIL runs one
   handler at a time. Target: >= 1.6x. ``details`` holds the ceiling: two bare Ray
   actors running the same handler body in parallel, round by round (what the
-  machine gives two processes at that moment).
+  machine gives two processes at that moment), and the same workflow with every
+  executor in a worker.
 - **ray_payload_<size>**: where Ray's object store pays. One call carrying a
   payload of <size> bytes to a bare Ray actor, passed inline as actorflow's hosts
   pass it (Ray itself moves arguments and results over 100 KiB through its object
@@ -327,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # W5: CPU-bound handlers, 2 at a time, Ray against threads.
     handlers = 2 * ROUNDS
-    with build_w5() as on_threads, build_w5(backend) as on_ray:
+    mixed = af.RayBackend(on_driver=("source", "gather"))
+    with build_w5() as on_threads, build_w5(mixed) as on_ray, build_w5(backend) as all_on_ray:
 
         def rate(wf: af.Workflow) -> float:
             started = time.perf_counter()
@@ -342,8 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ray.get([c.crunch.remote(r * 10 + i) for i, c in enumerate(crunchers)])
             return handlers / (time.perf_counter() - started)
 
-        floors, works, ceilings = alternate_all(
-            [lambda: rate(on_threads), lambda: rate(on_ray), bare], repeats
+        floors, works, ceilings, workers_only = alternate_all(
+            [lambda: rate(on_threads), lambda: rate(on_ray), bare, lambda: rate(all_on_ray)],
+            repeats,
         )
         for actor in crunchers:
             ray.kill(actor)
@@ -362,7 +367,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler_ms=round(1000 / median(floors), 1),
         bare_ray_handlers_per_s=round(median(ceilings), 2),
         bare_ray_vs_threads=round(median(ceilings) / median(floors), 3),
+        on_driver=["source", "gather"],
+        all_in_workers_handlers_per_s=round(median(workers_only), 2),
+        all_in_workers_vs_threads=round(median(workers_only) / median(floors), 3),
     )
+    mixed.shutdown()
 
     _payloads(ray, quick)
 

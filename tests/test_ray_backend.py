@@ -342,6 +342,31 @@ def test_restart_and_retry_options_are_refused() -> None:
         af.RayBackend(executors={"x": {"max_task_retries": 1}})
 
 
+def test_executors_on_the_driver_run_as_threads_beside_ray_workers(ray_cluster: Any) -> None:
+    """``on_driver`` executors run in the driver process, the others in workers; a failure
+    of either kind is recovered as on threads, and killing a driver-hosted one is refused."""
+    from actorflow.testing import inject_fault
+
+    backend = af.RayBackend(on_driver=("emit",))
+    builder = af.WorkflowBuilder(
+        "mixed", start=Squarer("square"), restart=af.RestartPolicy(max_restarts=5)
+    )
+    wf = builder.add_edge("square", Emit("emit")).build(backend=backend)
+    with wf, wf.session() as s:
+        [(value, pid)] = s.run(Work(3)).outputs
+        assert (value, pid) == (9, os.getpid())
+        with pytest.raises(ValueError, match="on_driver"):
+            inject_fault(s, "emit", 4, "kill")
+        inject_fault(s, "square", 3, "kill")
+        inject_fault(s, "emit", 4, "exception")
+        result = s.run(Work(4))
+        assert result.outputs == [(16, os.getpid())]
+        assert sum(isinstance(e, af.RunRestartedEvent) for e in result.events) == 2
+    backend.shutdown()
+    with pytest.raises(ValueError, match="on_driver"):
+        af.RayBackend(on_driver=("x",), executors={"x": {"num_cpus": 1}})
+
+
 def test_a_kill_fault_is_refused_on_threads() -> None:
     """Killing the host process of a thread-hosted executor would kill the caller."""
     from actorflow.testing import inject_fault
