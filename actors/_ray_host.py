@@ -1,8 +1,8 @@
 """The driver's handle on one Ray worker (:class:`RayHost`) and its pending answers.
 
 Kept apart from :mod:`._ray` (the backend: placement, spawning, the reserve)
-because it is the per-call path. A step call goes out as two ``bytes``
-arguments, which Ray passes raw; anything else as one tuple, which Ray pickles.
+because it is the per-call path. Every call goes out with ``bytes``
+arguments only, which Ray passes raw (it pickles anything else).
 The barrier waits for a superstep's answers with :meth:`RayFuture.wait_any`
 (one ``ray.wait`` on the supervisor's thread) instead of a callback per answer,
 which Ray delivers through a thread hop that costs more than the call.
@@ -55,21 +55,21 @@ class RayHost:
             # The worker's cache sees the same sequence of digests as this mirror.
             if digest in self._known:
                 self._known.move_to_end(digest)
-                shipped: bytes | None = None
+                blob = b""  # the worker has it
             else:
                 self._known[digest] = None
                 if len(self._known) > CACHED_PROGRAMS:
                     self._known.popitem(last=False)
-                shipped = blob
-        return self._send(("load_call", (digest, shipped, label(factory)), method, payload))
-
-    def unload(self) -> RayFuture:
-        return self._send(("unload",))
-
-    def _send(self, message: tuple[Any, ...]) -> RayFuture:
         if not self._enter():
             return self._refused()
-        return RayFuture(self, self._handle.handle.remote(message))
+        name = label(factory).encode() if blob else b""
+        ref = self._handle.load_call.remote(digest.encode(), blob, name, method.encode(), payload)
+        return RayFuture(self, ref)
+
+    def unload(self) -> RayFuture:
+        if not self._enter():
+            return self._refused()
+        return RayFuture(self, self._handle.unload.remote())
 
     def _enter(self) -> bool:
         """Count a call in flight; False if the worker takes no more calls."""
@@ -98,7 +98,7 @@ class RayHost:
             self._state = "stopped"
             idle = self._in_flight == 0
         if idle and running() is not None:
-            self._handle.handle.remote(("unload",))
+            self._handle.unload.remote()
             if self._backend._park(self._handle, self._key):
                 return
         kill(self._handle)
