@@ -42,7 +42,7 @@ from ._ray_runtime import (
     label,
     ray_module,
 )
-from ._ray_worker import Shipped
+from ._ray_worker import PRELOADED, Shipped
 from ._registry import registered
 
 __all__ = ["RayBackend"]
@@ -165,7 +165,8 @@ class RayBackend:
         self._reserve = reserve
         self._spares = spares
         self._lock = threading.Lock()
-        self._parked: dict[Hashable, list[Any]] = {}
+        self._parked: dict[Hashable, list[tuple[Any, Any]]] = {}
+        self._recent: dict[Hashable, OrderedDict[str, tuple[bytes, str]]] = {}
         self._blobs: OrderedDict[int, tuple[object, str, bytes]] = OrderedDict()
         self._checked: set[tuple[type, Hashable]] = set()
 
@@ -215,20 +216,29 @@ class RayBackend:
         key = self.placement(executor)
         with self._lock:
             parked = self._parked.get(key)
-            handle = parked.pop(0) if parked else None  # the oldest: the most likely running
+            taken = parked.pop(0) if parked else None  # the oldest: the most likely running
             missing = self._spares - len(parked or ())
         options = self.options_for(executor)
         if _reserves(options):
             missing = 0  # a spare would hold CPUs, GPUs or memory that running workers need
         ray = ray_module(self._init)
         actor = actor_class(ray).options(**options)
-        if handle is None:
-            handle = actor.remote()
         for _ in range(missing):
-            # Started now, in the background: the next spawn of this placement (a
-            # replacement after a crash, most likely) finds a running process.
-            self._park(actor.remote(), key, spare=True)
-        return RayHost(self, handle, key)
+            # Started now, in the background, with this placement's programs unpickled
+            # ahead: the next spawn (a replacement after a crash, most likely) finds a
+            # running process that restores at once.
+            spare = actor.remote()
+            self._park(spare, key, spare=True, known=self._preload(spare, key))
+        if taken is None:
+            return RayHost(self, actor.remote(), key)
+        handle, known = taken
+        if not isinstance(known, tuple):
+            # The spare's preload: waited for here, as the first call would wait for it.
+            try:
+                known = tuple(ray.get(known, timeout=120))
+            except Exception:  # noqa: BLE001 - a spare that died is found out by its first call
+                known = ()
+        return RayHost(self, handle, key, known)
 
     def check(self, factories: Mapping[str, HostedFactory]) -> None:
         """Unpickle every program on a worker of its placement, once per class and placement.
@@ -241,10 +251,16 @@ class RayBackend:
             if executor in self._on_driver:
                 continue  # the driver's own code: nothing to check
             key = (class_of(factory), self.placement(executor))
+            digest, blob = self._pickled(factory)
             with self._lock:
+                # What spares of this placement unpickle ahead (see spawn).
+                recent = self._recent.setdefault(key[1], OrderedDict())
+                recent[digest] = (blob, label(factory))
+                recent.move_to_end(digest)
+                if len(recent) > PRELOADED:
+                    recent.popitem(last=False)
                 if key in self._checked:
                     continue
-            _digest, blob = self._pickled(factory)
             todo.setdefault(key[1], []).append((executor, label(factory), blob))
         if not todo:
             return
@@ -290,18 +306,29 @@ class RayBackend:
                 self._blobs.popitem(last=False)
         return digest, blob
 
-    def _park(self, handle: Any, key: Hashable, *, spare: bool = False) -> bool:
-        """Keep an idle worker for the next spawn with this placement; False if full."""
+    def _preload(self, spare: Any, key: Hashable) -> Any:
+        """Have a new worker unpickle the programs last checked for its placement; the
+        reference to the digests it then holds, in its cache's order."""
+        with self._lock:
+            programs = [(d, blob, name) for d, (blob, name) in self._recent.get(key, {}).items()]
+        return spare.preload.remote(programs)
+
+    def _park(self, handle: Any, key: Hashable, *, spare: bool = False, known: Any = ()) -> bool:
+        """Keep an idle worker for the next spawn with this placement; False if full.
+
+        ``known``: the digests of the programs it holds, in its cache's order (or
+        the reference to them, from :meth:`_preload`).
+        """
         with self._lock:
             if not spare and sum(len(v) for v in self._parked.values()) >= self._reserve:
                 return False
-            self._parked.setdefault(key, []).append(handle)
+            self._parked.setdefault(key, []).append((handle, known))
             return True
 
     def shutdown(self) -> None:
         """Kill the reserve's idle workers (hosts lent to sessions stop with them)."""
         with self._lock:
-            parked = [h for handles in self._parked.values() for h in handles]
+            parked = [h for handles in self._parked.values() for h, _known in handles]
             self._parked = {}
         for handle in parked:
             kill(handle)

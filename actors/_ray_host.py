@@ -35,14 +35,17 @@ class RayHost:
 
     __slots__ = ("_backend", "_handle", "_in_flight", "_key", "_known", "_lock", "_state")
 
-    def __init__(self, backend: RayBackend, handle: Any, key: Hashable) -> None:
+    def __init__(
+        self, backend: RayBackend, handle: Any, key: Hashable, known: Sequence[str] = ()
+    ) -> None:
         self._backend = backend
         self._handle = handle
         self._key = key
         self._lock = threading.Lock()
         self._in_flight = 0
         self._state = "live"  # "live", "stopped" or "lost"
-        self._known: OrderedDict[str, None] = OrderedDict()
+        self._known: OrderedDict[str, None] = OrderedDict.fromkeys(known)
+        """The digests of the programs the worker holds, in its cache's order."""
 
     def call(self, method: str, payload: bytes) -> RayFuture:
         if not self._enter():
@@ -99,7 +102,7 @@ class RayHost:
             idle = self._in_flight == 0
         if idle and running() is not None:
             self._handle.unload.remote()
-            if self._backend._park(self._handle, self._key):
+            if self._backend._park(self._handle, self._key, known=tuple(self._known)):
                 return
         kill(self._handle)
 

@@ -17,10 +17,12 @@ from actorflow.errors import WorkerImportFailed
 from ._host import HostedFactory, ProgramSlot
 from ._registry import message
 
-__all__ = ["CACHED_PROGRAMS", "Shipped", "Worker", "check_programs"]
+__all__ = ["CACHED_PROGRAMS", "PRELOADED", "Shipped", "Worker", "check_programs"]
 
 CACHED_PROGRAMS = 256
 """Programs a worker keeps unpickled (and the driver remembers it keeps), least recent out."""
+PRELOADED = 16
+"""Programs a spare worker unpickles ahead, per placement: the last ones checked."""
 
 
 class Shipped:
@@ -93,6 +95,19 @@ class Worker:
 
     def unload(self) -> Any:
         return self._slot.receive(("unload",))
+
+    def preload(self, programs: list[tuple[str, bytes, str]]) -> list[str]:
+        """Unpickle ``programs`` (digest, blob, label) ahead of their first call, as a
+        spare; returns the digests now cached, in the cache's order (the driver's mirror).
+        One that fails is left out: its first call ships it again, and fails there."""
+        for digest, blob, label in programs:
+            try:
+                self._programs[digest] = _unpickle(blob, label)
+            except Exception:  # noqa: BLE001 - reported by the program's own first call
+                continue
+            if len(self._programs) > CACHED_PROGRAMS:
+                self._programs.popitem(last=False)
+        return list(self._programs)
 
 
 def check_programs(executors: list[tuple[str, str, bytes]]) -> None:
