@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RayFuture", "RayHost"]
 
+_UNREAD: Any = object()
+
 
 class RayHost:
     """A handle on one worker. Driver side; thread-safe."""
@@ -123,7 +125,7 @@ class RayFuture:
     when someone asks for a callback.
     """
 
-    __slots__ = ("_error", "_future", "_host", "_ref", "_settled")
+    __slots__ = ("_error", "_future", "_host", "_ref", "_settled", "_value")
 
     def __init__(self, host: RayHost, ref: Any, error: BaseException | None = None) -> None:
         self._host = host
@@ -131,6 +133,8 @@ class RayFuture:
         self._error = error
         self._future: concurrent.futures.Future[Any] | None = None
         self._settled = error is not None  # a call never sent is not in flight
+        self._value: Any = _UNREAD
+        """The answer, once :meth:`wait_any` took it from Ray."""
 
     @classmethod
     def failed(cls, host: RayHost, error: BaseException) -> RayFuture:
@@ -141,7 +145,8 @@ class RayFuture:
     def wait_any(futures: Sequence[HostFuture], count: int, timeout: float | None) -> list[int]:
         """Wait until ``count`` of ``futures`` (RayFutures) have their answer, or
         ``timeout`` s; returns the positions of those that have it (in order).
-        On the calling thread: one ``ray.wait``, no thread hop per answer."""
+        On the calling thread: one ``ray.get`` (every answer) or ``ray.wait``, no
+        thread hop per answer."""
         refs: dict[Any, int] = {}
         done: list[int] = []
         for i, future in enumerate(futures):
@@ -150,10 +155,25 @@ class RayFuture:
                 done.append(i)  # never sent: its error is its answer
             else:
                 refs[future._ref] = i
-        if refs and len(done) < count:
-            wanted = min(count - len(done), len(refs))
-            ready, _ = ray_module().wait(list(refs), num_returns=wanted, timeout=timeout)
-            done.extend(refs[ref] for ref in ready)
+        if not refs or len(done) >= count:
+            return done
+        ray = ray_module()
+        pending = list(refs)
+        if count >= len(futures):
+            # Every answer wanted: one ray.get takes them all, and ``get`` then returns
+            # each without asking Ray again. A wait that timed out or a call that
+            # failed is sorted out by the ray.wait below, answer by answer.
+            try:
+                values = ray.get(pending, timeout=timeout)
+            except Exception:  # noqa: BLE001 - see ray.wait below
+                timeout = 0
+            else:
+                for ref, value in zip(pending, values, strict=True):
+                    futures[refs[ref]]._value = value  # type: ignore[attr-defined]  # RayFutures
+                return list(range(len(futures)))
+        wanted = min(count - len(done), len(refs))
+        ready, _ = ray.wait(pending, num_returns=wanted, timeout=timeout)
+        done.extend(refs[ref] for ref in ready)
         return sorted(done)
 
     def get(self, *, timeout: float | None = None) -> Any:
@@ -161,6 +181,12 @@ class RayFuture:
         worker as :class:`HostLost`); ``TimeoutError`` after ``timeout`` s."""
         if self._error is not None:
             raise self._error
+        value = self._value
+        if value is not _UNREAD:
+            self._settle()
+            if type(value) is Raised:
+                raise value.error
+            return value
         ray = ray_module()
         try:
             value = ray.get(self._ref, timeout=timeout)
