@@ -109,25 +109,7 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
         DecodeError: the chunks are missing, extra, reordered, corrupt, or of another
             format version; or a value in them cannot be decoded (see :func:`decode`).
     """
-    given: object = chunks  # checked at run time too: one bytes object is a common mistake
-    if isinstance(given, bytes | bytearray | str) or not isinstance(given, Sequence):
-        raise DecodeError("decode_state expects the sequence of chunks from encode_state")
-    if not chunks:
-        raise DecodeError("a snapshot has at least its manifest chunk; got no chunks")
-    manifest = decode(chunks[0])
-    if type(manifest) is not list or len(manifest) != 2 or type(manifest[1]) is not list:
-        raise DecodeError("malformed snapshot manifest")
-    version, entries = manifest
-    # The type first: comparing a Decimal sNaN raises, and a huge int has no repr.
-    if type(version) is not int or version != STATE_FORMAT:
-        shown = (
-            version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
-        )
-        raise DecodeError(
-            f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})"
-        )
-    if not all(_valid_entry(entry) for entry in entries):
-        raise DecodeError("malformed snapshot manifest entry")
+    entries = _manifest(chunks)
     n_inline = sum(1 for entry in entries if entry[1] == KIND_INLINE)
     inline: list[Any] = []
     position = 1
@@ -156,6 +138,42 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
     if position != len(chunks):
         raise DecodeError(f"the snapshot has {len(chunks)} chunks, its manifest {position}")
     return state
+
+
+def state_names(chunks: Sequence[bytes]) -> list[str]:
+    """The attribute names of a snapshot, in order, read from its manifest chunk alone.
+
+    No value is decoded, so this is cheap for any size of state.
+
+    Raises:
+        DecodeError: the manifest is missing, corrupt or of another format version.
+    """
+    return [entry[0] for entry in _manifest(chunks)]
+
+
+def _manifest(chunks: Sequence[bytes]) -> list[list[Any]]:
+    """The checked manifest entries of a snapshot's chunks."""
+    given: object = chunks  # checked at run time too: one bytes object is a common mistake
+    if isinstance(given, bytes | bytearray | str) or not isinstance(given, Sequence):
+        raise DecodeError("decode_state expects the sequence of chunks from encode_state")
+    if not chunks:
+        raise DecodeError("a snapshot has at least its manifest chunk; got no chunks")
+    manifest = decode(chunks[0])
+    if type(manifest) is not list or len(manifest) != 2 or type(manifest[1]) is not list:
+        raise DecodeError("malformed snapshot manifest")
+    version, entries = manifest
+    # The type first: comparing a Decimal sNaN raises, and a huge int has no repr.
+    if type(version) is not int or version != STATE_FORMAT:
+        shown = (
+            version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
+        )
+        raise DecodeError(
+            f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})"
+        )
+    if not all(_valid_entry(entry) for entry in entries):
+        raise DecodeError("malformed snapshot manifest entry")
+    checked: list[list[Any]] = entries
+    return checked
 
 
 def _valid_entry(entry: object) -> bool:

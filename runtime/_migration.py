@@ -7,13 +7,16 @@ every executor whose class declares one other than 1 (the runtime field
 ``"versions"``).
 
 On resume, before any actor starts, :func:`prepare_snapshots` reads every
-executor's stored state, migrates the ones of an older version, and restores each
-into a scratch instance of the current class (``restore()`` as the runner calls
-it, no resources), which must then have every attribute a freshly built instance
-has. A snapshot that fails any of this fails the resume with
-:class:`~actorflow.errors.StateMigrationError`, naming the executor, both versions
-and the fix, instead of the first handler failing with an ``AttributeError``.
-Sub-workflows check their nested states the same way when restored, and migrate
+executor's stored state and migrates the ones of an older version, restoring each
+migrated state into a scratch instance of the current class (``restore()`` as the
+runner calls it, no resources) to check that it fits (:mod:`._state_fit`). A state
+of the current version is checked by its host instead, as the resumed session
+restores it, before ``wf.resume`` returns: decoding a large state once, where it
+is used, rather than twice. Either way a snapshot that does not fit fails the
+resume with :class:`~actorflow.errors.StateMigrationError`, naming the executor,
+both versions and the fix, instead of the first handler failing with an
+``AttributeError``. Sub-workflows check every nested state on a scratch instance
+when restored (``trial_restore=True``: no host of theirs exists yet), and migrate
 them when their inner session resumes.
 """
 
@@ -25,25 +28,17 @@ from typing import Any
 
 from actorflow.actors import decode_state, encode_state
 from actorflow.actors._naming import stable_name
-from actorflow.errors import DecodeError, StateMigrationError
+from actorflow.errors import DecodeError
 
 from ._executor import Executor
 from ._runner import ExecutorProgram
+from ._state_fit import migration_error, restore_fitted, version_of
 from ._wire import pack
 
 __all__ = ["prepare_snapshots", "version_entries"]
 
 Chunks = list[tuple[str, bytes | None]]
 Reader = Callable[[list[str]], Mapping[str, bytes]]
-
-
-def version_of(cls: type[Executor]) -> int:
-    version = getattr(cls, "state_version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise StateMigrationError(
-            f"{stable_name(cls)}.state_version must be an int >= 1, got {version!r}"
-        )
-    return version
 
 
 def version_entries(programs: Mapping[str, ExecutorProgram]) -> dict[str, bytes]:
@@ -60,8 +55,9 @@ def prepare_snapshots(
     read: Reader,
     *,
     where: str = "",
+    trial_restore: bool = False,
 ) -> set[str]:
-    """Check (and migrate, in place) every snapshot in ``snapshots`` against its class.
+    """Migrate, in place, the snapshots in ``snapshots`` of an older state version.
 
     Args:
         programs: executor id -> its program (the current code).
@@ -70,6 +66,8 @@ def prepare_snapshots(
             replaced by chunks that all hold bytes, migrated where needed.
         read: digest list -> bytes, for the chunks not in hand.
         where: prefix for error messages (a sub-workflow's path).
+        trial_restore: also decode and check the snapshots of the current version
+            (otherwise their hosts check them as they restore them).
 
     Returns:
         The executors whose state was migrated.
@@ -90,35 +88,17 @@ def prepare_snapshots(
         chunks = [(d, c if c is not None else got[d]) for d, c in snapshots[eid]]
         current = version_of(program.cls)
         stored = stored_versions.get(eid, 1)
+        snapshots[eid] = list(chunks)
+        if stored == current and not trial_restore:
+            continue
         state = _decoded(program, chunks, where)
         if stored != current:
             state = _migrated(program, state, stored, current, where)
             encoded = encode_state(state)
             snapshots[eid] = [(hashlib.sha256(c).hexdigest(), c) for c in encoded]
             migrated.add(eid)
-        else:
-            snapshots[eid] = list(chunks)
-        _check_restores(program, state, stored, current, where)
+        _check_restores(program, state, stored, where)
     return migrated
-
-
-def _error(
-    program: ExecutorProgram, stored: int, current: int, what: str, fix: str, *, where: str
-) -> StateMigrationError:
-    name = stable_name(program.cls)
-    return StateMigrationError(
-        f"{where}executor {program.executor_id!r} ({name}): {what} (stored state version "
-        f"{stored}, current state_version {current}); {fix}",
-        executor=program.executor_id,
-        stored_version=stored,
-        current_version=current,
-    )
-
-
-_HOW = (
-    "declare state_version = {next} on the class and a classmethod migrate(cls, state, "
-    "from_version) that returns the state in the new shape, or give restore() defaults"
-)
 
 
 def _decoded(
@@ -138,7 +118,7 @@ def _migrated(
 ) -> dict[str, Any]:
     cls = program.cls
     if stored > current:
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -148,7 +128,7 @@ def _migrated(
         )
     mro = cls.__mro__
     if not any("migrate" in vars(k) for k in mro[: mro.index(Executor)]):
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -160,7 +140,7 @@ def _migrated(
     try:
         new = cls.migrate(dict(state), stored)
     except Exception as exc:
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -169,7 +149,7 @@ def _migrated(
             where=where,
         ) from exc
     if not isinstance(new, dict) or not all(isinstance(k, str) for k in new):
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -181,39 +161,7 @@ def _migrated(
 
 
 def _check_restores(
-    program: ExecutorProgram, state: dict[str, Any], stored: int, current: int, where: str
+    program: ExecutorProgram, state: dict[str, Any], stored: int, where: str
 ) -> None:
-    """Restore ``state`` into a scratch instance as the runner would; it must be complete."""
-    cls = program.cls
-    instance = cls.__new__(cls)
-    instance._af_id = program.executor_id
-    instance._af_timeout = program.timeout
-    instance._af_live = None
-    if program.code is not None:
-        program.code.attach(instance)
-    try:
-        instance.restore(dict(state))
-    except StateMigrationError:
-        raise
-    except Exception as exc:
-        raise _error(
-            program,
-            stored,
-            current,
-            f"restore() of the current class raised {type(exc).__name__}: {exc}",
-            _HOW.format(next=current + 1),
-            where=where,
-        ) from exc
-    mro = cls.__mro__
-    if any("snapshot" in vars(k) for k in mro[: mro.index(Executor)]):
-        return  # a custom snapshot: its keys need not be attributes
-    lacking = sorted(k for k in program.initial_state() if k not in vars(instance))
-    if lacking:
-        raise _error(
-            program,
-            stored,
-            current,
-            f"its stored state lacks attribute(s) {', '.join(lacking)} that the current class has",
-            _HOW.format(next=current + 1),
-            where=where,
-        )
+    """Restore ``state`` into a scratch instance as the runner would; it must fit."""
+    restore_fitted(program, program.bare_instance(), dict(state), stored=stored, where=where)
