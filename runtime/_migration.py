@@ -7,17 +7,18 @@ every executor whose class declares one other than 1 (the runtime field
 ``"versions"``).
 
 On resume, before any actor starts, :func:`prepare_snapshots` reads every
-executor's stored state and migrates the ones of an older version, restoring each
-migrated state into a scratch instance of the current class (``restore()`` as the
-runner calls it, no resources) to check that it fits (:mod:`._state_fit`). A state
-of the current version is checked by its host instead, as the resumed session
-restores it, before ``wf.resume`` returns: decoding a large state once, where it
-is used, rather than twice. Either way a snapshot that does not fit fails the
-resume with :class:`~actorflow.errors.StateMigrationError`, naming the executor,
-both versions and the fix, instead of the first handler failing with an
-``AttributeError``. Sub-workflows check every nested state on a scratch instance
-when restored (``trial_restore=True``: no host of theirs exists yet), and migrate
-them when their inner session resumes.
+executor's stored state and checks that it fits the current class
+(:mod:`._state_fit`): a state of an older version is decoded, migrated and
+restored into a scratch instance of the current class (``restore()`` as the
+runner calls it, no resources); so is a state of a class with its own
+``restore()``. A state of the current version of a class with the default
+``restore()`` is checked from its manifest alone and decoded by its host when its
+executor first runs, so a resume that runs one executor decodes one state. A
+snapshot that does not fit fails the resume with
+:class:`~actorflow.errors.StateMigrationError`, naming the executor, both
+versions and the fix, instead of the first handler failing with an
+``AttributeError``. Sub-workflows check their nested states the same way when
+restored, and migrate them when their inner session resumes.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ from actorflow.actors import decode_state, encode_state
 from actorflow.actors._naming import stable_name
 from actorflow.errors import DecodeError
 
-from ._executor import Executor
 from ._runner import ExecutorProgram
-from ._state_fit import migration_error, restore_fitted, version_of
+from ._state_fit import fits_unread, migration_error, overrides, restore_fitted, version_of
 from ._wire import pack
 
 __all__ = ["prepare_snapshots", "version_entries"]
@@ -55,9 +55,8 @@ def prepare_snapshots(
     read: Reader,
     *,
     where: str = "",
-    trial_restore: bool = False,
 ) -> set[str]:
-    """Migrate, in place, the snapshots in ``snapshots`` of an older state version.
+    """Check every snapshot in ``snapshots`` against its class, migrating older ones in place.
 
     Args:
         programs: executor id -> its program (the current code).
@@ -66,8 +65,6 @@ def prepare_snapshots(
             replaced by chunks that all hold bytes, migrated where needed.
         read: digest list -> bytes, for the chunks not in hand.
         where: prefix for error messages (a sub-workflow's path).
-        trial_restore: also decode and check the snapshots of the current version
-            (otherwise their hosts check them as they restore them).
 
     Returns:
         The executors whose state was migrated.
@@ -89,7 +86,7 @@ def prepare_snapshots(
         current = version_of(program.cls)
         stored = stored_versions.get(eid, 1)
         snapshots[eid] = list(chunks)
-        if stored == current and not trial_restore:
+        if stored == current and fits_unread(program, [c for _, c in chunks], stored, where=where):
             continue
         state = _decoded(program, chunks, where)
         if stored != current:
@@ -126,8 +123,7 @@ def _migrated(
             "resume it with the code that wrote it (state is never migrated backwards)",
             where=where,
         )
-    mro = cls.__mro__
-    if not any("migrate" in vars(k) for k in mro[: mro.index(Executor)]):
+    if not overrides(cls, "migrate"):
         raise migration_error(
             program,
             stored,

@@ -207,7 +207,7 @@ def _session_on(
     pool: HostPool | None = None,
 ) -> Session:
     lineage = Lineage.of(restored.extra)
-    session = Session(
+    return Session(
         wf,
         session_id,
         store=store,
@@ -218,12 +218,6 @@ def _session_on(
         lineage=lineage.branch(restored.checkpoint.superstep) if branch else lineage,
         pool=pool,
     )
-    try:
-        session._restore_hosts()
-    except BaseException:
-        session.close()
-        raise
-    return session
 
 
 def _exists(

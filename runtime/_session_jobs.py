@@ -120,35 +120,6 @@ class RunJobs:
             trace=capture_context(),
         )
 
-    def _restore_hosts(self) -> None:
-        """Restore every executor of a resumed session into its host now, on the
-        supervisor thread: the last step of ``wf.resume``.
-
-        So a stored state the current code cannot use fails the resume (the host
-        checks it as it restores it: ``._state_fit``), and each state is decoded
-        once, where it is used, by hosts restoring in parallel where they can.
-
-        Raises:
-            StateMigrationError: a state does not fit its class (its hosts are back
-                in the pool; the caller closes the session).
-        """
-        restored = self._restored
-        assert restored is not None and not self._started
-        if self._supervisor is None:
-            self._supervisor = self._workflow._acquire_supervisor()
-
-        def work() -> Exception | None:
-            try:
-                self._driver.start_hosts(restored.snapshots)
-            except Exception as exc:  # noqa: BLE001 - raised by the caller, not logged by pykka
-                return exc
-            self._started = True
-            return None
-
-        error = self._supervisor.ask(work, block=False).get()
-        if error is not None:
-            raise error
-
     def _submit(self, job: RunJob) -> pykka.Future[Any]:
         """Hand the job to the supervisor actor; its last event is an :class:`End`."""
         if self._supervisor is None:

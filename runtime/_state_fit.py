@@ -2,18 +2,28 @@
 
 A state fits when the class's ``restore()`` takes it and leaves the instance with
 every attribute a freshly built instance has (unless the class writes its own
-``snapshot()``, whose keys need not be attributes). The host checks this as it
-restores a snapshot into its instance, which a resumed session does before
-``wf.resume`` returns; the driver checks a migrated state the same way on a
-scratch instance. Either way a state the code cannot use fails the resume with
-:class:`~actorflow.errors.StateMigrationError`, not the first handler with an
-``AttributeError``.
+``snapshot()``, whose keys need not be attributes). A state that does not fit
+fails with :class:`~actorflow.errors.StateMigrationError`, naming the executor,
+both versions and the fix, not the first handler with an ``AttributeError``.
+
+Two ways to tell, one rule (:func:`check_names`):
+
+- :func:`restore_fitted` restores the state and looks at the instance's
+  attributes: what the host does with every snapshot it restores, and what a
+  resume does on a scratch instance for a migrated state or a class with its own
+  ``restore()``;
+- :func:`fits_unread` reads the attribute names from the snapshot's manifest
+  alone: what a resume does for a class with the default ``restore()`` (which sets
+  exactly the stored attributes), so a large state is not decoded until its
+  executor first runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from actorflow.actors._chunks import state_names
 from actorflow.actors._naming import stable_name
 from actorflow.errors import StateMigrationError
 
@@ -22,7 +32,7 @@ from ._executor import Executor
 if TYPE_CHECKING:
     from ._runner import ExecutorProgram
 
-__all__ = ["migration_error", "restore_fitted", "version_of"]
+__all__ = ["fits_unread", "migration_error", "overrides", "restore_fitted", "version_of"]
 
 _HOW = (
     "declare state_version = {next} on the class and a classmethod migrate(cls, state, "
@@ -90,12 +100,38 @@ def restore_fitted(
             _HOW.format(next=current + 1),
             where=where,
         ) from exc
-    mro = program.cls.__mro__
-    if any("snapshot" in vars(k) for k in mro[: mro.index(Executor)]):
+    check_names(program, vars(instance), stored, where=where)
+
+
+def fits_unread(
+    program: ExecutorProgram, chunks: list[bytes], stored: int, *, where: str = ""
+) -> bool:
+    """Check a stored state of a class with the default ``restore()`` without decoding it.
+
+    Returns:
+        False when the class overrides ``restore()``: only restoring tells then
+        (:func:`restore_fitted`); True when the state's attribute names fit.
+
+    Raises:
+        StateMigrationError: the state lacks attributes the current class has.
+        DecodeError: the snapshot's manifest is corrupt.
+    """
+    if overrides(program.cls, "restore"):
+        return False
+    check_names(program, state_names(chunks), stored, where=where)
+    return True
+
+
+def check_names(
+    program: ExecutorProgram, names: Collection[str], stored: int, *, where: str
+) -> None:
+    """Raise unless ``names`` (a restored instance's attributes) has every attribute of
+    the current blueprint; a class with its own ``snapshot()`` is not checked."""
+    if overrides(program.cls, "snapshot"):
         return  # a custom snapshot: its keys need not be attributes
-    attributes = vars(instance)
-    lacking = sorted(name for name in program.state_names if name not in attributes)
+    lacking = sorted(name for name in program.state_names if name not in names)
     if lacking:
+        current = version_of(program.cls)
         raise migration_error(
             program,
             stored,
@@ -104,3 +140,9 @@ def restore_fitted(
             _HOW.format(next=current + 1),
             where=where,
         )
+
+
+def overrides(cls: type[Executor], method: str) -> bool:
+    """Whether ``cls`` (or a base below :class:`Executor`) defines ``method`` itself."""
+    mro = cls.__mro__
+    return any(method in vars(k) for k in mro[: mro.index(Executor)])

@@ -190,7 +190,6 @@ class WorkflowExecutor(Executor):
             snapshots,
             lambda digests: {d: blobs[d] for d in digests},
             where=f"in sub-workflow {self.id!r}: ",
-            trial_restore=True,  # no inner host exists yet to check them as it restores
         )
 
     # --- handlers -------------------------------------------------------------------
