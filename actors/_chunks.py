@@ -143,12 +143,41 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
 def state_names(chunks: Sequence[bytes]) -> list[str]:
     """The attribute names of a snapshot, in order, read from its manifest chunk alone.
 
-    No value is decoded, so this is cheap for any size of state.
-
     Raises:
         DecodeError: the manifest is missing, corrupt or of another format version.
     """
     return [entry[0] for entry in _manifest(chunks)]
+
+
+def check_state(chunks: Sequence[bytes], trusted: Sequence[bool]) -> list[str]:
+    """Check a snapshot's chunks as :func:`decode_state` would, without keeping its values.
+
+    The manifest is read and checked, and so is the number of chunks it implies;
+    every chunk not ``trusted`` (for example, one byte-identical to a chunk the
+    caller encoded itself) is decoded, so it gets every check of :func:`decode`,
+    and dropped. What only assembling the state checks (each list group holds a
+    list, the item counts) is left to :func:`decode_state`.
+
+    Args:
+        chunks: the chunks, manifest first.
+        trusted: one flag per chunk: True to skip decoding it.
+
+    Returns:
+        The attribute names, in order.
+
+    Raises:
+        DecodeError: the manifest is corrupt or of another format version, the chunk
+            count does not match it, or an untrusted chunk does not decode.
+    """
+    entries = _manifest(chunks)
+    inline = any(entry[1] == KIND_INLINE for entry in entries)
+    expected = 1 + inline + sum(entry[2] for entry in entries)
+    if expected != len(chunks):
+        raise DecodeError(f"the snapshot has {len(chunks)} chunks, its manifest {expected}")
+    for chunk, skip in zip(chunks[1:], trusted[1:], strict=True):
+        if not skip:
+            decode(chunk)
+    return [entry[0] for entry in entries]
 
 
 def _manifest(chunks: Sequence[bytes]) -> list[list[Any]]:

@@ -28,11 +28,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from actorflow.actors import decode_state, encode_state
-from actorflow.actors._naming import stable_name
 from actorflow.errors import DecodeError
 
 from ._runner import ExecutorProgram
-from ._state_fit import fits_unread, migration_error, overrides, restore_fitted, version_of
+from ._state_fit import (
+    fits_unread,
+    migration_error,
+    overrides,
+    restore_fitted,
+    undecodable,
+    version_of,
+)
 from ._wire import pack
 
 __all__ = ["prepare_snapshots", "version_entries"]
@@ -86,7 +92,7 @@ def prepare_snapshots(
         current = version_of(program.cls)
         stored = stored_versions.get(eid, 1)
         snapshots[eid] = list(chunks)
-        if stored == current and fits_unread(program, [c for _, c in chunks], stored, where=where):
+        if stored == current and fits_unread(program, chunks, stored, where=where):
             continue
         state = _decoded(program, chunks, where)
         if stored != current:
@@ -104,10 +110,7 @@ def _decoded(
     try:
         return decode_state([c for _, c in chunks])
     except DecodeError as exc:
-        raise DecodeError(
-            f"{where}executor {program.executor_id!r} ({stable_name(program.cls)}): its "
-            f"stored state cannot be decoded: {exc}"
-        ) from exc
+        raise undecodable(program, exc, where=where) from exc
 
 
 def _migrated(

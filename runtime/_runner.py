@@ -21,13 +21,12 @@ from typing import Any, Protocol
 
 from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
 from actorflow.actors._chunks import state_names
-from actorflow.actors._naming import stable_name
 from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, UnroutableMessage
 
 from ._context import Context
 from ._edges import OutEdge, route
 from ._executor import Executor, HandlerInfo, Resource
-from ._state_fit import restore_fitted
+from ._state_fit import restore_fitted, undecodable
 from ._types import a_label, type_label
 from ._wire import RESPONSE, SINGLE, pack, split_digests, unpack
 
@@ -242,11 +241,7 @@ class ExecutorRunner:
         try:
             return decode_state(chunks)
         except DecodeError as exc:
-            program = self._program
-            raise DecodeError(
-                f"executor {program.executor_id!r} ({stable_name(program.cls)}): its stored "
-                f"state cannot be decoded: {exc}"
-            ) from exc
+            raise undecodable(self._program, exc) from exc
 
     # --- internals ------------------------------------------------------------
 

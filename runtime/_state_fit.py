@@ -13,9 +13,11 @@ Two ways to tell, one rule (:func:`check_names`):
   resume does on a scratch instance for a migrated state or a class with its own
   ``restore()``;
 - :func:`fits_unread` reads the attribute names from the snapshot's manifest
-  alone: what a resume does for a class with the default ``restore()`` (which sets
-  exactly the stored attributes), so a large state is not decoded until its
-  executor first runs.
+  and decodes (and drops) only the chunks that differ from the blueprint's: what
+  a resume does for a class with the default ``restore()`` (which sets exactly
+  the stored attributes). A large state that is mostly as built is then not
+  decoded until its executor first runs, yet every stored byte this code did not
+  write itself has been checked before anything runs.
 """
 
 from __future__ import annotations
@@ -23,16 +25,23 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from actorflow.actors._chunks import state_names
+from actorflow.actors._chunks import check_state
 from actorflow.actors._naming import stable_name
-from actorflow.errors import StateMigrationError
+from actorflow.errors import DecodeError, StateMigrationError
 
 from ._executor import Executor
 
 if TYPE_CHECKING:
     from ._runner import ExecutorProgram
 
-__all__ = ["fits_unread", "migration_error", "overrides", "restore_fitted", "version_of"]
+__all__ = [
+    "fits_unread",
+    "migration_error",
+    "overrides",
+    "restore_fitted",
+    "undecodable",
+    "version_of",
+]
 
 _HOW = (
     "declare state_version = {next} on the class and a classmethod migrate(cls, state, "
@@ -104,22 +113,39 @@ def restore_fitted(
 
 
 def fits_unread(
-    program: ExecutorProgram, chunks: list[bytes], stored: int, *, where: str = ""
+    program: ExecutorProgram, chunks: list[tuple[str, bytes]], stored: int, *, where: str = ""
 ) -> bool:
-    """Check a stored state of a class with the default ``restore()`` without decoding it.
+    """Check a stored state of a class with the default ``restore()`` without building it.
+
+    Its manifest gives the attribute names; every chunk other than the blueprint's
+    own (bytes this code encoded at build time) is decoded and dropped, so bytes the
+    code cannot decode fail now, before anything runs.
 
     Returns:
         False when the class overrides ``restore()``: only restoring tells then
-        (:func:`restore_fitted`); True when the state's attribute names fit.
+        (:func:`restore_fitted`); True when the state fits.
 
     Raises:
         StateMigrationError: the state lacks attributes the current class has.
-        DecodeError: the snapshot's manifest is corrupt.
+        DecodeError: a chunk does not decode (the executor is named).
     """
     if overrides(program.cls, "restore"):
         return False
-    check_names(program, state_names(chunks), stored, where=where)
+    known = program.blueprint_digest_set
+    try:
+        names = check_state([c for _, c in chunks], [d in known for d, _ in chunks])
+    except DecodeError as exc:
+        raise undecodable(program, exc, where=where) from exc
+    check_names(program, names, stored, where=where)
     return True
+
+
+def undecodable(program: ExecutorProgram, exc: DecodeError, *, where: str = "") -> DecodeError:
+    """``exc``, raised decoding ``program``'s stored state, naming the executor."""
+    return DecodeError(
+        f"{where}executor {program.executor_id!r} ({stable_name(program.cls)}): its stored "
+        f"state cannot be decoded: {exc}"
+    )
 
 
 def check_names(
