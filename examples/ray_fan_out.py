@@ -5,7 +5,10 @@ them one at a time, on Ray each is a process of its own and they run in parallel
 In round 3 one worker's process is killed with SIGKILL in the middle of its step:
 the supervisor restores that executor from its last good state on a fresh Ray
 worker and re-runs only it, and the run ends with the outputs of a run without the
-kill. Needs ``pip install 'actorflow[ray]'``; starts a local Ray on 127.0.0.1 only.
+kill. The light executors (source, gather, again) only route and count: they run
+on threads of this process (``on_driver``), which spares each of their supersteps
+a Ray round trip. Needs ``pip install 'actorflow[ray]'``; starts a local Ray on
+127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def main() -> None:
         expected = wf.run(0).outputs
 
     backend = af.RayBackend(
-        init={"num_cpus": 2, "object_store_memory": 256 * 2**20, "log_to_driver": False}
+        init={"num_cpus": 2, "object_store_memory": 256 * 2**20, "log_to_driver": False},
+        on_driver=["source", "gather", "again"],
     )
     backend.start()  # on the main thread, so Ray installs its signal handlers
     with tempfile.TemporaryDirectory() as tmp, af.SQLiteStore(Path(tmp) / "runs.db") as store:
