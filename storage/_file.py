@@ -38,6 +38,7 @@ from ._base import (
 )
 from ._file_blobs import FileBlobReads
 from ._file_lease import FileLeases, FileStoreLeases
+from ._file_segments import SegmentRecords, read_deleted_ids
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint
 from ._lease import Lease
 from ._pack import (
@@ -48,6 +49,7 @@ from ._pack import (
     write_pack,
 )
 from ._packindex import PackIndex
+from ._segment import SEGMENT_SUFFIX, SegmentWriter
 
 if sys.platform != "win32":
     import fcntl
@@ -105,14 +107,19 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             folder: convert it once with :meth:`FileStore.upgrade`).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, layout: int = 3) -> None:
         if sys.platform == "win32":  # pragma: no cover - no flock(2) there
             raise CheckpointError("FileStore needs a POSIX system; use SQLiteStore")
+        if layout not in (2, 3):
+            raise ValueError(f"layout must be 2 or 3, not {layout!r}")
         self._root = Path(path)
         self._packs = self._root / gc.PACKS
         self._lock_path = self._root / ".lock"
         self._deleted = self._root / "deleted"
-        gc.open_layout(self._root)
+        self._layout = gc.open_layout(self._root, layout)
+        # Layout 3 appends saves to a segment of this handle's own; layout 2 writes packs.
+        self._writer = SegmentWriter(self._packs) if self._layout == 3 else None
+        self._segments = SegmentRecords(self._packs, self._deleted) if self._writer else None
         self._index = PackIndex(self._packs)
         self._recent: collections.deque[str] = collections.deque(maxlen=_RECENT_RECORDS)
         self._leases = FileLeases(self._root)
@@ -135,6 +142,17 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         """The store's folder."""
         return self._root
 
+    @property
+    def layout(self) -> int:
+        """The folder's layout: 3, or 2 (a folder older actorflow versions also read)."""
+        return self._layout
+
+    def close(self) -> None:
+        """Stop appending to this handle's segment and refuse further use. Idempotent."""
+        if self._writer is not None:
+            self._writer.close()
+        super().close()
+
     def __repr__(self) -> str:
         return f"FileStore({str(self._root)!r})"
 
@@ -143,9 +161,13 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     def save(
         self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
     ) -> None:
-        """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save).
+        """Store a record and its new blobs atomically (see CheckpointStore.save).
 
-        The session's lease lock is held from the fencing check to the commit.
+        Layout 3 appends them, as one frame, to this handle's segment (one
+        ``fdatasync``); layout 2, and an id that was deleted before, get a pack of
+        their own. The session's lease lock is held from the fencing check to the
+        commit, so saves of one session (the only ones that can share an id) are
+        serialised: the second save of an id finds the first and is refused.
         """
         record = encode_checkpoint(checkpoint)
         digests = checkpoint.blob_digests()
@@ -159,6 +181,13 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 self._leases.fenced(checkpoint.session, lease, checkpoint.id),
                 self._locked(exclusive=False),
             ):
+                segments = self._segments
+                if segments is not None:
+                    segments.refresh()
+                    if segments.find(checkpoint.id) is not None:
+                        raise already_stored(checkpoint.id)
+                    if checkpoint.id in segments.deleted():
+                        segments = None  # the deleted list hides its frames: use a pack
                 if final.exists():
                     raise already_stored(checkpoint.id)
                 # Only blobs the record needs but was not given force a look at other
@@ -175,6 +204,18 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 # Where the other blobs are, so a handle that never read this folder
                 # finds them without reading every pack header (see _find).
                 hints = encode_hints(self._index.locations(digests & stored))
+                if segments is not None and self._writer is not None:
+                    name, frame = self._writer.append(
+                        self._index.generation,
+                        checkpoint.id,
+                        record,
+                        [(d, given[d]) for d in sorted(given) if d not in stored],
+                        hints,
+                    )
+                    assert frame.header is not None
+                    self._index.add_frame(name, frame.header, frame.end)
+                    segments.note(name, frame)
+                    return
                 header = write_pack(self._packs, final, record, new, hints)
                 if header is None:
                     raise already_stored(checkpoint.id)
@@ -232,7 +273,7 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             raise not_found(str(checkpoint_id))
         with self._locked(exclusive=True) as lock:
             assert lock is not None  # a write section has its lock, or raised
-            if not (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
+            if not self._exists(checkpoint_id):
                 raise not_found(checkpoint_id)
             self._forget([checkpoint_id], lock)
 
@@ -297,7 +338,7 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             for name, (_, why) in sorted(damaged.items())
             if not name.endswith(RECORD_SUFFIX)  # a damaged record pack is reported below
         ]
-        ids = self._ids()
+        ids = self._ids(strict=False)
         stored = set(ids)
         deleted, unreadable = self._read_deleted()
         if unreadable:
@@ -370,23 +411,51 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         except OSError as exc:
             raise CheckpointError(f"cannot open {self._lock_path}: {exc}") from exc
 
-    def _ids(self) -> builtins.list[str]:
+    def _ids(self, *, strict: bool = True) -> builtins.list[str]:
+        """Every stored id; ``strict``: raise CheckpointCorrupt if a segment is damaged."""
         try:
             names = os.listdir(self._packs)
         except FileNotFoundError as exc:
             raise CheckpointError(f"{self._packs} is missing: the store is damaged") from exc
-        return sorted(
+        ids = {
             n[: -len(RECORD_SUFFIX)]
             for n in names
             if n.endswith(RECORD_SUFFIX) and not n.startswith(".")
-        )
+        }
+        if self._segments is not None and any(n.endswith(SEGMENT_SUFFIX) for n in names):
+            self._segments.refresh()
+            try:
+                ids |= self._segments.ids()
+            except CheckpointCorrupt:
+                if strict:
+                    raise
+        return sorted(ids)
+
+    def _exists(self, checkpoint_id: str) -> bool:
+        if (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
+            return True
+        if self._segments is None:
+            return False
+        self._segments.refresh()
+        return self._segments.find(checkpoint_id) is not None
 
     def _read(self, checkpoint_id: str) -> Checkpoint:
         name = f"{checkpoint_id}{RECORD_SUFFIX}"
         try:
-            data = read_record(self._packs / name)
-        except FileNotFoundError:
-            raise not_found(checkpoint_id) from None
+            try:
+                data = read_record(self._packs / name)
+            except FileNotFoundError:
+                found = None
+                if self._segments is not None:
+                    found = self._segments.read_record(checkpoint_id)
+                    if found is None:  # moved into a pack by a collection meanwhile?
+                        with contextlib.suppress(FileNotFoundError):
+                            found = read_record(self._packs / name)
+                if found is None:
+                    raise not_found(checkpoint_id) from None
+                data = found
+                place = self._segments.find(checkpoint_id) if self._segments else None
+                name = place[0] if place is not None else name
         except CheckpointCorrupt as exc:
             raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
         checkpoint = decode_stored(checkpoint_id, data)
@@ -422,6 +491,6 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 f.flush()
                 os.fsync(f.fileno())
             gc.retire_records(self._packs, ids)
-            gc.collect(self._packs, self._index)
+            gc.collect(self._packs, self._index, read_deleted_ids(self._deleted))
         except OSError as exc:
             raise CheckpointError(f"could not delete checkpoints from {self._root}: {exc}") from exc
