@@ -52,16 +52,24 @@ class SegmentRecords:
         try:
             with os.scandir(self._packs) as entries:
                 listed = {
-                    e.name: e.inode()
+                    e.name: e.stat(follow_symlinks=False)
                     for e in entries
                     if e.name.endswith(SEGMENT_SUFFIX) and not e.name.startswith(".")
                 }
         except FileNotFoundError as exc:
             raise CheckpointError(f"{self._packs} is missing: the store is damaged") from exc
         with self._lock:
-            for name in [n for n, s in self._segments.items() if listed.get(n) != s.inode]:
+            for name in [n for n in self._segments if n not in listed]:
                 del self._segments[name]
-        for name in sorted(listed):
+            # Only segments that are new, replaced or grown are opened and read.
+            changed = [
+                n
+                for n, st in sorted(listed.items())
+                if n not in self._segments
+                or self._segments[n].inode != st.st_ino
+                or (self._segments[n].end < st.st_size and not self._segments[n].damage)
+            ]
+        for name in changed:
             self._read(name)
         self._read_deleted()
 
