@@ -48,8 +48,8 @@ _FRAME = struct.Struct(">8sIQI")
 _LENGTHS = struct.Struct(">IQ")
 # Ids are file-name safe (see FileStore); the bound keeps a damaged length small.
 _MAX_ID = 255
-# One read usually covers a frame's prefix, id, pack header and record.
-_FIRST_READ = 16384
+# One read usually covers a frame's prefix, id and pack header (more is read if not).
+_FIRST_READ = 2048
 
 __all__ = [
     "FRAME_MAGIC",
