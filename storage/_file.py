@@ -38,7 +38,7 @@ from ._base import (
 )
 from ._file_blobs import FileBlobReads
 from ._file_lease import FileLeases, FileStoreLeases
-from ._file_segments import SegmentRecords, read_deleted_ids
+from ._file_segments import SegmentRecords, read_deleted, read_deleted_ids
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint
 from ._lease import Lease
 from ._pack import (
@@ -64,34 +64,36 @@ _RECENT_RECORDS = 4
 class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     """A checkpoint store in a folder on a local POSIX file system.
 
-    Layout 2 (see docs/storage.md for why)::
+    Layout 3 (see docs/storage.md for why)::
 
         actorflow-store           layout marker (another layout is refused, naming the fix)
-        packs/<id>.pack           one per save: the record and the blobs it stored first
+        packs/<random>.seg        segments: each store handle appends its saves to its own
+        packs/<id>.pack           record packs: layout 2's saves, records moved out of segments
         packs/<random>.blobs      blobs that outlived the record they came with
         deleted                   ids removed by delete()/prune(), one per line
         leases/<key>.lease|.lock  session leases (see ``_file_lease``)
         .lock                     flock(2) lock file; holds a token every collection replaces
 
-    A save writes ONE file: its record and every blob it references that is not
-    stored yet, in a uniquely named temp file, fsynced, linked into place with
-    ``link(2)`` (so two writers of one id cannot overwrite each other) and the folder
-    fsynced: two fsyncs per checkpoint, and the pack is the commit point, so a crash
-    leaves either no trace (a temp file, removed by the next collection) or the whole
-    checkpoint. Blobs stay content-addressed and shared: a later save that
-    references a stored blob finds it through an in-process index of the pack
-    headers (see ``_packindex``) and does not store it again.
+    A save appends ONE frame (its record and every blob it references that is not
+    stored yet) to this handle's segment, whose name was made durable when it was
+    created, and makes it durable with one ``fdatasync``; the frame being whole is
+    the commit point, and a frame cut short by a crash is no record (see
+    ``_segment``). Blobs stay content-addressed and shared: a later save that
+    references a stored blob finds it through an in-process index of the pack and
+    frame headers (see ``_packindex``) and does not store it again. A layout-2
+    folder is used as one (a pack file per save, two syncs) until :meth:`upgrade`.
 
     Locking: :meth:`save` holds a shared ``flock`` on ``.lock`` from its blob check
     to its commit; :meth:`delete` and :meth:`prune` hold it exclusively while they
     retire records and collect blobs. So a collection never removes a blob that a
     save in another thread or process has just found present and is about to
-    reference. Records are read without the lock (packs never change once in place).
+    reference. Records are read without the lock (frames and packs never change once
+    written).
 
-    Deleting a record renames its pack to a blob-only pack (the record is gone at
-    once, its blobs stay); collection then rewrites blob-only packs that hold an
-    unreferenced blob, keeping the referenced ones. If any remaining record cannot
-    be decoded, nothing is collected (what it references is unknown) until it is
+    Deleting a record lists its id in ``deleted`` (and renames a record pack to a
+    blob-only pack); collection then rewrites segments and blob-only packs that hold
+    deleted records or unreferenced blobs. If any remaining record cannot be
+    decoded, nothing is collected (what it references is unknown) until it is
     deleted; :meth:`verify` names it. Listing, :meth:`latest` with filters,
     :meth:`sessions` and :meth:`prune` decode records to learn their session, so
     they raise :class:`CheckpointCorrupt` while a damaged record is present; use
@@ -100,8 +102,12 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     Args:
         path: the folder; created if missing. An existing folder must be empty or
             an actorflow FileStore.
+        layout: the layout of a folder this creates: 3, or 2 (a pack file per save,
+            which actorflow versions before layout 3 also read). An existing
+            folder keeps its own.
 
     Raises:
+        ValueError: ``layout`` is neither 2 nor 3.
         CheckpointError: ``path`` is a non-empty folder that is not a FileStore.
         UnsupportedFormat: the folder was written with another layout (a layout-1
             folder: convert it once with :meth:`FileStore.upgrade`).
@@ -126,10 +132,13 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
 
     @staticmethod
     def upgrade(path: str | os.PathLike[str]) -> None:
-        """Convert a FileStore folder of layout 1 (one file per blob and per record) to layout 2.
+        """Convert a FileStore folder of layout 1 (a file per blob and per record) or 2 to layout 3.
 
         Run it once, while no process uses the folder. It is crash-safe and can be
         re-run: the old files are removed only after the new layout is in place.
+
+        Older actorflow versions do not read layout 3: no process of one may use the
+        folder afterwards.
 
         Raises:
             UnsupportedFormat: the folder has a layout this actorflow does not know.
@@ -340,7 +349,7 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         ]
         ids = self._ids(strict=False)
         stored = set(ids)
-        deleted, unreadable = self._read_deleted()
+        deleted, unreadable = read_deleted(self._deleted, _SAFE_ID)
         if unreadable:
             problems.append(f"{self._deleted} is damaged: {unreadable}")
         blob_state: dict[str, str] = {}
@@ -445,17 +454,10 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             try:
                 data = read_record(self._packs / name)
             except FileNotFoundError:
-                found = None
-                if self._segments is not None:
-                    found = self._segments.read_record(checkpoint_id)
-                    if found is None:  # moved into a pack by a collection meanwhile?
-                        with contextlib.suppress(FileNotFoundError):
-                            found = read_record(self._packs / name)
+                found = self._segments.read_elsewhere(checkpoint_id) if self._segments else None
                 if found is None:
                     raise not_found(checkpoint_id) from None
-                data = found
-                place = self._segments.find(checkpoint_id) if self._segments else None
-                name = place[0] if place is not None else name
+                data, name = found
         except CheckpointCorrupt as exc:
             raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
         checkpoint = decode_stored(checkpoint_id, data)
@@ -469,18 +471,6 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 yield self._read(checkpoint_id)
             except CheckpointNotFound:
                 continue  # deleted since the folder was listed: not corruption
-
-    def _read_deleted(self) -> tuple[set[str], str]:
-        """The ids in ``deleted``, and what is wrong with the file ("" if nothing)."""
-        try:
-            data = self._deleted.read_bytes()
-        except FileNotFoundError:
-            return set(), ""
-        except OSError as exc:
-            return set(), f"it cannot be read ({exc})"
-        ids = {word.decode("ascii", "replace") for word in data.split()}
-        bad = {i for i in ids if not _SAFE_ID.fullmatch(i)}
-        return ids - bad, f"it holds {len(bad)} line(s) that are not checkpoint ids" if bad else ""
 
     def _forget(self, ids: builtins.list[str], lock: int) -> None:
         """Delete these records and collect. Caller holds the exclusive lock (``lock``)."""

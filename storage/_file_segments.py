@@ -12,16 +12,17 @@ or changed inode under a reader sends it back to the folder.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
-from ._pack import open_pack
+from ._pack import RECORD_SUFFIX, open_pack, read_record
 from ._segment import SEGMENT_SUFFIX, Frame, scan_segment
 
-__all__ = ["SegmentRecords", "read_deleted_ids"]
+__all__ = ["SegmentRecords", "read_deleted", "read_deleted_ids"]
 
 
 @dataclass(slots=True)
@@ -159,6 +160,22 @@ class SegmentRecords:
             return data
         return None
 
+    def read_elsewhere(self, checkpoint_id: str) -> tuple[bytes, str] | None:
+        """A record that is not in its pack: its bytes and the file holding them, or None.
+
+        From a segment, or from its pack after all if a collection moved it there
+        meanwhile (the segment is unlinked only after the pack is in place).
+        """
+        pack = self._packs / f"{checkpoint_id}{RECORD_SUFFIX}"
+        data = self.read_record(checkpoint_id)
+        if data is not None:
+            place = self.find(checkpoint_id)
+            return data, place[0] if place is not None else pack.name
+        try:
+            return read_record(pack), pack.name
+        except FileNotFoundError:
+            return None
+
     def _read(self, name: str) -> None:
         with self._lock:
             known = self._segments.get(name)
@@ -209,3 +226,16 @@ def read_deleted_ids(path: Path) -> set[str]:
     except OSError:
         return set()
     return {word.decode("ascii", "replace") for word in data.split()}
+
+
+def read_deleted(path: Path, valid: re.Pattern[str]) -> tuple[set[str], str]:
+    """The ids in a ``deleted`` list, and what is wrong with the file ("" if nothing)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return set(), ""
+    except OSError as exc:
+        return set(), f"it cannot be read ({exc})"
+    ids = {word.decode("ascii", "replace") for word in data.split()}
+    bad = {i for i in ids if not valid.fullmatch(i)}
+    return ids - bad, f"it holds {len(bad)} line(s) that are not checkpoint ids" if bad else ""
