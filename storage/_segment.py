@@ -185,6 +185,7 @@ class SegmentWriter:
         self._inode = 0
         self._offset = 0
         self._generation: bytes | None = None
+        self._pid = os.getpid()
 
     def append(
         self,
@@ -208,10 +209,12 @@ class SegmentWriter:
         prefix = encode_frame_prefix(checkpoint_id, pack_length)
         with self._lock:
             # A collection (a new generation) may have rewritten the segment; a file
-            # with no name left was replaced or removed: never append to either.
+            # with no name left was replaced or removed: never append to either. A
+            # forked child must not append where its parent does: a segment of its own.
             if (
                 self._fd is None
                 or generation != self._generation
+                or self._pid != os.getpid()
                 or os.fstat(self._fd).st_nlink == 0
             ):
                 self._start(generation)
@@ -220,7 +223,7 @@ class SegmentWriter:
             start = self._offset
             try:
                 _pwrite_all(fd, [prefix, head, record, *(b for _, b in blobs), hints], start)
-                os.fdatasync(fd)
+                getattr(os, "fdatasync", os.fsync)(fd)  # macOS has no fdatasync
             except BaseException:
                 self._abandon(truncate_to=start)
                 raise
@@ -237,6 +240,7 @@ class SegmentWriter:
             self._abandon()
 
     def _start(self, generation: bytes | None) -> None:
+        self._pid = os.getpid()  # after a fork: the child closes its copy of the parent's fd
         self._abandon()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
         name = f"{os.urandom(16).hex()}{SEGMENT_SUFFIX}"

@@ -183,6 +183,29 @@ def test_handles_append_to_segments_of_their_own(tmp_path: Path) -> None:
             a.save(saved[2], {})
 
 
+def test_a_forked_child_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
+    """A handle inherited through fork(2) never appends where the parent's handle does."""
+    with FileStore(tmp_path) as store:
+        first, blobs = make_checkpoint(chunks={"e": [b"parent 1"]})
+        store.save(first, blobs)
+        pid = os.fork()
+        if pid == 0:  # the child: one save, then out without running any cleanup
+            code = 1
+            try:
+                child, more = make_checkpoint(session="child", chunks={"e": [b"child"]})
+                store.save(child, more)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)  # bounded by the test's timeout
+        assert os.waitstatus_to_exitcode(status) == 0
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"parent 2"]})
+        store.save(second, more)
+        assert len(segments(tmp_path)) == 2
+        assert [cp.session for cp in store.list()] == ["session-a", "child", "session-a"]
+        assert store.verify() == []
+
+
 def test_layout_2_stays_layout_2_until_upgraded(tmp_path: Path) -> None:
     """A layout-2 folder is used as one (packs only) until FileStore.upgrade makes it layout 3."""
     with FileStore(tmp_path, layout=2) as store:
