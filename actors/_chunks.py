@@ -109,25 +109,7 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
         DecodeError: the chunks are missing, extra, reordered, corrupt, or of another
             format version; or a value in them cannot be decoded (see :func:`decode`).
     """
-    given: object = chunks  # checked at run time too: one bytes object is a common mistake
-    if isinstance(given, bytes | bytearray | str) or not isinstance(given, Sequence):
-        raise DecodeError("decode_state expects the sequence of chunks from encode_state")
-    if not chunks:
-        raise DecodeError("a snapshot has at least its manifest chunk; got no chunks")
-    manifest = decode(chunks[0])
-    if type(manifest) is not list or len(manifest) != 2 or type(manifest[1]) is not list:
-        raise DecodeError("malformed snapshot manifest")
-    version, entries = manifest
-    # The type first: comparing a Decimal sNaN raises, and a huge int has no repr.
-    if type(version) is not int or version != STATE_FORMAT:
-        shown = (
-            version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
-        )
-        raise DecodeError(
-            f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})"
-        )
-    if not all(_valid_entry(entry) for entry in entries):
-        raise DecodeError("malformed snapshot manifest entry")
+    entries = _manifest(chunks)
     n_inline = sum(1 for entry in entries if entry[1] == KIND_INLINE)
     inline: list[Any] = []
     position = 1
@@ -156,6 +138,71 @@ def decode_state(chunks: Sequence[bytes]) -> dict[str, Any]:
     if position != len(chunks):
         raise DecodeError(f"the snapshot has {len(chunks)} chunks, its manifest {position}")
     return state
+
+
+def state_names(chunks: Sequence[bytes]) -> list[str]:
+    """The attribute names of a snapshot, in order, read from its manifest chunk alone.
+
+    Raises:
+        DecodeError: the manifest is missing, corrupt or of another format version.
+    """
+    return [entry[0] for entry in _manifest(chunks)]
+
+
+def check_state(chunks: Sequence[bytes], trusted: Sequence[bool]) -> list[str]:
+    """Check a snapshot's chunks as :func:`decode_state` would, without keeping its values.
+
+    The manifest is read and checked, and so is the number of chunks it implies;
+    every chunk not ``trusted`` (for example, one byte-identical to a chunk the
+    caller encoded itself) is decoded, so it gets every check of :func:`decode`,
+    and dropped. What only assembling the state checks (each list group holds a
+    list, the item counts) is left to :func:`decode_state`.
+
+    Args:
+        chunks: the chunks, manifest first.
+        trusted: one flag per chunk: True to skip decoding it.
+
+    Returns:
+        The attribute names, in order.
+
+    Raises:
+        DecodeError: the manifest is corrupt or of another format version, the chunk
+            count does not match it, or an untrusted chunk does not decode.
+    """
+    entries = _manifest(chunks)
+    inline = any(entry[1] == KIND_INLINE for entry in entries)
+    expected = 1 + inline + sum(entry[2] for entry in entries)
+    if expected != len(chunks):
+        raise DecodeError(f"the snapshot has {len(chunks)} chunks, its manifest {expected}")
+    for chunk, skip in zip(chunks[1:], trusted[1:], strict=True):
+        if not skip:
+            decode(chunk)
+    return [entry[0] for entry in entries]
+
+
+def _manifest(chunks: Sequence[bytes]) -> list[list[Any]]:
+    """The checked manifest entries of a snapshot's chunks."""
+    given: object = chunks  # checked at run time too: one bytes object is a common mistake
+    if isinstance(given, bytes | bytearray | str) or not isinstance(given, Sequence):
+        raise DecodeError("decode_state expects the sequence of chunks from encode_state")
+    if not chunks:
+        raise DecodeError("a snapshot has at least its manifest chunk; got no chunks")
+    manifest = decode(chunks[0])
+    if type(manifest) is not list or len(manifest) != 2 or type(manifest[1]) is not list:
+        raise DecodeError("malformed snapshot manifest")
+    version, entries = manifest
+    # The type first: comparing a Decimal sNaN raises, and a huge int has no repr.
+    if type(version) is not int or version != STATE_FORMAT:
+        shown = (
+            version if type(version) is int and abs(version) < 1 << 64 else type(version).__name__
+        )
+        raise DecodeError(
+            f"unsupported snapshot format {shown!r} (this build reads {STATE_FORMAT})"
+        )
+    if not all(_valid_entry(entry) for entry in entries):
+        raise DecodeError("malformed snapshot manifest entry")
+    checked: list[list[Any]] = entries
+    return checked
 
 
 def _valid_entry(entry: object) -> bool:

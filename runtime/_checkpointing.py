@@ -334,8 +334,9 @@ def load_for_resume(
         checkpoint.runtime, {k: list(v) for k, v in checkpoint.executors.items()}
     )
     restored = Restored(checkpoint, state, extra, completed, _blueprint_chunks(spec))
-    # Every snapshot is read, migrated and checked now: a state the current code
-    # cannot restore fails the resume, not the first handler.
+    # Every snapshot is read and, if older than its class, migrated now; the session
+    # restores the states into its hosts before the resume returns, so a state the
+    # current code cannot use fails the resume, not the first handler.
     migrated = prepare_snapshots(spec.programs, extra, restored.snapshots, _reader(store))
     for executor in migrated:
         restored.completed.pop(executor, None)  # a crashed superstep's part: re-run it

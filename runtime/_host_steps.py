@@ -3,8 +3,9 @@
 A mixin of :class:`~._supervisor.Driver`, kept apart because it is one concern:
 the executor hosts a driver holds (borrowed from the pool, renewed for an
 unrelated run when nothing ties them to the last one, each executor's
-program loaded lazily by its first call, restored from a snapshot when a run
-resumes, unloaded and returned or abandoned at the end). Supervisor thread only.
+program loaded lazily by its first call, restored from its stored snapshot
+before it first runs when a session resumes, unloaded and returned or abandoned
+at the end). Supervisor thread only.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actorflow.actors import HostFuture, HostPool, HostRef
+from actorflow.errors import ExecutorFailed
 
+from ._checkpoint_steps import qualname
 from ._checkpointing import Checkpointer
 from ._graph import GraphSpec
 from ._job import Fault
@@ -44,6 +47,8 @@ class HostSteps:
     _keep_state: bool
     _hung: set[str]
     _unloaded: set[str]
+    _unrestored: dict[str, list[tuple[str, bytes | None]]]
+    """Executor id -> the stored snapshot its host has yet to restore (resumed, not run)."""
 
     if TYPE_CHECKING:
 
@@ -78,47 +83,63 @@ class HostSteps:
         return self.checkpointer is None and self.broken is None and not self._hung
 
     def start_hosts(self, initial: dict[str, list[tuple[str, bytes | None]]] | None = None) -> None:
-        """Borrow hosts for every executor; restore ``initial`` snapshots into them now,
-        and let the others load their blueprint with their first call."""
+        """Borrow hosts for every executor. Each loads its program with its first call,
+        restoring its ``initial`` snapshot (when it has one) before it first runs."""
         ids = sorted(self.spec.programs)
         self.pool.backend.check(self.spec.programs)
         hosts = self.pool.acquire(ids)
         self.hosts = dict(zip(ids, hosts, strict=True))
-        try:
-            self._load_programs(ids, initial)
-        except BaseException:
-            # A snapshot that cannot be restored must not strand the borrowed hosts.
-            self.release_hosts()
-            raise
+        self._load_programs(ids, initial)
 
     def _load_programs(
         self, ids: list[str], initial: dict[str, list[tuple[str, bytes | None]]] | None
     ) -> None:
         # A program is loaded by the first call its host gets in this run (one round
-        # trip for both), so executors a run never reaches cost nothing.
+        # trip for both), so executors a run never reaches cost nothing; a resumed
+        # one's state is decoded only when it first runs (resume checked that it fits).
         self._unloaded = set(ids)
-        if initial:
-            self._last.prefetch([d for chunks in initial.values() for d, c in chunks if c is None])
-        restores = [
-            self._call(eid, "restore", self._restore_request(initial[eid]))
-            for eid in ids
-            if initial and eid in initial
-        ]
-        for future in restores:  # issued together: the hosts restore in parallel
-            future.get(timeout=60)
-        for eid in ids:
-            if initial and eid in initial:
-                if self._keep_state:
-                    self._last.remember(eid, initial[eid])
-            elif self._keep_state:
+        self._unrestored = {eid: initial[eid] for eid in ids if initial and eid in initial}
+        if self._unrestored:
+            self._last.prefetch(
+                [d for chunks in self._unrestored.values() for d, c in chunks if c is None]
+            )
+        if self._keep_state:
+            for eid in ids:
                 program = self.spec.programs[eid]
                 self._last.remember(
-                    eid, list(zip(program.blueprint_digests, program.blueprint, strict=True))
+                    eid, self._unrestored.get(eid) or list(program.blueprint_chunks)
                 )
+
+    def restore_due(self, targets: list[str], run_id: str, superstep: int) -> None:
+        """Restore the stored states of those ``targets`` that have not run since the
+        session resumed (all at once: hosts on other processes restore in parallel).
+
+        Raises:
+            ExecutorFailed: a host could not restore its state (the cause chained); it
+                stays due, and nothing of the superstep has run.
+        """
+        due = [t for t in targets if t in self._unrestored]
+        futures = [
+            (t, self._call(t, "restore", self._restore_request(self._unrestored[t]))) for t in due
+        ]
+        for target, future in futures:
+            try:
+                future.get(timeout=60)
+            except Exception as exc:
+                raise ExecutorFailed(
+                    f"executor {target!r} could not restore its stored state: "
+                    f"{qualname(type(exc))}: {exc}",
+                    executor=target,
+                    error_type=qualname(type(exc)),
+                    run_id=run_id,
+                    superstep=superstep,
+                ) from exc
+            del self._unrestored[target]
 
     def _call(self, target: str, method: str, payload: bytes) -> HostFuture:
         """Call ``target``'s program, loading it first if this host does not have it yet."""
         host = self.hosts[target]
+        assert method == "restore" or target not in self._unrestored, "restore it first"
         if target in self._unloaded:
             self._unloaded.discard(target)
             return host.load_call(self.spec.programs[target], method, payload)
@@ -133,6 +154,7 @@ class HostSteps:
         """
         owned, self.hosts = self.hosts, {}
         self._unloaded = set()
+        self._unrestored = {}
         # A host stuck in a hung handler is abandoned, never pooled: the next
         # borrower would wait behind the handler.
         for target in self._hung & set(owned):

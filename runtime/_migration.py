@@ -7,14 +7,18 @@ every executor whose class declares one other than 1 (the runtime field
 ``"versions"``).
 
 On resume, before any actor starts, :func:`prepare_snapshots` reads every
-executor's stored state, migrates the ones of an older version, and restores each
-into a scratch instance of the current class (``restore()`` as the runner calls
-it, no resources), which must then have every attribute a freshly built instance
-has. A snapshot that fails any of this fails the resume with
-:class:`~actorflow.errors.StateMigrationError`, naming the executor, both versions
-and the fix, instead of the first handler failing with an ``AttributeError``.
-Sub-workflows check their nested states the same way when restored, and migrate
-them when their inner session resumes.
+executor's stored state and checks that it fits the current class
+(:mod:`._state_fit`): a state of an older version is decoded, migrated and
+restored into a scratch instance of the current class (``restore()`` as the
+runner calls it, no resources); so is a state of a class with its own
+``restore()``. A state of the current version of a class with the default
+``restore()`` is checked from its manifest alone and decoded by its host when its
+executor first runs, so a resume that runs one executor decodes one state. A
+snapshot that does not fit fails the resume with
+:class:`~actorflow.errors.StateMigrationError`, naming the executor, both
+versions and the fix, instead of the first handler failing with an
+``AttributeError``. Sub-workflows check their nested states the same way when
+restored, and migrate them when their inner session resumes.
 """
 
 from __future__ import annotations
@@ -24,26 +28,23 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from actorflow.actors import decode_state, encode_state
-from actorflow.actors._naming import stable_name
-from actorflow.errors import DecodeError, StateMigrationError
+from actorflow.errors import DecodeError
 
-from ._executor import Executor
 from ._runner import ExecutorProgram
+from ._state_fit import (
+    fits_unread,
+    migration_error,
+    overrides,
+    restore_fitted,
+    undecodable,
+    version_of,
+)
 from ._wire import pack
 
 __all__ = ["prepare_snapshots", "version_entries"]
 
 Chunks = list[tuple[str, bytes | None]]
 Reader = Callable[[list[str]], Mapping[str, bytes]]
-
-
-def version_of(cls: type[Executor]) -> int:
-    version = getattr(cls, "state_version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise StateMigrationError(
-            f"{stable_name(cls)}.state_version must be an int >= 1, got {version!r}"
-        )
-    return version
 
 
 def version_entries(programs: Mapping[str, ExecutorProgram]) -> dict[str, bytes]:
@@ -61,7 +62,7 @@ def prepare_snapshots(
     *,
     where: str = "",
 ) -> set[str]:
-    """Check (and migrate, in place) every snapshot in ``snapshots`` against its class.
+    """Check every snapshot in ``snapshots`` against its class, migrating older ones in place.
 
     Args:
         programs: executor id -> its program (the current code).
@@ -90,35 +91,17 @@ def prepare_snapshots(
         chunks = [(d, c if c is not None else got[d]) for d, c in snapshots[eid]]
         current = version_of(program.cls)
         stored = stored_versions.get(eid, 1)
+        snapshots[eid] = list(chunks)
+        if stored == current and fits_unread(program, chunks, stored, where=where):
+            continue
         state = _decoded(program, chunks, where)
         if stored != current:
             state = _migrated(program, state, stored, current, where)
             encoded = encode_state(state)
             snapshots[eid] = [(hashlib.sha256(c).hexdigest(), c) for c in encoded]
             migrated.add(eid)
-        else:
-            snapshots[eid] = list(chunks)
-        _check_restores(program, state, stored, current, where)
+        _check_restores(program, state, stored, where)
     return migrated
-
-
-def _error(
-    program: ExecutorProgram, stored: int, current: int, what: str, fix: str, *, where: str
-) -> StateMigrationError:
-    name = stable_name(program.cls)
-    return StateMigrationError(
-        f"{where}executor {program.executor_id!r} ({name}): {what} (stored state version "
-        f"{stored}, current state_version {current}); {fix}",
-        executor=program.executor_id,
-        stored_version=stored,
-        current_version=current,
-    )
-
-
-_HOW = (
-    "declare state_version = {next} on the class and a classmethod migrate(cls, state, "
-    "from_version) that returns the state in the new shape, or give restore() defaults"
-)
 
 
 def _decoded(
@@ -127,10 +110,7 @@ def _decoded(
     try:
         return decode_state([c for _, c in chunks])
     except DecodeError as exc:
-        raise DecodeError(
-            f"{where}executor {program.executor_id!r} ({stable_name(program.cls)}): its "
-            f"stored state cannot be decoded: {exc}"
-        ) from exc
+        raise undecodable(program, exc, where=where) from exc
 
 
 def _migrated(
@@ -138,7 +118,7 @@ def _migrated(
 ) -> dict[str, Any]:
     cls = program.cls
     if stored > current:
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -146,9 +126,8 @@ def _migrated(
             "resume it with the code that wrote it (state is never migrated backwards)",
             where=where,
         )
-    mro = cls.__mro__
-    if not any("migrate" in vars(k) for k in mro[: mro.index(Executor)]):
-        raise _error(
+    if not overrides(cls, "migrate"):
+        raise migration_error(
             program,
             stored,
             current,
@@ -160,7 +139,7 @@ def _migrated(
     try:
         new = cls.migrate(dict(state), stored)
     except Exception as exc:
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -169,7 +148,7 @@ def _migrated(
             where=where,
         ) from exc
     if not isinstance(new, dict) or not all(isinstance(k, str) for k in new):
-        raise _error(
+        raise migration_error(
             program,
             stored,
             current,
@@ -181,39 +160,7 @@ def _migrated(
 
 
 def _check_restores(
-    program: ExecutorProgram, state: dict[str, Any], stored: int, current: int, where: str
+    program: ExecutorProgram, state: dict[str, Any], stored: int, where: str
 ) -> None:
-    """Restore ``state`` into a scratch instance as the runner would; it must be complete."""
-    cls = program.cls
-    instance = cls.__new__(cls)
-    instance._af_id = program.executor_id
-    instance._af_timeout = program.timeout
-    instance._af_live = None
-    if program.code is not None:
-        program.code.attach(instance)
-    try:
-        instance.restore(dict(state))
-    except StateMigrationError:
-        raise
-    except Exception as exc:
-        raise _error(
-            program,
-            stored,
-            current,
-            f"restore() of the current class raised {type(exc).__name__}: {exc}",
-            _HOW.format(next=current + 1),
-            where=where,
-        ) from exc
-    mro = cls.__mro__
-    if any("snapshot" in vars(k) for k in mro[: mro.index(Executor)]):
-        return  # a custom snapshot: its keys need not be attributes
-    lacking = sorted(k for k in program.initial_state() if k not in vars(instance))
-    if lacking:
-        raise _error(
-            program,
-            stored,
-            current,
-            f"its stored state lacks attribute(s) {', '.join(lacking)} that the current class has",
-            _HOW.format(next=current + 1),
-            where=where,
-        )
+    """Restore ``state`` into a scratch instance as the runner would; it must fit."""
+    restore_fitted(program, program.bare_instance(), dict(state), stored=stored, where=where)

@@ -48,6 +48,7 @@ class RecoverySteps:
     _keep_state: bool
     _hung: set[str]
     _unloaded: set[str]
+    _unrestored: dict[str, list[tuple[str, bytes | None]]]
     _log: Log
 
     if TYPE_CHECKING:
@@ -123,6 +124,8 @@ class RecoverySteps:
             return
         try:
             for target in targets:
+                if target in self._unrestored:
+                    continue  # it never ran since the resume: its host holds nothing yet
                 if target in self._hung or not self.hosts[target].alive:
                     self._replace_host(target)
                 self._load_state(target, self._last.snapshot_of(target))

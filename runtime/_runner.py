@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
-from actorflow.errors import EncodeError, HandlerReturnedValue, UnroutableMessage
+from actorflow.actors._chunks import state_names
+from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, UnroutableMessage
 
 from ._context import Context
 from ._edges import OutEdge, route
 from ._executor import Executor, HandlerInfo, Resource
+from ._state_fit import restore_fitted, undecodable
 from ._types import a_label, type_label
 from ._wire import RESPONSE, SINGLE, pack, split_digests, unpack
 
@@ -88,6 +90,8 @@ class ExecutorProgram:
     )
     """(digest, chunk) pairs of the blueprint: what a fresh instance's supervisor holds."""
     blueprint_digest_set: frozenset[str] = field(init=False, compare=False, hash=False, repr=False)
+    state_names: tuple[str, ...] = field(init=False, compare=False, hash=False, repr=False)
+    """The blueprint's attribute names: what a restored instance must have too."""
     resources: tuple[tuple[str, Resource[Any]], ...] = field(
         init=False, compare=False, hash=False, repr=False
     )
@@ -99,11 +103,24 @@ class ExecutorProgram:
         pairs = tuple(zip(self.blueprint_digests, self.blueprint, strict=True))
         object.__setattr__(self, "blueprint_chunks", pairs)
         object.__setattr__(self, "blueprint_digest_set", frozenset(self.blueprint_digests))
+        object.__setattr__(self, "state_names", tuple(state_names(self.blueprint)))
         object.__setattr__(self, "resources", tuple(self.cls._af_resources().items()))
 
     def __call__(self) -> ExecutorRunner:
         """Make the runner (called by the host, on its thread)."""
         return ExecutorRunner(self)
+
+    def bare_instance(self) -> Executor:
+        """A new instance of the class with its id, timeout and code, before ``restore``
+        (``__init__`` is not called: the state comes from a blueprint or a snapshot)."""
+        cls = self.cls
+        instance = cls.__new__(cls)
+        instance._af_id = self.executor_id
+        instance._af_timeout = self.timeout
+        instance._af_live = None
+        if self.code is not None:
+            self.code.attach(instance)
+        return instance
 
     def initial_state(self) -> dict[str, Any]:
         """A fresh copy of the blueprint state, owned by the caller."""
@@ -198,7 +215,10 @@ class ExecutorRunner:
         if self._instance is None and method != "restore":
             program = self._program
             self._install(
-                program.initial_state(), program.blueprint_chunks, program.blueprint_digest_set
+                program.initial_state(),
+                program.blueprint_chunks,
+                program.blueprint_digest_set,
+                from_snapshot=False,
             )
         if method == "step":
             return self._step(payload)
@@ -207,13 +227,21 @@ class ExecutorRunner:
         if method == "restore":
             field, *chunks = unpack(payload)
             known = tuple(zip(split_digests(field), chunks, strict=True))
-            self._install(decode_state(chunks), known, frozenset(d for d, _ in known))
+            self._install(
+                self._decoded(chunks), known, frozenset(d for d, _ in known), from_snapshot=True
+            )
             return b""
         raise ValueError(f"unknown runner method {method!r}")
 
     def stop(self) -> None:
         """Drop the instance; resources are released with it."""
         self._instance = None
+
+    def _decoded(self, chunks: list[bytes]) -> dict[str, Any]:
+        try:
+            return decode_state(chunks)
+        except DecodeError as exc:
+            raise undecodable(self._program, exc) from exc
 
     # --- internals ------------------------------------------------------------
 
@@ -222,19 +250,19 @@ class ExecutorRunner:
         state: dict[str, Any],
         known: Sequence[tuple[str, bytes]],
         known_digests: AbstractSet[str],
+        *,
+        from_snapshot: bool,
     ) -> None:
         """Build the instance from ``state``, whose chunks ``known`` (digest, bytes) the
         supervisor already holds: the next snapshot elides them and, where a chunk is
-        unchanged, skips hashing it."""
+        unchanged, skips hashing it. A state ``from_snapshot`` (a resume, a rollback)
+        must fit the current class (:func:`._state_fit.restore_fitted`)."""
         program = self._program
-        cls = program.cls
-        instance = cls.__new__(cls)
-        instance._af_id = program.executor_id
-        instance._af_timeout = program.timeout
-        instance._af_live = None
-        if program.code is not None:
-            program.code.attach(instance)
-        instance.restore(state)
+        instance = program.bare_instance()
+        if from_snapshot:
+            restore_fitted(program, instance, state)
+        else:
+            instance.restore(state)
         live: dict[str, Any] = {}
         for name, res in program.resources:
             made = res.factory()

@@ -81,6 +81,7 @@ class Driver(CheckpointSteps, RecoverySteps, HostSteps):
         self._stopping: threading.Event | None = None
         """The current run's cancel event, watched at the barrier."""
         self._unloaded: set[str] = set()
+        self._unrestored: dict[str, list[tuple[str, bytes | None]]] = {}
         self.completed: dict[str, tuple[list[Any], list[str]]] = {}
         """Executor -> (report, snapshot digests) of a partly finished superstep (resume)."""
         self.request_suffix: tuple[str, ...] = ()
@@ -358,6 +359,7 @@ class Driver(CheckpointSteps, RecoverySteps, HostSteps):
         """
         reports: dict[str, list[Any]] = {}
         pending = targets
+        self.restore_due(targets, job.run_id, superstep)
 
         def on_answer(target: str, answer: bytes, still_running: int) -> None:
             if still_running:  # the last one's part goes into the step checkpoint itself

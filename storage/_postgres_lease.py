@@ -109,9 +109,15 @@ class LeaseMethods:
         schema = self._sql.schema
 
         def run(db: Conn) -> Lease | None:
-            with db.transaction():
+            # Pipelined: BEGIN, the lock and the read cost one round trip; the write
+            # and the COMMIT a second (a lease taken on resume is on its critical path).
+            with db.pipeline() as pipe, db.transaction():
                 db.execute(self._q_session_lock, (session_key(schema, session),))
-                row = rule(*read_lease(db, self._q_lease_row, session))
+                found = db.execute(self._q_lease_row, (session,))
+                pipe.sync()
+                current = found.fetchone()
+                assert current is not None  # the query always returns one row
+                row = rule(*lease_of(current))
                 if row is None:
                     return None
                 db.execute(

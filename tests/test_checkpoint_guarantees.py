@@ -21,7 +21,7 @@ import msgpack
 import pytest
 
 import actorflow as af
-from actorflow.actors import decode_state, encode
+from actorflow.actors import decode_state, encode, encode_state
 from actorflow.storage import (
     Checkpoint,
     CheckpointKind,
@@ -422,6 +422,17 @@ def _blob_ext(entry: Checkpoint, sentinel: Path) -> tuple[dict[str, Any], dict[s
     return {"executors": executors}, {blob_digest(manifest): manifest, blob_digest(inline): inline}
 
 
+@craft("snapshot-value-names-os.system")
+def _blob_value_ext(entry: Checkpoint, sentinel: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    # Every attribute GRelay has, so the state passes the attribute check and only
+    # decoding its values (which a resume does for bytes it did not write) refuses it.
+    manifest, _ = encode_state({"mul": 1, "add": 0, "count": 0, "seen": [], "ballast": []})
+    inline = b"\x95" + encode(1) + encode(0) + encode(0) + _os_system(sentinel) + encode([])
+    executors = dict(entry.executors)
+    executors["a1"] = (blob_digest(manifest), blob_digest(inline))
+    return {"executors": executors}, {blob_digest(manifest): manifest, blob_digest(inline): inline}
+
+
 def _chain(error: BaseException | None) -> list[BaseException]:
     found = []
     while error is not None and len(found) < 10:
@@ -757,3 +768,50 @@ def test_a_failed_entry_write_ends_the_event_stream_with_run_failed() -> None:
     with case.workflow as wf, wf.session("s", store=store) as s:
         events, _ = _stream_until_failure(s, case.input)
     assert [type(e) for e in events[-2:]] == [af.CheckpointFailedEvent, af.RunFailedEvent]
+
+
+@pytest.mark.timeout(30)
+def test_a_state_that_fails_its_restore_fails_the_run_before_its_executor_runs() -> None:
+    """What only assembling a state checks (a list's item count) fails when its host
+    restores it, as the executor's first superstep after the resume begins: the run
+    fails naming the executor, with the DecodeError chained, and its handler never runs."""
+    case = graphs.build("chain", 3)
+    store = af.MemoryStore()
+    with case.workflow.session("s", store=store) as s:
+        s.run(case.input)
+    (entry,) = store.list(session="s", kind=CheckpointKind.ENTRY)
+    seen = list(range(300))  # two groups of a list attribute, 256 + 44 items
+    chunks = encode_state({"mul": 1, "add": 0, "count": 0, "seen": seen, "ballast": []})
+    manifest = encode(
+        [
+            1,
+            [
+                ["mul", 0, 0, 0],
+                ["add", 0, 0, 0],
+                ["count", 0, 0, 0],
+                ["seen", 2, 2, 999],
+                ["ballast", 0, 0, 0],
+            ],
+        ]
+    )  # 999: a lie
+    forged = [manifest, *chunks[1:]]
+    crafted = dataclasses.replace(
+        entry,
+        id=new_checkpoint_id(),
+        parent_id=None,
+        session="crafted",
+        executors={**entry.executors, "a1": tuple(blob_digest(c) for c in forged)},
+    )
+    store.save(crafted, {blob_digest(c): c for c in forged})
+    calls: list[tuple[str, int]] = []
+    graphs.HOOK = lambda executor, superstep: calls.append((executor, superstep))
+    try:
+        with case.workflow as wf, wf.resume(store, checkpoint_id=crafted.id) as resumed:
+            with pytest.raises(af.ExecutorFailed, match="'a1' could not restore") as failed:
+                resumed.run()
+    finally:
+        graphs.HOOK = None
+    assert failed.value.executor == "a1"
+    assert isinstance(failed.value.__cause__, af.DecodeError)
+    assert "has 300 items, expected 999" in str(failed.value)
+    assert [executor for executor, _ in calls] == ["a0"]  # a1 never ran

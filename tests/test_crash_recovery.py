@@ -437,12 +437,17 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
     timing = tmp_path / "timing"
     timing.mkdir()
     started = time.monotonic()
-    probe = Child(_config(store_kind, timing, RANDOM_GRAPH, "run"), timing)
-    probe.expect("READY")
-    ready = time.monotonic()
-    probe.finish()
-    duration = time.monotonic() - ready
-    assert probe.facts()[0] == ref.outputs
+    durations = []
+    for probe_run in range(2):  # the faster of two: kill moments must fall inside a fast run
+        folder = timing / f"probe{probe_run}"
+        folder.mkdir()
+        probe = Child(_config(store_kind, folder, RANDOM_GRAPH, "run"), folder)
+        probe.expect("READY")
+        ready = time.monotonic()
+        probe.finish()
+        durations.append(time.monotonic() - ready)
+        assert probe.facts()[0] == ref.outputs
+    duration = min(durations)
     rng = random.Random(f"actorflow-crash-{store_kind}")
     mid_run = 0
     kills = RANDOM_KILLS_POSTGRES if store_kind == "postgres" else RANDOM_KILLS
