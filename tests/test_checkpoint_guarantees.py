@@ -806,9 +806,12 @@ def test_a_state_that_fails_its_restore_fails_the_run_before_its_executor_runs()
     calls: list[tuple[str, int]] = []
     graphs.HOOK = lambda executor, superstep: calls.append((executor, superstep))
     try:
-        with case.workflow as wf, wf.resume(store, checkpoint_id=crafted.id) as resumed:
-            with pytest.raises(af.ExecutorFailed, match="'a1' could not restore") as failed:
-                resumed.run()
+        with (
+            case.workflow as wf,
+            wf.resume(store, checkpoint_id=crafted.id) as resumed,
+            pytest.raises(af.ExecutorFailed, match="'a1' could not restore") as failed,
+        ):
+            resumed.run()
     finally:
         graphs.HOOK = None
     assert failed.value.executor == "a1"
