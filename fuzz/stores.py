@@ -180,9 +180,11 @@ class FileAdapter:
         root = _fresh(work) / "store"
         store = FileStore(root)
         saved = history(rng)
-        for cp, blobs in saved:
+        for cp, blobs in saved[:-2]:
             store.save(cp, blobs)
-        store.delete(saved[0][0].id)  # a deleted list and a blob-only pack
+        store.delete(saved[0][0].id)  # a deleted list, a blob-only pack, record packs
+        for cp, blobs in saved[-2:]:
+            store.save(cp, blobs)  # a segment
         store.close()
         return _pack_folder(root)
 

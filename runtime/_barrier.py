@@ -19,6 +19,8 @@ from functools import partial
 from actorflow.actors import HostFuture, WaitAny, group_wait
 from actorflow.errors import ExecutorTimedOut
 
+from ._pace import PACE
+
 __all__ = ["CANCEL_GRACE", "Interrupted", "Outcome", "TimedOut", "collect"]
 
 
@@ -63,7 +65,16 @@ class _Stop:
         return end, (_POLL if watching else None)
 
     def wait(self, lock: threading.Lock, deadline: float | None) -> bool:
-        """Acquire ``lock`` unless ``deadline`` or the cancel's grace passes first."""
+        """Acquire ``lock`` unless ``deadline`` or the cancel's grace passes first.
+
+        A supervisor keeps its slot (see ``_pace``) for a quick answer only.
+        """
+        if PACE.wait(lock):
+            return True
+        with PACE.released():
+            return self._wait(lock, deadline)
+
+    def _wait(self, lock: threading.Lock, deadline: float | None) -> bool:
         while True:
             end, poll = self.end(deadline)
             timeout = -1.0
@@ -147,6 +158,29 @@ def collect(
             for e in sorted(futures)
         ]
     # Otherwise answers are also queued as they land, to be taken in completion order.
+    with PACE.released():
+        return _in_order(
+            futures,
+            limits,
+            stop,
+            deadlines=deadlines,
+            on_answer=on_answer,
+            all_in=all_in,
+            landed=landed,
+        )
+
+
+def _in_order(
+    futures: Mapping[str, HostFuture],
+    limits: Mapping[str, float | None],
+    stop: _Stop,
+    *,
+    deadlines: dict[str, float],
+    on_answer: Callable[[str, bytes, int], None] | None,
+    all_in: threading.Lock,
+    landed: Callable[[], None],
+) -> list[Outcome]:
+    """``collect`` with deadlines or ``on_answer``: answers taken as they land."""
     arrived: queue.SimpleQueue[str] = queue.SimpleQueue()
     for executor, future in futures.items():
         future.add_done_callback(partial(_landed, arrived, executor, landed))

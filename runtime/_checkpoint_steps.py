@@ -20,6 +20,7 @@ from ._job import RunJob
 from ._lastgood import LastGood
 from ._logging import Log
 from ._otel import RunTelemetry
+from ._pace import PACE
 from ._state import RunState
 from ._wire import unpack
 
@@ -62,7 +63,8 @@ class CheckpointSteps:
         if last.dirty:
             for target in sorted(last.dirty):
                 try:
-                    snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
+                    with PACE.released():  # waits on the host's snapshot()
+                        snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
                 except Exception as exc:
                     # As when a snapshot taken with a superstep fails: the run fails,
                     # with a RunFailedEvent, naming the executor and the cause.

@@ -31,6 +31,7 @@ from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
 from ._migration import prepare_snapshots, version_entries
 from ._otel import TRACE_KEY
+from ._pace import PACE, unpaced
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
@@ -76,6 +77,8 @@ class Checkpointer:
         self._packed_graph = PackedEntries(entries)
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
         self._save = cut_saver(store, lease)
+        if not getattr(type(store), "_volatile", False):
+            self._save = unpaced(self._save)  # I/O: other sessions may work meanwhile
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()
@@ -237,7 +240,11 @@ class Checkpointer:
                 target=self._drain, name=f"actorflow-ckpt-{self.session}", daemon=True
             )
             self._writer.start()
-        self._queue.put((cut, blobs))
+        try:
+            self._queue.put_nowait((cut, blobs))
+        except queue.Full:
+            with PACE.released():  # waits for the writer
+                self._queue.put((cut, blobs))
 
     def _drain(self) -> None:
         assert self._queue is not None

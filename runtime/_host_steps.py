@@ -21,6 +21,7 @@ from ._graph import GraphSpec
 from ._job import Fault
 from ._lastgood import LastGood
 from ._logging import Log, get_logger
+from ._pace import PACE
 from ._policy import Restarts
 from ._state import RunState
 
@@ -119,12 +120,15 @@ class HostSteps:
                 stays due, and nothing of the superstep has run.
         """
         due = [t for t in targets if t in self._unrestored]
+        if not due:
+            return
         futures = [
             (t, self._call(t, "restore", self._restore_request(self._unrestored[t]))) for t in due
         ]
         for target, future in futures:
             try:
-                future.get(timeout=60)
+                with PACE.released():  # waits on the host's restore()
+                    future.get(timeout=60)
             except Exception as exc:
                 raise ExecutorFailed(
                     f"executor {target!r} could not restore its stored state: "

@@ -22,6 +22,7 @@ from ._checkpoint_steps import qualname
 from ._job import RunJob
 from ._lastgood import LastGood
 from ._logging import Log
+from ._pace import unpaced
 from ._policy import Restarts
 from ._wire import pack, restore_digests
 
@@ -55,6 +56,7 @@ class RecoverySteps:
 
         def _call(self, target: str, method: str, payload: bytes) -> HostFuture: ...
 
+    @unpaced  # waits on a backoff, new hosts and restores
     def _recover(self, job: RunJob, superstep: int, failure: StepFailure) -> None:
         target, error = failure.executor, failure.error
         now = time.time()
@@ -113,6 +115,7 @@ class RecoverySteps:
             )
         )
 
+    @unpaced  # waits on new hosts and restores
     def _roll_back(self, targets: list[str], superstep: int, *, cancelled: bool = False) -> None:
         """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
         if not (self._keep_state and self._last.exact(targets)):
@@ -141,6 +144,7 @@ class RecoverySteps:
         self._unloaded.add(target)
         self._hung.discard(target)
 
+    @unpaced  # waits on the host's restore()
     def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
         self._call(target, "restore", self._restore_request(chunks)).get(timeout=60)
 

@@ -37,6 +37,7 @@ from ._job import Fault, Payload, RunJob
 from ._lastgood import LastGood
 from ._logging import get_logger
 from ._otel import SPAN_RESTART, SPAN_ROLLBACK, RunTelemetry, open_run
+from ._pace import PACE
 from ._policy import Durability, RestartPolicy, Restarts
 from ._recovery import RecoverySteps, StepFailure
 from ._state import RunState
@@ -118,11 +119,13 @@ class Driver(CheckpointSteps, RecoverySteps, HostSteps):
             checkpointer=self.checkpointer,
         )
         if telemetry is None:
-            return self._run(job, first_checkpoint)
+            with PACE.run(job.cancel):
+                return self._run(job, first_checkpoint)
         self._trace = telemetry
         status, error = ev.RunStatus.FAILED.value, None
         try:
-            status = self._run(job, first_checkpoint).value
+            with PACE.run(job.cancel):
+                status = self._run(job, first_checkpoint).value
             return ev.RunStatus(status)
         except BaseException as exc:
             error = exc

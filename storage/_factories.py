@@ -20,6 +20,7 @@ from ._memory import MemoryStore
 from ._pack import mutate_pack
 from ._postgres_sql import Statements
 from ._protocol import CheckpointStore
+from ._segment import SEGMENT_SUFFIX, mutate_segment
 from ._sqlite import SQLiteStore
 
 Mutation = Callable[[bytes], bytes]
@@ -68,21 +69,36 @@ class FileStoreFactory:
         return FileStore(self.path)
 
     def corrupt_record(self, checkpoint_id: str, mutate: Mutation) -> None:
-        """Rewrite the record in its pack with ``mutate(its bytes)``."""
-        mutate_pack(Path(self.path) / "packs" / f"{checkpoint_id}.pack", record=mutate)
+        """Rewrite the record in its pack (or its segment's frame) with ``mutate(its bytes)``."""
+        packs = Path(self.path) / "packs"
+        if (packs / f"{checkpoint_id}.pack").exists():
+            mutate_pack(packs / f"{checkpoint_id}.pack", record=mutate)
+            return
+        for segment in sorted(packs.glob(f"*{SEGMENT_SUFFIX}")):
+            if mutate_segment(segment, record=(checkpoint_id, mutate)):
+                return
 
     def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
-        """Rewrite the blob, in every pack that holds a copy, with ``mutate(its bytes)``."""
+        """Rewrite the blob, in every pack and segment that holds a copy, with ``mutate(its bytes)``."""
         for pack in sorted((Path(self.path) / "packs").iterdir()):
-            if not pack.name.startswith("."):
+            if pack.name.startswith("."):
+                continue
+            if pack.name.endswith(SEGMENT_SUFFIX):
+                mutate_segment(pack, blob=(digest, mutate))
+            else:
                 mutate_pack(pack, blob=(digest, mutate))
 
     def corrupt_header(self, mutate: Mutation) -> None:
-        """Rewrite the prefix and header of every record pack with ``mutate(those bytes)``."""
-        for pack in sorted((Path(self.path) / "packs").glob("*.pack")):
+        """Rewrite the prefix and header of every record pack with ``mutate(those bytes)``, and
+        the first 96 bytes of every segment (its first frame's prefix, id and pack header)."""
+        packs = Path(self.path) / "packs"
+        for pack in sorted(packs.glob("*.pack")):
             data = pack.read_bytes()
             end = 16 + int.from_bytes(data[8:12], "big") if len(data) >= 16 else len(data)
             pack.write_bytes(mutate(data[:end]) + data[end:])
+        for segment in sorted(packs.glob(f"*{SEGMENT_SUFFIX}")):
+            data = segment.read_bytes()
+            segment.write_bytes(mutate(data[:96]) + data[96:])
 
 
 @dataclass(frozen=True)

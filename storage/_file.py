@@ -38,6 +38,7 @@ from ._base import (
 )
 from ._file_blobs import FileBlobReads
 from ._file_lease import FileLeases, FileStoreLeases
+from ._file_segments import SegmentRecords, read_deleted, read_deleted_ids
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint
 from ._lease import Lease
 from ._pack import (
@@ -48,6 +49,7 @@ from ._pack import (
     write_pack,
 )
 from ._packindex import PackIndex
+from ._segment import SEGMENT_SUFFIX, SegmentWriter
 
 if sys.platform != "win32":
     import fcntl
@@ -62,34 +64,36 @@ _RECENT_RECORDS = 4
 class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     """A checkpoint store in a folder on a local POSIX file system.
 
-    Layout 2 (see docs/storage.md for why)::
+    Layout 3 (see docs/storage.md for why)::
 
         actorflow-store           layout marker (another layout is refused, naming the fix)
-        packs/<id>.pack           one per save: the record and the blobs it stored first
+        packs/<random>.seg        segments: each store handle appends its saves to its own
+        packs/<id>.pack           record packs: layout 2's saves, records moved out of segments
         packs/<random>.blobs      blobs that outlived the record they came with
         deleted                   ids removed by delete()/prune(), one per line
         leases/<key>.lease|.lock  session leases (see ``_file_lease``)
         .lock                     flock(2) lock file; holds a token every collection replaces
 
-    A save writes ONE file: its record and every blob it references that is not
-    stored yet, in a uniquely named temp file, fsynced, linked into place with
-    ``link(2)`` (so two writers of one id cannot overwrite each other) and the folder
-    fsynced: two fsyncs per checkpoint, and the pack is the commit point, so a crash
-    leaves either no trace (a temp file, removed by the next collection) or the whole
-    checkpoint. Blobs stay content-addressed and shared: a later save that
-    references a stored blob finds it through an in-process index of the pack
-    headers (see ``_packindex``) and does not store it again.
+    A save appends ONE frame (its record and every blob it references that is not
+    stored yet) to this handle's segment, whose name was made durable when it was
+    created, and makes it durable with one ``fdatasync``; the frame being whole is
+    the commit point, and a frame cut short by a crash is no record (see
+    ``_segment``). Blobs stay content-addressed and shared: a later save that
+    references a stored blob finds it through an in-process index of the pack and
+    frame headers (see ``_packindex``) and does not store it again. A layout-2
+    folder is used as one (a pack file per save, two syncs) until :meth:`upgrade`.
 
     Locking: :meth:`save` holds a shared ``flock`` on ``.lock`` from its blob check
     to its commit; :meth:`delete` and :meth:`prune` hold it exclusively while they
     retire records and collect blobs. So a collection never removes a blob that a
     save in another thread or process has just found present and is about to
-    reference. Records are read without the lock (packs never change once in place).
+    reference. Records are read without the lock (frames and packs never change once
+    written).
 
-    Deleting a record renames its pack to a blob-only pack (the record is gone at
-    once, its blobs stay); collection then rewrites blob-only packs that hold an
-    unreferenced blob, keeping the referenced ones. If any remaining record cannot
-    be decoded, nothing is collected (what it references is unknown) until it is
+    Deleting a record lists its id in ``deleted`` (and renames a record pack to a
+    blob-only pack); collection then rewrites segments and blob-only packs that hold
+    deleted records or unreferenced blobs. If any remaining record cannot be
+    decoded, nothing is collected (what it references is unknown) until it is
     deleted; :meth:`verify` names it. Listing, :meth:`latest` with filters,
     :meth:`sessions` and :meth:`prune` decode records to learn their session, so
     they raise :class:`CheckpointCorrupt` while a damaged record is present; use
@@ -98,31 +102,43 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     Args:
         path: the folder; created if missing. An existing folder must be empty or
             an actorflow FileStore.
+        layout: the layout of a folder this creates: 3, or 2 (a pack file per save,
+            which actorflow versions before layout 3 also read). An existing
+            folder keeps its own.
 
     Raises:
+        ValueError: ``layout`` is neither 2 nor 3.
         CheckpointError: ``path`` is a non-empty folder that is not a FileStore.
         UnsupportedFormat: the folder was written with another layout (a layout-1
             folder: convert it once with :meth:`FileStore.upgrade`).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, layout: int = 3) -> None:
         if sys.platform == "win32":  # pragma: no cover - no flock(2) there
             raise CheckpointError("FileStore needs a POSIX system; use SQLiteStore")
+        if layout not in (2, 3):
+            raise ValueError(f"layout must be 2 or 3, not {layout!r}")
         self._root = Path(path)
         self._packs = self._root / gc.PACKS
         self._lock_path = self._root / ".lock"
         self._deleted = self._root / "deleted"
-        gc.open_layout(self._root)
+        self._layout = gc.open_layout(self._root, layout)
+        # Layout 3 appends saves to a segment of this handle's own; layout 2 writes packs.
+        self._writer = SegmentWriter(self._packs) if self._layout == 3 else None
+        self._segments = SegmentRecords(self._packs, self._deleted) if self._writer else None
         self._index = PackIndex(self._packs)
         self._recent: collections.deque[str] = collections.deque(maxlen=_RECENT_RECORDS)
         self._leases = FileLeases(self._root)
 
     @staticmethod
     def upgrade(path: str | os.PathLike[str]) -> None:
-        """Convert a FileStore folder of layout 1 (one file per blob and per record) to layout 2.
+        """Convert a FileStore folder of layout 1 (a file per blob and per record) or 2 to layout 3.
 
         Run it once, while no process uses the folder. It is crash-safe and can be
         re-run: the old files are removed only after the new layout is in place.
+
+        Older actorflow versions do not read layout 3: no process of one may use the
+        folder afterwards.
 
         Raises:
             UnsupportedFormat: the folder has a layout this actorflow does not know.
@@ -135,6 +151,17 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         """The store's folder."""
         return self._root
 
+    @property
+    def layout(self) -> int:
+        """The folder's layout: 3, or 2 (a folder older actorflow versions also read)."""
+        return self._layout
+
+    def close(self) -> None:
+        """Stop appending to this handle's segment and refuse further use. Idempotent."""
+        if self._writer is not None:
+            self._writer.close()
+        super().close()
+
     def __repr__(self) -> str:
         return f"FileStore({str(self._root)!r})"
 
@@ -143,9 +170,13 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     def save(
         self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
     ) -> None:
-        """Store a record and its new blobs atomically, in one pack (see CheckpointStore.save).
+        """Store a record and its new blobs atomically (see CheckpointStore.save).
 
-        The session's lease lock is held from the fencing check to the commit.
+        Layout 3 appends them, as one frame, to this handle's segment (one
+        ``fdatasync``); layout 2, and an id that was deleted before, get a pack of
+        their own. The session's lease lock is held from the fencing check to the
+        commit, so saves of one session (the only ones that can share an id) are
+        serialised: the second save of an id finds the first and is refused.
         """
         record = encode_checkpoint(checkpoint)
         digests = checkpoint.blob_digests()
@@ -159,6 +190,13 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 self._leases.fenced(checkpoint.session, lease, checkpoint.id),
                 self._locked(exclusive=False),
             ):
+                segments = self._segments
+                if segments is not None:
+                    segments.refresh()
+                    if segments.find(checkpoint.id) is not None:
+                        raise already_stored(checkpoint.id)
+                    if checkpoint.id in segments.deleted():
+                        segments = None  # the deleted list hides its frames: use a pack
                 if final.exists():
                     raise already_stored(checkpoint.id)
                 # Only blobs the record needs but was not given force a look at other
@@ -175,6 +213,18 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 # Where the other blobs are, so a handle that never read this folder
                 # finds them without reading every pack header (see _find).
                 hints = encode_hints(self._index.locations(digests & stored))
+                if segments is not None and self._writer is not None:
+                    name, frame = self._writer.append(
+                        self._index.generation,
+                        checkpoint.id,
+                        record,
+                        [(d, given[d]) for d in sorted(given) if d not in stored],
+                        hints,
+                    )
+                    assert frame.header is not None
+                    self._index.add_frame(name, frame.header, frame.end)
+                    segments.note(name, frame)
+                    return
                 header = write_pack(self._packs, final, record, new, hints)
                 if header is None:
                     raise already_stored(checkpoint.id)
@@ -232,7 +282,7 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             raise not_found(str(checkpoint_id))
         with self._locked(exclusive=True) as lock:
             assert lock is not None  # a write section has its lock, or raised
-            if not (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
+            if not self._exists(checkpoint_id):
                 raise not_found(checkpoint_id)
             self._forget([checkpoint_id], lock)
 
@@ -297,9 +347,9 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             for name, (_, why) in sorted(damaged.items())
             if not name.endswith(RECORD_SUFFIX)  # a damaged record pack is reported below
         ]
-        ids = self._ids()
+        ids = self._ids(strict=False)
         stored = set(ids)
-        deleted, unreadable = self._read_deleted()
+        deleted, unreadable = read_deleted(self._deleted, _SAFE_ID)
         if unreadable:
             problems.append(f"{self._deleted} is damaged: {unreadable}")
         blob_state: dict[str, str] = {}
@@ -370,23 +420,44 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         except OSError as exc:
             raise CheckpointError(f"cannot open {self._lock_path}: {exc}") from exc
 
-    def _ids(self) -> builtins.list[str]:
+    def _ids(self, *, strict: bool = True) -> builtins.list[str]:
+        """Every stored id; ``strict``: raise CheckpointCorrupt if a segment is damaged."""
         try:
             names = os.listdir(self._packs)
         except FileNotFoundError as exc:
             raise CheckpointError(f"{self._packs} is missing: the store is damaged") from exc
-        return sorted(
+        ids = {
             n[: -len(RECORD_SUFFIX)]
             for n in names
             if n.endswith(RECORD_SUFFIX) and not n.startswith(".")
-        )
+        }
+        if self._segments is not None and any(n.endswith(SEGMENT_SUFFIX) for n in names):
+            self._segments.refresh()
+            try:
+                ids |= self._segments.ids()
+            except CheckpointCorrupt:
+                if strict:
+                    raise
+        return sorted(ids)
+
+    def _exists(self, checkpoint_id: str) -> bool:
+        if (self._packs / f"{checkpoint_id}{RECORD_SUFFIX}").exists():
+            return True
+        if self._segments is None:
+            return False
+        self._segments.refresh()
+        return self._segments.find(checkpoint_id) is not None
 
     def _read(self, checkpoint_id: str) -> Checkpoint:
         name = f"{checkpoint_id}{RECORD_SUFFIX}"
         try:
-            data = read_record(self._packs / name)
-        except FileNotFoundError:
-            raise not_found(checkpoint_id) from None
+            try:
+                data = read_record(self._packs / name)
+            except FileNotFoundError:
+                found = self._segments.read_elsewhere(checkpoint_id) if self._segments else None
+                if found is None:
+                    raise not_found(checkpoint_id) from None
+                data, name = found
         except CheckpointCorrupt as exc:
             raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
         checkpoint = decode_stored(checkpoint_id, data)
@@ -401,18 +472,6 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             except CheckpointNotFound:
                 continue  # deleted since the folder was listed: not corruption
 
-    def _read_deleted(self) -> tuple[set[str], str]:
-        """The ids in ``deleted``, and what is wrong with the file ("" if nothing)."""
-        try:
-            data = self._deleted.read_bytes()
-        except FileNotFoundError:
-            return set(), ""
-        except OSError as exc:
-            return set(), f"it cannot be read ({exc})"
-        ids = {word.decode("ascii", "replace") for word in data.split()}
-        bad = {i for i in ids if not _SAFE_ID.fullmatch(i)}
-        return ids - bad, f"it holds {len(bad)} line(s) that are not checkpoint ids" if bad else ""
-
     def _forget(self, ids: builtins.list[str], lock: int) -> None:
         """Delete these records and collect. Caller holds the exclusive lock (``lock``)."""
         try:
@@ -422,6 +481,6 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 f.flush()
                 os.fsync(f.fileno())
             gc.retire_records(self._packs, ids)
-            gc.collect(self._packs, self._index)
+            gc.collect(self._packs, self._index, read_deleted_ids(self._deleted))
         except OSError as exc:
             raise CheckpointError(f"could not delete checkpoints from {self._root}: {exc}") from exc

@@ -22,6 +22,7 @@ from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFo
 from ._format import is_blob_digest, verify_blob
 from ._pack import read_pack_hints, read_spans
 from ._packindex import PackIndex
+from ._segment import SEGMENT_SUFFIX
 
 __all__ = ["FileBlobReads"]
 
@@ -105,6 +106,11 @@ class FileBlobReads:
         header read. Either way only headers read under the lock enter the index.
         """
         for name in reversed(list(self._recent)):  # a copy: other threads append
+            if name.endswith(SEGMENT_SUFFIX):  # a segment holds most blobs of its records
+                self._index.read_named([name])
+                if len(self._index.known(digests)) == len(digests):
+                    return
+                continue
             try:
                 _, hinted = read_pack_hints(os.path.join(self._packs, name))
             except (FileNotFoundError, CheckpointError):

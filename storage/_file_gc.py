@@ -10,37 +10,46 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, UnsupportedFormat
 
-from ._format import decode_checkpoint, is_blob_digest
+from ._format import Checkpoint, decode_checkpoint, is_blob_digest
 from ._pack import (
     BLOBS_SUFFIX,
     RECORD_SUFFIX,
     TMP,
     BlobSource,
     fsync_dir,
+    open_pack,
     read_record,
     read_spans,
     write_pack,
 )
 from ._packindex import PackIndex
+from ._segment import SEGMENT_SUFFIX, Frame, scan_segment
 
 if os.name == "posix":
     import fcntl
 
 MARKER = "actorflow-store"
 PACKS = "packs"
-LAYOUT = b"actorflow FileStore layout 2\n"
+LAYOUT = b"actorflow FileStore layout 3\n"
+LAYOUT_2 = b"actorflow FileStore layout 2\n"
 _LAYOUT_1 = b"actorflow FileStore layout 1\n"
+_LAYOUTS = {2: LAYOUT_2, 3: LAYOUT}
 _LAYOUT_PREFIX = b"actorflow FileStore layout "
 # "checkpoints" and "blobs" are layout 1's folders, left behind by an interrupted upgrade.
 _KNOWN = {MARKER, ".lock", "deleted", PACKS, "checkpoints", "blobs"}
 
 
-def open_layout(root: Path) -> None:
+def open_layout(root: Path, new: int = 3) -> int:
     """Create the layout in an empty folder, or check the marker of an existing store.
+
+    Returns the folder's layout: 3, or 2 for a folder written by an older actorflow
+    (or created with ``new=2``), which is used as it is.
 
     Raises:
         CheckpointError: a non-empty folder that is not a FileStore, or an I/O failure.
@@ -58,23 +67,24 @@ def open_layout(root: Path) -> None:
                     "choose an empty or new folder"
                 )
             (root / PACKS).mkdir(exist_ok=True)
-            _write_small(root, marker, LAYOUT, replace=False)
+            _write_small(root, marker, _LAYOUTS[new], replace=False)
         layout = marker.read_bytes()
     except OSError as exc:
         raise CheckpointError(f"cannot open FileStore at {root}: {exc}") from exc
-    if layout == LAYOUT:
-        return
+    for number, known in _LAYOUTS.items():
+        if layout == known:
+            return number
     if layout == _LAYOUT_1:
         raise UnsupportedFormat(
             f"{root} uses FileStore layout 1 (a file per blob and per record), written by an "
-            f"older actorflow; this one reads layout 2. Convert it once, while no process "
+            f"older actorflow; this one reads layouts 2 and 3. Convert it once, while no process "
             f"uses it, with actorflow.FileStore.upgrade({str(root)!r}) (or the command "
             f"`actorflow checkpoints upgrade {root}`), or keep using the older actorflow."
         )
     if layout.startswith(_LAYOUT_PREFIX):
         raise UnsupportedFormat(
             f"{root} uses {layout.decode(errors='replace').strip()!r}; this "
-            f"actorflow reads {LAYOUT.decode().strip()!r}. Upgrade actorflow."
+            f"actorflow reads layouts 2 and 3. Upgrade actorflow."
         )
     raise CheckpointCorrupt(f"{marker} is damaged: not an actorflow FileStore marker")
 
@@ -93,18 +103,22 @@ def retire_records(packs: Path, ids: list[str]) -> None:
     fsync_dir(packs)
 
 
-def collect(packs: Path, index: PackIndex) -> None:
-    """Rewrite blob-only packs that hold unreferenced (or duplicate) blobs; drop temp files.
+def collect(packs: Path, index: PackIndex, deleted: AbstractSet[str] = frozenset()) -> None:
+    """Rewrite packs and segments that hold unreferenced (or duplicate) blobs; drop temp files.
 
-    Referenced blobs of the rewritten packs go into one new blob-only pack, made
-    durable before any old pack is unlinked. Record packs are never rewritten: all
-    their blobs are referenced by their own record. Nothing is collected while a
-    record cannot be decoded, and packs that cannot be read are kept (``verify``
-    reports them).
+    Segments holding a deleted record (``deleted``: the ids of the store's deleted
+    list) or a torn tail (no save runs now, so it is a dead writer's) are rewritten:
+    each live record becomes a record pack, made durable before the segment is
+    unlinked (a crash in between leaves the record twice, same bytes, which readers
+    take once). Referenced blobs of the rewritten blob-only packs and segments go
+    into one new blob-only pack, made durable before any old file is unlinked.
+    Record packs are never rewritten: all their blobs are referenced by their own
+    record. Nothing is collected while a record cannot be decoded, and packs that
+    cannot be read are kept (``verify`` reports them).
     """
     index.scan()
     headers = index.packs()
-    if any(name.endswith(RECORD_SUFFIX) for name in index.damaged):
+    if any(name.endswith((RECORD_SUFFIX, SEGMENT_SUFFIX)) for name in index.damaged):
         return
     referenced: set[str] = set()
     provided: set[str] = set()
@@ -116,12 +130,43 @@ def collect(packs: Path, index: PackIndex) -> None:
                 return  # cannot tell what it references: collect nothing
             referenced |= record.blob_digests()
             provided |= set(header.blobs)
+    segments = _read_segments(packs, sorted(n for n in headers if n.endswith(SEGMENT_SUFFIX)))
+    if segments is None:
+        return
+    kept_ids = {n[: -len(RECORD_SUFFIX)] for n in headers if n.endswith(RECORD_SUFFIX)}
+    rewrite: list[_SegmentFile] = []
+    for segment in segments:
+        live = [f for f in segment.frames if f.checkpoint_id not in deleted]
+        for frame in live:
+            decoded = segment.records[frame.checkpoint_id]
+            if decoded is None:
+                return  # a damaged record: cannot tell what it references
+            referenced |= decoded.blob_digests()
+        if len(live) < len(segment.frames) or segment.torn:
+            rewrite.append(segment)
+        else:
+            provided |= {d for f in segment.frames if f.header for d in f.header.blobs}
     # No save holds the shared lock now, so every temp file is a crashed writer's.
     for name in os.listdir(packs):
         if name.startswith(TMP):
             (packs / name).unlink(missing_ok=True)
+    for segment in rewrite:
+        for frame in segment.frames:
+            if frame.checkpoint_id in deleted or frame.header is None:
+                continue
+            if frame.checkpoint_id not in kept_ids:
+                _frame_to_pack(packs, segment, frame)
+                kept_ids.add(frame.checkpoint_id)
+            provided |= set(frame.header.blobs)
     carry: list[tuple[str, int, BlobSource]] = []
     retired: list[str] = []
+    for segment in rewrite:
+        retired.append(segment.name)
+        for frame in segment.frames:
+            for digest, span in (frame.header.blobs if frame.header else {}).items():
+                if digest in referenced and digest not in provided:
+                    provided.add(digest)
+                    carry.append((digest, span[1], _reader(segment.path, segment.inode, span)))
     for name, header in sorted(headers.items()):
         if not name.endswith(BLOBS_SUFFIX):
             continue
@@ -146,14 +191,74 @@ def collect(packs: Path, index: PackIndex) -> None:
     index.scan()
 
 
+@dataclass(frozen=True, slots=True)
+class _SegmentFile:
+    name: str
+    path: Path
+    inode: int
+    frames: list[Frame]
+    records: dict[str, Checkpoint | None]
+    """Each frame's record, decoded; None if it cannot be."""
+    torn: bool
+
+
+def _read_segments(packs: Path, names: list[str]) -> list[_SegmentFile] | None:
+    """Every frame and record of these segments; None if one is damaged (collect nothing)."""
+    found: list[_SegmentFile] = []
+    for name in names:
+        path = packs / name
+        try:
+            fd, st = open_pack(path)
+        except FileNotFoundError:
+            continue
+        try:
+            scan = scan_segment(fd, name, st.st_ino, st.st_size)
+            if scan.damage:
+                return None
+            records: dict[str, Checkpoint | None] = {}
+            for frame in scan.frames:
+                records[frame.checkpoint_id] = _frame_record(fd, frame)
+        finally:
+            os.close(fd)
+        found.append(_SegmentFile(name, path, st.st_ino, scan.frames, records, scan.torn))
+    return found
+
+
+def _frame_record(fd: int, frame: Frame) -> Checkpoint | None:
+    if frame.header is None:
+        return None
+    offset, length = frame.header.record
+    try:
+        record = decode_checkpoint(os.pread(fd, length, offset))
+    except (CheckpointCorrupt, UnsupportedFormat):
+        return None
+    return record if record.id == frame.checkpoint_id else None
+
+
+def _frame_to_pack(packs: Path, segment: _SegmentFile, frame: Frame) -> None:
+    """Write a segment's frame out as the record pack ``<id>.pack``, durably."""
+    assert frame.header is not None
+    length = frame.header.record[1]
+    spans = [frame.header.record, (frame.header.end, frame.end - frame.header.end)]
+    data = read_spans(segment.path, segment.inode, spans)
+    if data is None or len(data[0]) != length:
+        raise CheckpointError(f"segment {segment.name} changed during a collection")
+    record, hints = data
+    blobs: list[tuple[str, int, BlobSource]] = [
+        (digest, span[1], _reader(segment.path, segment.inode, span))
+        for digest, span in frame.header.blobs.items()
+    ]
+    write_pack(packs, packs / f"{frame.checkpoint_id}{RECORD_SUFFIX}", record, blobs, hints)
+
+
 def upgrade_layout(root: Path) -> None:
-    """Convert a layout-1 folder to layout 2 in place (see ``FileStore.upgrade``)."""
+    """Convert a layout-1 or layout-2 folder to layout 3 in place (see ``FileStore.upgrade``)."""
     marker = root / MARKER
     try:
         layout = marker.read_bytes()
     except FileNotFoundError:
         raise CheckpointError(f"{root} is not an actorflow FileStore (no {MARKER})") from None
-    if layout not in (LAYOUT, _LAYOUT_1):
+    if layout not in (LAYOUT, LAYOUT_2, _LAYOUT_1):
         open_layout(root)  # raises the error that names what is wrong
     packs = root / PACKS
     fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -162,7 +267,9 @@ def upgrade_layout(root: Path) -> None:
         if layout == _LAYOUT_1:
             packs.mkdir(exist_ok=True)
             _pack_layout_1(root, packs)
-            # The commit point: from here on the folder is layout 2.
+        if layout != LAYOUT:
+            # The commit point: from here on the folder is layout 3 (whose packs are
+            # layout 2's; it adds segments, which only layout 3 reads).
             _write_small(root, marker, LAYOUT, replace=True)
         for old in ("checkpoints", "blobs"):
             shutil.rmtree(root / old, ignore_errors=True)

@@ -364,23 +364,36 @@ def mutate_pack(
     The new file replaces the old one (a new inode: open stores notice). Returns
     whether the pack held what was to be changed.
     """
-    data = path.read_bytes()
-    header = parse_header(path.name, data, 0, len(data))
+    data = mutate_pack_bytes(path.read_bytes(), record=record, blob=blob)
+    if data is None:
+        return False
+    tmp = path.with_name(f"{TMP}damage-{path.name}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return True
+
+
+def mutate_pack_bytes(
+    data: bytes,
+    *,
+    record: Callable[[bytes], bytes] | None = None,
+    blob: tuple[str, Callable[[bytes], bytes]] | None = None,
+) -> bytes | None:
+    """A pack's bytes with its record or one blob mutated (see :func:`mutate_pack`); None if
+    the pack does not hold what was to be changed."""
+    header = parse_header("pack", data, 0, len(data))
     assert isinstance(header, PackHeader)
     offset, length = header.record
     new_record = data[offset : offset + length]
     if record is not None:
         if length == 0:
-            return False
+            return None
         new_record = record(new_record)
     entries = [(d, data[o : o + n]) for d, (o, n) in header.blobs.items()]
     if blob is not None:
         if blob[0] not in header.blobs:
-            return False
+            return None
         entries = [(d, blob[1](b) if d == blob[0] else b) for d, b in entries]
-    tmp = path.with_name(f"{TMP}damage-{path.name}")
     head = encode_header(len(new_record), [(d, len(b)) for d, b in entries])
     hints = data[header.end :]  # kept: they name other packs, which did not change
-    tmp.write_bytes(head + new_record + b"".join(b for _, b in entries) + hints)
-    os.replace(tmp, path)
-    return True
+    return head + new_record + b"".join(b for _, b in entries) + hints

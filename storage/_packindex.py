@@ -28,14 +28,15 @@ from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt
 
-from ._pack import BLOBS_SUFFIX, RECORD_SUFFIX, PackHeader, read_header
+from ._pack import BLOBS_SUFFIX, RECORD_SUFFIX, PackHeader, open_pack, read_header
+from ._segment import SEGMENT_SUFFIX, scan_segment
 
 TOKEN_SIZE = 16
 
 
 def is_pack_name(name: str) -> bool:
     """Whether a file name in the packs folder is a pack (record or blob-only)."""
-    return not name.startswith(".") and name.endswith((RECORD_SUFFIX, BLOBS_SUFFIX))
+    return not name.startswith(".") and name.endswith((RECORD_SUFFIX, BLOBS_SUFFIX, SEGMENT_SUFFIX))
 
 
 class PackIndex:
@@ -49,6 +50,11 @@ class PackIndex:
         self._where: dict[str, str] = {}
         self.damaged: dict[str, tuple[int, str]] = {}
         """Pack name -> (inode, why): packs whose header cannot be read."""
+
+    @property
+    def generation(self) -> bytes | None:
+        """The collection token the index was last synced with (see :meth:`sync`)."""
+        return self._generation
 
     def sync(self, lock_fd: int | None) -> None:
         """Drop the cache if a collection started since it was filled. Caller holds the lock.
@@ -75,6 +81,7 @@ class PackIndex:
         """Index packs that appeared since the last scan, forget vanished ones. Caller holds the lock."""
         with os.scandir(self._folder) as entries:
             listed = {e.name: e.inode() for e in entries if is_pack_name(e.name)}
+        self._grow_segments(listed)
         with self._lock:
             gone = [n for n, h in self._packs.items() if listed.get(n) != h.inode]
             for name in gone:
@@ -86,6 +93,9 @@ class PackIndex:
             new = [n for n in sorted(listed) if n not in self._packs and n not in self.damaged]
         folder = os.fspath(self._folder)
         for name in new:
+            if name.endswith(SEGMENT_SUFFIX):
+                self._read_segment(name)
+                continue
             try:
                 # Only the header is wanted: a small first read (it grows if needed).
                 header, _ = read_header(os.path.join(folder, name), 2048)
@@ -105,8 +115,16 @@ class PackIndex:
         """
         folder = os.fspath(self._folder)
         with self._lock:
-            new = [n for n in names if is_pack_name(n) and n not in self._packs]
+            # A segment may have grown since it was read: read its new frames.
+            new = [
+                n
+                for n in names
+                if is_pack_name(n) and (n not in self._packs or n.endswith(SEGMENT_SUFFIX))
+            ]
         for name in new:
+            if name.endswith(SEGMENT_SUFFIX):
+                self._read_segment(name)
+                continue
             try:
                 header, _ = read_header(os.path.join(folder, name), 2048)
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -116,6 +134,61 @@ class PackIndex:
                     self.damaged[name] = (header_inode(folder, name), str(exc))
                 continue
             self.add(name, header)
+
+    def add_frame(self, segment: str, header: PackHeader, end: int) -> None:
+        """Record a frame (ending at ``end``) appended to ``segment`` or read from it, under the lock.
+
+        The segment's entry has no record and every blob of the frames indexed so
+        far; its ``end`` is where the frames not indexed yet start.
+        """
+        with self._lock:
+            known = self._packs.get(segment)
+            if known is None or known.inode != header.inode:
+                known = PackHeader(header.inode, (0, 0), {}, 0)
+            blobs = dict(known.blobs)
+            for digest, span in header.blobs.items():
+                blobs.setdefault(digest, span)
+                self._where.setdefault(digest, segment)
+            self._packs[segment] = PackHeader(known.inode, (0, 0), blobs, max(known.end, end))
+
+    def _grow_segments(self, listed: dict[str, int]) -> None:
+        """Read the frames appended to indexed segments since they were read."""
+        with self._lock:
+            grown = [
+                n
+                for n, h in self._packs.items()
+                if n.endswith(SEGMENT_SUFFIX) and listed.get(n) == h.inode
+            ]
+        for name in grown:
+            self._read_segment(name)
+
+    def _read_segment(self, name: str) -> None:
+        """Index the frames of a segment not indexed yet (all of them, for a new one)."""
+        with self._lock:
+            known = self._packs.get(name)
+        try:
+            fd, st = open_pack(self._folder / name)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return
+        except CheckpointCorrupt as exc:
+            with self._lock:
+                self.damaged[name] = (header_inode(os.fspath(self._folder), name), str(exc))
+            return
+        try:
+            start = known.end if known is not None and known.inode == st.st_ino else 0
+            if start == st.st_size and known is not None:
+                return
+            scan = scan_segment(fd, name, st.st_ino, st.st_size, start)
+        finally:
+            os.close(fd)
+        for frame in scan.frames:
+            if frame.header is not None:
+                self.add_frame(name, frame.header, frame.end)
+        with self._lock:
+            if name not in self._packs:
+                self._packs[name] = PackHeader(st.st_ino, (0, 0), {}, scan.end)
+            if scan.damage:
+                self.damaged[name] = (st.st_ino, scan.damage)
 
     def locations(self, digests: AbstractSet[str]) -> set[str]:
         """The names of the indexed packs holding these digests (those it knows)."""

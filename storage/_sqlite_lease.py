@@ -24,14 +24,16 @@ class SQLiteLeases:
 
     if TYPE_CHECKING:
 
-        def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _write(
+            self, *, durable: bool = True
+        ) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
         def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
     def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
         """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
         ttl, owner = check_ttl(ttl), check_owner(owner)
-        with self._write() as db:
+        with self._write(durable=False) as db:
             row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
             sql.put_lease(db, session, row)
         return row.as_lease(session)
@@ -39,14 +41,14 @@ class SQLiteLeases:
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend a current lease (see CheckpointStore.renew_lease)."""
         ttl = check_ttl(ttl)
-        with self._write() as db:
+        with self._write(durable=False) as db:
             row = renewed(sql.lease_row(db, lease.session), lease, ttl, time.time())
             sql.put_lease(db, lease.session, row)
         return row.as_lease(lease.session)
 
     def release_lease(self, lease: Lease) -> None:
         """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
-        with self._write() as db:
+        with self._write(durable=False) as db:
             row = sql.lease_row(db, lease.session)
             if row is not None and not row.released and row.token == lease.token:
                 sql.put_lease(

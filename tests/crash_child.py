@@ -47,7 +47,7 @@ import graphs  # found via the sys.path entry above, as in the parent
 
 import actorflow as af
 from actorflow.storage import Checkpoint, Lease
-from actorflow.storage import _file as file_store
+from actorflow.storage import _segment as segment
 
 _STUCK_SECONDS = 60.0  # the parent kills us long before this; it only bounds a lost parent
 
@@ -173,16 +173,18 @@ def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
 
         return TracedSQLite(config["path"])
     if kind == "file":
-        real_link = os.link
+        real_pwritev = os.pwritev
 
-        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            # The checkpoint's pack (record and new blobs) is written to its temp
-            # file and fsynced; the link that commits it has not happened.
-            if gate.is_set() and str(dst).endswith(".pack"):
+        def pwritev(fd: int, buffers: Any, offset: int, *args: Any) -> int:
+            # The checkpoint's frame (record and new blobs) is half written to the
+            # segment: the kill leaves it cut short, as a crash mid-write would.
+            if gate.is_set():
+                data = b"".join(bytes(b) for b in buffers)
+                real_pwritev(fd, [data[: len(data) // 2]], offset)
                 _stop_here()
-            real_link(src, dst, *args, **kwargs)
+            return real_pwritev(fd, buffers, offset, *args)
 
-        file_store.os.link = link  # type: ignore[attr-defined]  # this child process only
+        segment.os.pwritev = pwritev  # type: ignore[attr-defined]  # this child process only
         return af.FileStore(config["path"])
     raise ValueError(f"unknown store {kind!r}")
 

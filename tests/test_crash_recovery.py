@@ -41,6 +41,7 @@ import actorflow as af
 from actorflow.actors import decode_state
 from actorflow.runtime._ownership import acquire
 from actorflow.storage import CheckpointKind
+from actorflow.storage._segment import scan_segment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -402,8 +403,8 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
     # server (blob and record rows written, COMMIT not sent).
     assert open_transactions == 1
     if block["at"] == "in_save" and store_kind == "file":
-        # The kill landed where claimed: the pack was written to its temp file, not linked.
-        assert list((tmp_path / "store" / "packs").glob(".tmp-*"))
+        # The kill landed where claimed: a frame cut short at the end of the segment.
+        assert _torn_segments(tmp_path / "store" / "packs") == 1
     with _open(store_kind, tmp_path) as store:
         latest = check_after_kill(store, killed)
         assert latest is not None and latest.superstep == latest_superstep
@@ -417,6 +418,15 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
     with _open(store_kind, tmp_path) as store:
         assert store.verify() == []
         check_recovered(store, ref, killed_outputs, latest, resumed_outputs)
+
+
+def _torn_segments(packs: Path) -> int:
+    """How many segments end in a frame cut short."""
+    torn = 0
+    for path in packs.glob("*.seg"):
+        with open(path, "rb") as f:
+            torn += scan_segment(f.fileno(), path.name, 0, os.fstat(f.fileno()).st_size).torn
+    return torn
 
 
 @pytest.mark.timeout(60)

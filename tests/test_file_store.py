@@ -1,4 +1,5 @@
-"""FileStore layout 2 (packs) beyond the conformance kit: fsyncs, crashes, handles, upgrade."""
+"""FileStore layout 2 (packs, still written on request and read) beyond the conformance kit:
+fsyncs, crashes, handles, upgrade. Layout 3 (segments): tests/test_file_segments.py."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def packs(root: Path) -> list[str]:
 
 def test_a_save_is_one_pack_and_two_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint with new blobs costs one file, one file fsync and one folder fsync."""
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         first, blobs = make_checkpoint(chunks={"e": [b"a", b"b", b"c"]})
         store.save(first, blobs)
         calls: list[int] = []
@@ -48,7 +49,7 @@ def test_a_crash_before_the_link_leaves_no_trace(tmp_path: Path) -> None:
     """A whole, fsynced pack left under its temp name (killed before link) is invisible and collected."""
     checkpoint, blobs = make_checkpoint(chunks={"e": [b"only in the crashed pack"]})
     record = encode_checkpoint(checkpoint)
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         kept, kept_blobs = make_checkpoint()
         store.save(kept, kept_blobs)
     crashed = tmp_path / "packs" / ".tmp-crashed"
@@ -58,7 +59,7 @@ def test_a_crash_before_the_link_leaves_no_trace(tmp_path: Path) -> None:
         + record
         + b"".join(data)
     )
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         assert store.list() == [kept]
         assert store.has_blobs(blobs) == set()
         assert store.verify() == []
@@ -71,21 +72,21 @@ def test_a_crash_before_the_link_leaves_no_trace(tmp_path: Path) -> None:
 
 def test_a_new_handle_finds_blobs_another_handle_wrote(tmp_path: Path) -> None:
     """A record may reference a blob stored through another store object, which finds it."""
-    with FileStore(tmp_path) as writer, FileStore(tmp_path) as other:
+    with FileStore(tmp_path, layout=2) as writer, FileStore(tmp_path) as other:
         assert other.has_blobs([blob_digest(b"shared")]) == set()  # other's index is now filled
         first, blobs = make_checkpoint(chunks={"e": [b"shared"]})
         writer.save(first, blobs)
         second, _ = make_checkpoint(parent=first, chunks={"e": [b"shared"]})
         other.save(second, {})  # not given: found in writer's pack
         assert other.load_blob(blob_digest(b"shared")) == b"shared"
-    with FileStore(tmp_path) as fresh:
+    with FileStore(tmp_path, layout=2) as fresh:
         assert [cp.id for cp in fresh.list()] == [first.id, second.id]
         assert fresh.verify() == []
 
 
 def test_a_collection_by_another_handle_is_noticed(tmp_path: Path) -> None:
     """A handle whose index still lists a collected blob does not save a record needing it."""
-    with FileStore(tmp_path) as a, FileStore(tmp_path) as b:
+    with FileStore(tmp_path, layout=2) as a, FileStore(tmp_path, layout=2) as b:
         first, blobs = make_checkpoint(chunks={"e": [b"doomed"]})
         a.save(first, blobs)
         assert a.has_blobs(blobs) == set(blobs)
@@ -103,7 +104,7 @@ def test_two_handles_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
     barrier = threading.Barrier(2, timeout=WAIT_S)
 
     def lineage(n: int) -> list[str]:
-        with FileStore(tmp_path) as store:
+        with FileStore(tmp_path, layout=2) as store:
             barrier.wait()
             parent = None
             ids: list[str] = []
@@ -119,7 +120,7 @@ def test_two_handles_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
 
     with ThreadPoolExecutor(2) as pool:
         kept = [f.result(timeout=WAIT_S) for f in [pool.submit(lineage, n) for n in range(2)]]
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         assert sorted(cp.id for cp in store.list()) == sorted(kept[0] + kept[1])
         assert store.load_blob(blob_digest(b"shared by both")) == b"shared by both"
         assert store.verify() == []
@@ -127,7 +128,7 @@ def test_two_handles_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
 
 def test_delete_keeps_blobs_others_use_and_drops_the_rest(tmp_path: Path) -> None:
     """Deleting the record whose pack carries a shared blob moves that blob, drops its own."""
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         first, blobs = make_checkpoint(chunks={"e": [b"shared", b"first only"]})
         store.save(first, blobs)
         second, _ = make_checkpoint(parent=first, chunks={"e": [b"shared"]})
@@ -137,13 +138,14 @@ def test_delete_keeps_blobs_others_use_and_drops_the_rest(tmp_path: Path) -> Non
         assert store.has_blobs(blobs) == {blob_digest(b"shared")}
         store.delete(second.id)
         assert packs(tmp_path) == []
-    with FileStore(tmp_path) as fresh:
+    with FileStore(tmp_path, layout=2) as fresh:
         assert fresh.has_blobs(blobs) == set()
         assert fresh.verify() == []
 
 
 def test_collects_nothing_while_a_record_is_unreadable(tmp_path: Path) -> None:
     """If a record cannot be decoded, delete() keeps every blob (it may reference them)."""
+    FileStore(tmp_path, layout=2).close()
     factory = FileStoreFactory(str(tmp_path))
     with factory() as store:
         damaged, damaged_blobs = make_checkpoint()
@@ -160,14 +162,14 @@ def test_collects_nothing_while_a_record_is_unreadable(tmp_path: Path) -> None:
 
 def test_a_damaged_pack_header_is_reported(tmp_path: Path) -> None:
     """A pack whose header is damaged: its record raises CheckpointCorrupt, verify names it."""
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         checkpoint, blobs = make_checkpoint()
         store.save(checkpoint, blobs)
     pack = tmp_path / "packs" / f"{checkpoint.id}.pack"
     data = bytearray(pack.read_bytes())
     data[20] ^= 0xFF  # inside the header: its checksum no longer matches
     pack.write_bytes(bytes(data))
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         with pytest.raises(CheckpointCorrupt, match="header"):
             store.load(checkpoint.id)
         with pytest.raises(CheckpointCorrupt, match="damaged pack"):
@@ -177,7 +179,7 @@ def test_a_damaged_pack_header_is_reported(tmp_path: Path) -> None:
 
 def test_detects_a_record_under_another_name(tmp_path: Path) -> None:
     """A pack copied to another id's name is reported as corrupt."""
-    with FileStore(tmp_path) as store:
+    with FileStore(tmp_path, layout=2) as store:
         checkpoint, blobs = make_checkpoint()
         store.save(checkpoint, blobs)
         impostor = make_checkpoint()[0].id
@@ -191,8 +193,8 @@ def test_detects_a_record_under_another_name(tmp_path: Path) -> None:
 def test_refuses_a_newer_layout(tmp_path: Path) -> None:
     """A folder written with a newer layout raises UnsupportedFormat."""
     FileStore(tmp_path / "s").close()
-    (tmp_path / "s" / "actorflow-store").write_bytes(b"actorflow FileStore layout 3\n")
-    with pytest.raises(UnsupportedFormat, match="layout 3"):
+    (tmp_path / "s" / "actorflow-store").write_bytes(b"actorflow FileStore layout 4\n")
+    with pytest.raises(UnsupportedFormat, match="layout 4"):
         FileStore(tmp_path / "s")
 
 

@@ -22,7 +22,7 @@ _PREFIX = struct.Struct(">8sII")
 
 def _store_with_two(path: Path) -> tuple[FileStore, list[str], list[str]]:
     """A store holding two records; returns it, their ids and the second's blob digests."""
-    store = FileStore(path)
+    store = FileStore(path, layout=2)  # packs: their headers are what is forged
     first, blobs = make_checkpoint()
     store.save(first, blobs)
     second, blobs = make_checkpoint(parent=first)

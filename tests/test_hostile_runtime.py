@@ -16,7 +16,7 @@ from actorflow.cli import main
 from actorflow.errors import CheckpointCorrupt
 from actorflow.runtime._state import MAX_SUPERSTEP, decode_runtime
 from actorflow.storage import Checkpoint, new_checkpoint_id
-from actorflow.storage._pack import mutate_pack
+from actorflow.storage.conformance import FileStoreFactory
 
 
 def _good() -> dict[str, Any]:
@@ -144,8 +144,8 @@ def test_verify_counts_damaged_records_and_exits_1(
     with af.FileStore(folder) as store, build() as wf, wf.session("s1", store=store) as s:
         s.run(0)
         total = len(store.list())
-    damaged = sorted((folder / "packs").glob("*.pack"))[-1]
-    assert mutate_pack(damaged, record=lambda record: record[:-1])
+        newest = store.list()[-1].id
+    FileStoreFactory(str(folder)).corrupt_record(newest, lambda record: record[:-1])
     assert main(["checkpoints", "verify", str(folder)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1].endswith(f"in {total} checkpoint(s)") and not out[-1].startswith("0 ")

@@ -28,7 +28,7 @@ def _history(root: Path, records: int) -> list[tuple[Checkpoint, dict[str, bytes
     """``records`` checkpoints of one lineage: the first stores SHARED chunks that every
     later record references again (not given), each record adds one chunk of its own."""
     saved: list[tuple[Checkpoint, dict[str, bytes]]] = []
-    with FileStore(root) as store:
+    with FileStore(root, layout=2) as store:  # hints are in packs
         parent = None
         for i in range(records):
             own = f"step {i}".encode()

@@ -108,6 +108,26 @@ def test_sqlite_store_pragmas(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
+def test_sqlite_lease_changes_skip_the_fsync_and_saves_keep_it(tmp_path: Path) -> None:
+    """Lease transactions commit at synchronous=NORMAL, and leave the connection at FULL."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        conn = store._conn()
+        seen: list[int] = []
+        with store._write(durable=False) as db:
+            seen.append(db.execute("PRAGMA synchronous").fetchone()[0])
+        lease = store.acquire_lease("s", "me", 30.0)
+        store.renew_lease(lease, 30.0)
+        store.release_lease(lease)
+        assert seen == [1]  # NORMAL inside the lease transaction
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again after
+        with pytest.raises(RuntimeError), store._write(durable=False):
+            raise RuntimeError("a failed lease transaction")
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # also after a failure
+        checkpoint, blobs = make_checkpoint(session="s")
+        store.save(checkpoint, blobs)
+        assert store.latest(session="s") == checkpoint
+
+
 def test_sqlite_store_refuses_a_newer_schema(tmp_path: Path) -> None:
     """A file with a newer actorflow schema raises UnsupportedFormat."""
     SQLiteStore(tmp_path / "s.db").close()

@@ -1,0 +1,233 @@
+"""FileStore layout 3 (segments) beyond the conformance kit: syncs, torn tails, damage, upgrade."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from actorflow.errors import CheckpointCorrupt, CheckpointError
+from actorflow.storage import FileStore, encode_checkpoint
+from actorflow.storage._segment import encode_frame_prefix, scan_segment
+from actorflow.storage.conformance import FileStoreFactory, make_checkpoint
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def files(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "packs").iterdir())
+
+
+def segments(root: Path) -> list[Path]:
+    return sorted((root / "packs").glob("*.seg"))
+
+
+def test_a_save_is_one_frame_and_one_fdatasync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a handle's first save, a checkpoint costs one fdatasync and no new file."""
+    with FileStore(tmp_path) as store:
+        assert store.layout == 3
+        first, blobs = make_checkpoint(chunks={"e": [b"a", b"b", b"c"]})
+        store.save(first, blobs)
+        before = files(tmp_path)
+        calls: list[str] = []
+        real_fsync, real_fdatasync = os.fsync, os.fdatasync
+        monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
+        monkeypatch.setattr(
+            os, "fdatasync", lambda fd: calls.append("fdatasync") or real_fdatasync(fd)
+        )
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"a", b"b", b"new"]})
+        store.save(second, {d: more[d] for d in more if d not in blobs})
+        monkeypatch.undo()
+        assert calls == ["fdatasync"]
+        assert files(tmp_path) == before and len(before) == 1
+        assert store.load_blobs(more) == more
+    with FileStore(tmp_path) as fresh:
+        assert fresh.list() == [first, second]
+        assert fresh.load_blobs(more) == more
+        assert fresh.verify() == []
+
+
+def test_a_torn_tail_is_invisible_and_collected(tmp_path: Path) -> None:
+    """A frame cut short at a segment's end (a save killed mid-write) is no record, no
+    problem, and the next collection drops it."""
+    with FileStore(tmp_path) as store:
+        kept, kept_blobs = make_checkpoint(chunks={"e": [b"kept"]})
+        store.save(kept, kept_blobs)
+    checkpoint, blobs = make_checkpoint(chunks={"e": [b"never committed"]})
+    [segment] = segments(tmp_path)
+    record = encode_checkpoint(checkpoint)
+    with open(segment, "ab") as f:  # the prefix promises more than was written
+        f.write(encode_frame_prefix(checkpoint.id, len(record) + 500) + record[:40])
+    with FileStore(tmp_path) as store:
+        assert store.list() == [kept]
+        assert store.latest() == kept
+        assert store.verify() == []
+        store.save(checkpoint, blobs)  # never committed: saving the id works
+        assert store.list() == [kept, checkpoint]
+        store.delete(checkpoint.id)
+        assert store.list() == [kept]
+        assert store.has_blobs({**blobs, **kept_blobs}) == set(kept_blobs)
+        assert store.verify() == []
+    for path in segments(tmp_path):
+        with open(path, "rb") as f:
+            assert not scan_segment(f.fileno(), path.name, 0, path.stat().st_size).torn
+
+
+def test_a_damaged_frame_prefix_is_reported_never_skipped(tmp_path: Path) -> None:
+    """A flipped bit in a frame's prefix: listing raises (it may hide the newest record),
+    verify names the segment, records before it still load."""
+    with FileStore(tmp_path) as store:
+        first, blobs = make_checkpoint()
+        store.save(first, blobs)
+        second, more = make_checkpoint(parent=first)
+        store.save(second, more)
+    [segment] = segments(tmp_path)
+    data = bytearray(segment.read_bytes())
+    with open(segment, "rb") as f:
+        frames = scan_segment(f.fileno(), segment.name, 0, len(data)).frames
+    data[frames[1].start + 12] ^= 0x01  # the second frame's pack length
+    segment.write_bytes(bytes(data))
+    with FileStore(tmp_path) as store:
+        with pytest.raises(CheckpointCorrupt, match="checksum"):
+            store.latest()
+        with pytest.raises(CheckpointCorrupt):
+            store.list()
+        assert store.load(first.id) == first
+        assert any(segment.name in p for p in store.verify())
+
+
+def test_deleting_rewrites_the_segment_keeping_the_rest(tmp_path: Path) -> None:
+    """Deleting one record turns the segment's other records into packs and collects
+    only the deleted record's own blobs."""
+    with FileStore(tmp_path) as store:
+        first, blobs = make_checkpoint(chunks={"e": [b"shared", b"first"]})
+        store.save(first, blobs)
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"shared", b"second"]})
+        store.save(second, {d: more[d] for d in more if d not in blobs})
+        store.delete(first.id)
+        assert files(tmp_path) == sorted([f"{second.id}.pack", *files(tmp_path)[1:]])
+        assert segments(tmp_path) == []
+        assert store.has_blobs({**blobs, **more}) == set(more)
+        third, last = make_checkpoint(parent=second, chunks={"e": [b"shared", b"third"]})
+        store.save(third, {d: last[d] for d in last if d not in more})  # a new segment
+        assert len(segments(tmp_path)) == 1
+        assert store.list() == [second, third]
+        assert store.verify() == []
+    with FileStore(tmp_path) as fresh:
+        assert fresh.list() == [second, third]
+        assert fresh.load_blobs(last) == last
+
+
+def test_collects_nothing_while_a_segment_record_is_unreadable(tmp_path: Path) -> None:
+    """A damaged record in a segment keeps every blob until it is deleted itself."""
+    factory = FileStoreFactory(str(tmp_path))
+    with factory() as store:
+        damaged, damaged_blobs = make_checkpoint()
+        store.save(damaged, damaged_blobs)
+        other, other_blobs = make_checkpoint()
+        store.save(other, other_blobs)
+        factory.corrupt_record(damaged.id, lambda b: b[:-1])
+        store.delete(other.id)
+        assert store.has_blobs({**damaged_blobs, **other_blobs}) == {
+            *damaged_blobs,
+            *other_blobs,
+        }
+        assert any(damaged.id in p for p in store.verify())
+        store.delete(damaged.id)
+        assert store.has_blobs({**damaged_blobs, **other_blobs}) == set()
+        assert store.verify() == []
+
+
+def test_a_failed_sync_leaves_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the fdatasync fails, the frame is cut off again and the save raises; the next
+    save goes to a new segment."""
+    with FileStore(tmp_path) as store:
+        first, blobs = make_checkpoint()
+        store.save(first, blobs)
+        size = segments(tmp_path)[0].stat().st_size
+
+        def failing(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", failing)
+        second, more = make_checkpoint(parent=first)
+        with pytest.raises(CheckpointError, match="Input/output error"):
+            store.save(second, more)
+        monkeypatch.undo()
+        assert segments(tmp_path)[0].stat().st_size == size
+        assert store.list() == [first]
+        store.save(second, more)
+        assert len(segments(tmp_path)) == 2
+    with FileStore(tmp_path) as fresh:
+        assert fresh.list() == [first, second]
+        assert fresh.verify() == []
+
+
+def test_handles_append_to_segments_of_their_own(tmp_path: Path) -> None:
+    """Two handles saving in turn: each its own segment, each sees the other's records."""
+    with FileStore(tmp_path) as a, FileStore(tmp_path) as b:
+        saved = []
+        parent = None
+        for i in range(6):
+            checkpoint, blobs = make_checkpoint(parent=parent, chunks={"e": [b"s", bytes([i])]})
+            (a if i % 2 else b).save(checkpoint, blobs)
+            saved.append(checkpoint)
+            parent = checkpoint
+            assert (b if i % 2 else a).latest() == checkpoint
+        assert len(segments(tmp_path)) == 2
+        assert a.list() == b.list() == saved
+        with pytest.raises(CheckpointError, match="already"):
+            a.save(saved[2], {})
+
+
+def test_a_forked_child_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
+    """A handle inherited through fork(2) never appends where the parent's handle does."""
+    with FileStore(tmp_path) as store:
+        first, blobs = make_checkpoint(chunks={"e": [b"parent 1"]})
+        store.save(first, blobs)
+        pid = os.fork()
+        if pid == 0:  # the child: one save, then out without running any cleanup
+            code = 1
+            try:
+                child, more = make_checkpoint(session="child", chunks={"e": [b"child"]})
+                store.save(child, more)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)  # bounded by the test's timeout
+        assert os.waitstatus_to_exitcode(status) == 0
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"parent 2"]})
+        store.save(second, more)
+        assert len(segments(tmp_path)) == 2
+        assert [cp.session for cp in store.list()] == ["session-a", "child", "session-a"]
+        assert store.verify() == []
+
+
+def test_layout_2_stays_layout_2_until_upgraded(tmp_path: Path) -> None:
+    """A layout-2 folder is used as one (packs only) until FileStore.upgrade makes it layout 3."""
+    with FileStore(tmp_path, layout=2) as store:
+        first, blobs = make_checkpoint(chunks={"e": [b"shared", b"one"]})
+        store.save(first, blobs)
+    with FileStore(tmp_path) as store:
+        assert store.layout == 2
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"shared", b"two"]})
+        store.save(second, {d: more[d] for d in more if d not in blobs})
+        assert segments(tmp_path) == []
+    FileStore.upgrade(tmp_path)
+    FileStore.upgrade(tmp_path)  # idempotent
+    assert (tmp_path / "actorflow-store").read_bytes() == b"actorflow FileStore layout 3\n"
+    with FileStore(tmp_path) as store:
+        assert store.layout == 3
+        third, last = make_checkpoint(parent=second, chunks={"e": [b"shared", b"three"]})
+        store.save(third, {d: last[d] for d in last if d not in more})
+        assert len(segments(tmp_path)) == 1
+        assert store.list() == [first, second, third]
+        store.prune(first.session, keep=1)
+        assert store.list() == [third]
+        assert store.load_blobs(last) == last
+        assert store.verify() == []
+    with pytest.raises(ValueError, match="layout"):
+        FileStore(tmp_path / "other", layout=1)
