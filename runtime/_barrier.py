@@ -123,7 +123,12 @@ def collect(
     stop = _Stop(cancel)
     together = group_wait(futures.values())
     if together is not None:
-        return _collect_waiting(together, futures, limits, started, on_answer=on_answer, stop=stop)
+        # Answers from other processes: the slot (``_pace``) goes to other sessions
+        # of this process meanwhile.
+        with PACE.released():
+            return _collect_waiting(
+                together, futures, limits, started, on_answer=on_answer, stop=stop
+            )
     finished: set[str] = set()
     if len(futures) == 1:
         # The common case (a chain or a cycle): nothing to order, no need for a queue.
