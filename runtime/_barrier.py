@@ -13,7 +13,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 
 from actorflow.actors import HostFuture, WaitAny, group_wait
@@ -206,12 +206,9 @@ def _in_order(
             if stop.over:
                 outcomes.extend((e, None, Interrupted(e)) for e in sorted(outstanding))
                 break
-            now = time.monotonic()
-            for late in sorted(e for e in outstanding if e in deadlines and deadlines[e] <= now):
-                outstanding.discard(late)
-                limit = limits[late]
-                assert limit is not None
-                outcomes.append((late, None, TimedOut(late, limit)))
+            for late in _overdue(outstanding, deadlines, limits):
+                outstanding.discard(late[0])
+                outcomes.append(late)
             continue
         if executor not in outstanding:
             continue  # answered after its deadline: abandoned
@@ -263,14 +260,28 @@ def _collect_waiting(
         if stop.over:
             outcomes.extend((e, None, Interrupted(e)) for e in sorted(outstanding))
             break
-        now = time.monotonic()
-        for late in sorted(e for e in outstanding if e in deadlines and deadlines[e] <= now):
-            outstanding.remove(late)
-            limit = limits[late]
-            assert limit is not None
-            outcomes.append((late, None, TimedOut(late, limit)))
+        for late in _overdue(outstanding, deadlines, limits):
+            outstanding.remove(late[0])
+            outcomes.append(late)
     outcomes.sort(key=lambda o: o[0])
     return outcomes
+
+
+def _overdue(
+    outstanding: Collection[str],
+    deadlines: Mapping[str, float],
+    limits: Mapping[str, float | None],
+) -> list[Outcome]:
+    """The time-outs of the executors in ``outstanding`` whose deadline has passed."""
+    now = time.monotonic()
+    late = sorted(e for e in outstanding if e in deadlines and deadlines[e] <= now)
+    return [(e, None, TimedOut(e, _limit(limits, e))) for e in late]
+
+
+def _limit(limits: Mapping[str, float | None], executor: str) -> float:
+    limit = limits[executor]
+    assert limit is not None  # it has a deadline
+    return limit
 
 
 def _count_down(landed: Callable[[], int], count: int, all_in: threading.Lock) -> None:
