@@ -294,15 +294,15 @@ def write_pack(
         try:
             if all(isinstance(source, bytes) for _, _, source in blobs):
                 parts = [head, record, *(source for _, _, source in blobs), hints]
-                _write_all(fd, [p for p in parts if isinstance(p, bytes)])
+                write_all(fd, [p for p in parts if isinstance(p, bytes)])
             else:
-                _write_all(fd, [head, record])
+                write_all(fd, [head, record])
                 for digest, length, source in blobs:
                     data = source if isinstance(source, bytes) else source()
                     if len(data) != length:
                         raise CheckpointCorrupt(f"blob {digest} changed length while being packed")
-                    _write_all(fd, [data])
-                _write_all(fd, [hints])
+                    write_all(fd, [data])
+                write_all(fd, [hints])
             os.fsync(fd)
             inode = os.fstat(fd).st_ino
         finally:
@@ -331,11 +331,16 @@ def _create_temp(folder: str) -> tuple[int, str]:
             continue
 
 
-def _write_all(fd: int, parts: list[bytes]) -> None:
-    """Write every byte of ``parts``; ``writev`` may stop short on large buffers."""
+def write_all(fd: int, parts: list[bytes], offset: int | None = None) -> None:
+    """Write every byte of ``parts`` (at ``offset``, or at the file position when
+    None); ``writev``/``pwritev`` may stop short on large buffers."""
     views = [memoryview(p) for p in parts if p]
     while views:
-        written = os.writev(fd, views[:1024])  # IOV_MAX
+        if offset is None:
+            written = os.writev(fd, views[:1024])  # IOV_MAX
+        else:
+            written = os.pwritev(fd, views[:1024], offset)
+            offset += written
         while views and written >= len(views[0]):
             written -= len(views[0])
             views.pop(0)

@@ -40,7 +40,15 @@ from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
-from ._pack import TMP, PackHeader, encode_header, fsync_dir, mutate_pack_bytes, parse_header
+from ._pack import (
+    TMP,
+    PackHeader,
+    encode_header,
+    fsync_dir,
+    mutate_pack_bytes,
+    parse_header,
+    write_all,
+)
 
 SEGMENT_SUFFIX = ".seg"
 FRAME_MAGIC = b"AFSEGF01"
@@ -222,7 +230,7 @@ class SegmentWriter:
             assert fd is not None
             start = self._offset
             try:
-                _pwrite_all(fd, [prefix, head, record, *(b for _, b in blobs), hints], start)
+                write_all(fd, [prefix, head, record, *(b for _, b in blobs), hints], start)
                 getattr(os, "fdatasync", os.fsync)(fd)  # macOS has no fdatasync
             except BaseException:
                 self._abandon(truncate_to=start)
@@ -267,19 +275,6 @@ class SegmentWriter:
             ) from exc
         finally:
             os.close(fd)
-
-
-def _pwrite_all(fd: int, parts: list[bytes], offset: int) -> None:
-    """Write every byte of ``parts`` at ``offset``; ``pwritev`` may stop short."""
-    views = [memoryview(p) for p in parts if p]
-    while views:
-        written = os.pwritev(fd, views[:1024], offset)  # IOV_MAX
-        offset += written
-        while views and written >= len(views[0]):
-            written -= len(views[0])
-            views.pop(0)
-        if views and written:
-            views[0] = views[0][written:]
 
 
 def mutate_segment(
