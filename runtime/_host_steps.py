@@ -119,9 +119,9 @@ class HostSteps:
             ExecutorFailed: a host could not restore its state (the cause chained); it
                 stays due, and nothing of the superstep has run.
         """
+        if not self._unrestored:
+            return  # every superstep but the first few after a resume
         due = [t for t in targets if t in self._unrestored]
-        if not due:
-            return
         futures = [
             (t, self._call(t, "restore", self._restore_request(self._unrestored[t]))) for t in due
         ]
