@@ -19,8 +19,10 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
+import pykka
+
 from ._host import ExecutorHost, HostedFactory
-from ._reply import ReplyFuture
+from ._reply import Raised, ReplyFuture
 
 __all__ = [
     "ActorBackend",
@@ -107,12 +109,22 @@ class ActorBackend(Protocol):
 
 
 class _ThreadHost:
-    """A host on its own daemon thread (a pykka ``ThreadingActor``)."""
+    """A host on its own daemon thread (a pykka ``ThreadingActor``), started by its first call.
 
-    __slots__ = ("_ref",)
+    A session borrows a host for every executor when it starts, but a run may reach
+    only a few of them (a resumed session's next superstep often runs one): the
+    thread (~180 us to start, and GIL time the running ones then lack) starts with
+    the host's first message, so a host never called costs an object. Calls come
+    from the one thread driving the host's run, ``stop`` from any thread: the lock
+    orders a first start against a stop, so a stopped host never starts.
+    """
+
+    __slots__ = ("_lock", "_ref", "_stopped")
 
     def __init__(self) -> None:
-        self._ref = ExecutorHost.start()
+        self._ref: pykka.ActorRef[ExecutorHost] | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
 
     def call(self, method: str, payload: bytes) -> HostFuture:
         return self._ask(("call", method, payload))
@@ -121,20 +133,39 @@ class _ThreadHost:
         return self._ask(("load_call", factory, method, payload))
 
     def unload(self) -> HostFuture:
+        if self._ref is None and not self._stopped:
+            done = ReplyFuture()  # never started: no program to unload
+            done.set(None)
+            return done
         return self._ask(("unload",))
 
     def _ask(self, message: tuple[Any, ...]) -> ReplyFuture:
+        ref = self._ref
+        if ref is None:
+            with self._lock:
+                if self._ref is None and not self._stopped:
+                    self._ref = ExecutorHost.start()
+                ref = self._ref
+            if ref is None:  # stopped before it ever ran: answer as a stopped actor would
+                failed = ReplyFuture()
+                failed.set(Raised(pykka.ActorDeadError("the executor host was stopped")))
+                return failed
         # An ExecutorHost's asks return ReplyFutures (LeanActor), which are HostFutures.
-        return cast(ReplyFuture, self._ref.ask(message, block=False))
+        return cast(ReplyFuture, ref.ask(message, block=False))
 
     def stop(self) -> None:
-        # block=False: a host stuck in a hung handler must not hang whoever stops it;
-        # it is a daemon thread and stops as soon as the handler returns.
-        self._ref.stop(block=False)
+        with self._lock:
+            self._stopped = True
+            ref = self._ref
+        if ref is not None:
+            # block=False: a host stuck in a hung handler must not hang whoever stops
+            # it; it is a daemon thread and stops as soon as the handler returns.
+            ref.stop(block=False)
 
     @property
     def alive(self) -> bool:
-        return bool(self._ref.is_alive())
+        ref = self._ref
+        return not self._stopped if ref is None else bool(ref.is_alive())
 
 
 class ThreadBackend:
@@ -145,7 +176,7 @@ class ThreadBackend:
     """
 
     def spawn(self, executor: str) -> HostRef:
-        """Start one host thread."""
+        """A new host; its thread starts with its first call (see ``_ThreadHost``)."""
         return _ThreadHost()
 
     def placement(self, executor: str) -> Hashable:
