@@ -40,6 +40,7 @@ from ._base import (
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._lease import Lease, fence, leaseless_check
 from ._postgres_lease import LeaseMethods, lease_of, session_key
+from ._postgres_pool import new_pool
 from ._postgres_schema import open_schema
 from ._postgres_sql import COLUMNS
 from ._postgres_verify import PostgresVerify
@@ -62,7 +63,8 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
     - Durability is the server's: with its defaults (``fsync``, ``synchronous_commit``
       on) a save returns once its commit is flushed to the write-ahead log.
     - Connections come from a psycopg_pool ``ConnectionPool`` that checks each one
-      before handing it out (``ConnectionPool.check_connection``) and replaces
+      before handing it out (a round trip only if the server may have ended it:
+      ``_postgres_pool.check_idle``) and replaces
       connections past ``max_lifetime`` or idle past ``max_idle``: after a server
       restart or a connection terminated by the server, the next call gets a fresh
       connection. A call whose connection breaks under it is retried once on a new
@@ -115,17 +117,13 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
             self._where = f"pool {dsn_or_pool.name}"
         else:
             self._where = _redact(dsn_or_pool)
-            self._pool = psycopg_pool.ConnectionPool(
+            self._pool = new_pool(
                 dsn_or_pool,
-                min_size=1,
-                max_size=pool_size,
-                kwargs={"autocommit": True},
-                check=psycopg_pool.ConnectionPool.check_connection,
+                schema=schema,
+                pool_size=pool_size,
                 timeout=timeout,
                 max_lifetime=max_lifetime,
                 max_idle=max_idle,
-                open=False,
-                name=f"actorflow-{schema}",
             )
         q = self._sql
         self._q_lock_shared = q(
