@@ -18,6 +18,7 @@ import pytest
 import actorflow as af
 from actorflow.actors import decode_state
 from actorflow.storage import CheckpointKind
+from actorflow.storage._postgres_pool import check_idle
 from actorflow.storage.conformance import make_checkpoint
 
 WAIT_S = 45.0
@@ -129,6 +130,96 @@ def test_connection_terminated_by_the_server(store: Any, where: tuple[str, str])
     final = store.latest(session="s")
     assert final is not None and _states(store, final) == states
     assert store.verify() == []
+
+
+@pytest.mark.timeout(60)
+def test_idle_connection_ended_by_the_server_is_replaced_before_use(
+    where: tuple[str, str],
+) -> None:
+    """The store's pool check (``check_idle``) keeps a live idle connection and replaces one
+    the server ended, before a call that is not retried (a lease grant) gets it."""
+    import psycopg_pool
+
+    dsn, schema = where
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        dsn, min_size=1, max_size=1, open=True, kwargs={"autocommit": True}, check=check_idle
+    )
+    store = af.PostgresStore(pool, schema=schema)
+    try:
+        first = store.acquire_lease("a", "owner", 30.0)
+        with pool.connection() as db:
+            pid = db.info.backend_pid
+        with pool.connection() as db:
+            assert db.info.backend_pid == pid  # live: handed out again
+        # The timeout makes it wait until the server process is gone.
+        assert _sql(dsn, "SELECT pg_terminate_backend(%s, 10000)", pid) == [(True,)]
+        second = store.acquire_lease("b", "owner", 30.0)
+        assert second.session == "b" and store.current_lease("a") == first
+        with pool.connection() as db:
+            assert db.info.backend_pid != pid
+    finally:
+        store.close()
+        pool.close()
+
+
+def test_check_idle_raises_for_a_closed_connection(where: tuple[str, str]) -> None:
+    """The pool's check refuses a connection closed on the client side."""
+    import psycopg
+
+    dsn, _ = where
+    db = psycopg.connect(dsn, autocommit=True)
+    check_idle(db)
+    db.close()
+    with pytest.raises(psycopg.OperationalError):
+        check_idle(db)
+
+
+def test_grant_lost_by_a_server_crash_is_never_granted_again(
+    store: Any, where: tuple[str, str]
+) -> None:
+    """A grant whose commit a crash lost (its row as before it) leaves its holder unable to
+    save or renew, and the next grant's token is greater than the lost one."""
+    dsn, schema = where
+    released = store.acquire_lease("s", "first", 30.0)
+    store.release_lease(released)
+    before = _sql(dsn, f"SELECT * FROM {schema}.leases")
+    lost = store.acquire_lease("s", "lost", 30.0)
+    assert lost.token > released.token
+    _sql(dsn, f"DELETE FROM {schema}.leases")  # what recovery leaves: the row before the grant
+    for row in before:
+        _sql(dsn, f"INSERT INTO {schema}.leases VALUES (%s, %s, %s, %s, %s)", *row)
+    taker = store.acquire_lease("s", "taker", 30.0)
+    assert taker.token > lost.token
+    checkpoint, blobs = make_checkpoint(session="s")
+    with pytest.raises(af.LeaseLost):
+        store.save(checkpoint, blobs, lease=lost)
+    with pytest.raises(af.LeaseLost):
+        store.renew_lease(lost, 30.0)
+    store.save(checkpoint, blobs, lease=taker)
+    assert store.latest(session="s") == checkpoint
+
+
+def test_grant_leaves_the_connection_durable_for_saves(where: tuple[str, str]) -> None:
+    """A grant turns synchronous_commit off for its own transaction only: the connection's
+    later transactions (saves) keep the server's setting."""
+    import psycopg_pool
+
+    dsn, schema = where
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        dsn, min_size=1, max_size=1, open=True, kwargs={"autocommit": True}
+    )
+    store = af.PostgresStore(pool, schema=schema)
+    try:
+        lease = store.acquire_lease("s", "owner", 30.0)
+        with pool.connection() as db:
+            assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        checkpoint, blobs = make_checkpoint(session="s")
+        store.save(checkpoint, blobs, lease=lease)
+        with pool.connection() as db:
+            assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    finally:
+        store.close()
+        pool.close()
 
 
 @pytest.mark.timeout(60)
