@@ -31,15 +31,19 @@ LEASE_ROW = (
 GRANT = (
     "INSERT INTO {s}.leases AS l (session, token, owner, expires_at, released)"
     " SELECT %s::text, g.token, %s::text, g.now + %s::float8, false FROM"
-    " (SELECT extract(epoch FROM now())::float8 AS now,"
+    " (SELECT pg_advisory_xact_lock(%s::bigint),"
+    " set_config('synchronous_commit', 'off', true),"
+    " extract(epoch FROM now())::float8 AS now,"
     " (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS token) AS g"
     " ON CONFLICT (session) DO UPDATE SET token = greatest(l.token + 1, EXCLUDED.token),"
     " owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, released = false"
     " WHERE l.released OR l.expires_at <= extract(epoch FROM now())"
     " RETURNING l.token, l.expires_at"
 )
-"""``grant`` (see ``_lease``) on the server: a new lease unless a live one (unreleased,
-unexpired by the server's clock) holds the session; then it returns no row.
+"""``grant`` (see ``_lease``) on the server, in one statement (its own transaction):
+the session's lock, then a new lease unless a live one (unreleased, unexpired by the
+server's clock) holds the session; then it returns no row. ``ON CONFLICT DO
+UPDATE`` decides on the row's latest version, under its row lock.
 
 The token is the greater of the last one + 1 and the server's clock in
 microseconds, so it stays strictly greater than every token this row ever held,
@@ -82,10 +86,6 @@ class LeaseMethods:
         q = self._sql
         self._q_lease_row = q(LEASE_ROW)
         self._q_session_lock = "SELECT pg_advisory_xact_lock(%s::bigint)"
-        self._q_grant_lock = (
-            "SELECT pg_advisory_xact_lock(%s::bigint),"
-            " set_config('synchronous_commit', 'off', true)"
-        )
         self._q_grant = q(GRANT)
         self._q_put_lease = q(
             "INSERT INTO {s}.leases (session, token, owner, expires_at, released)"
@@ -97,11 +97,12 @@ class LeaseMethods:
     def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
         """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
 
-        One round trip: ``BEGIN``, the session's lock, the conditional grant, the
-        row as it is then (the holder, when refused) and ``COMMIT`` are pipelined.
+        One statement, one round trip (:data:`GRANT`); when it refuses, a second
+        reads the holder for the error (and if the holder let go in between, the
+        grant is tried again).
 
         The grant's commit does not wait for its WAL flush (``synchronous_commit``
-        off for this transaction only; saves, renewals and releases keep the
+        off for its transaction only; saves, renewals and releases keep the
         server's setting): it is on the critical path of every resume, and its
         durability buys nothing a save does not. A server crash within the WAL
         writer's delay (at most ~3 x ``wal_writer_delay``, 0.6 s by default) after
@@ -114,24 +115,21 @@ class LeaseMethods:
         that fenced an acknowledged checkpoint is never lost.
         """
         ttl, owner = check_ttl(ttl), check_owner(owner)
-        key = session_key(self._sql.schema, session)
-
-        def run(db: Conn) -> tuple[Any, Any]:
-            with db.pipeline(), db.transaction():
-                db.execute(self._q_grant_lock, (key,))
-                granted = db.execute(self._q_grant, (session, owner, ttl))
-                holder = db.execute(self._q_lease_row, (session,))
-            return granted.fetchone(), holder.fetchone()
-
-        # Not retried: a grant whose commit landed before its connection broke must not
-        # be granted twice (the caller would hold a token it never saw).
-        granted, found = self._run(run, what=f"acquire the lease of session {session}", retry=False)
-        if granted is not None:
-            return Lease(session, int(granted[0]), owner, float(granted[1]))
-        assert found is not None  # the lease query always returns one row
-        row, now = lease_of(found)
-        grant(session, row, owner, ttl, now)  # raises SessionOwned: a live lease holds it
-        raise AssertionError(f"the server refused the lease of {session!r} to a free session")
+        params = (session, owner, ttl, session_key(self._sql.schema, session))
+        while True:
+            # Not retried: a grant whose commit landed before its connection broke must
+            # not be granted twice (the caller would hold a token it never saw).
+            granted = self._run(
+                lambda db: db.execute(self._q_grant, params).fetchone(),
+                what=f"acquire the lease of session {session}",
+                retry=False,
+            )
+            if granted is not None:
+                return Lease(session, int(granted[0]), owner, float(granted[1]))
+            row, now = self._run(
+                lambda db: read_lease(db, self._q_lease_row, session), what="read a lease"
+            )
+            grant(session, row, owner, ttl, now)  # raises SessionOwned while a live lease holds it
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend a current lease (see CheckpointStore.renew_lease)."""
