@@ -301,8 +301,12 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
     ) -> Checkpoint | None:
         """The newest matching record, or None; a damaged one raises, it is not skipped."""
         where, params = sql.filters(workflow, session, None)
+        # max(id) is read from the end of an index ((session, id), or the primary key)
+        # whatever the table's statistics say; ORDER BY id DESC LIMIT 1 was planned,
+        # on a young table, as a scan and sort of every record of the session.
         query = self._sql(
-            f"SELECT {COLUMNS} FROM {{s}}.checkpoints{where} ORDER BY id DESC LIMIT 1"
+            f"SELECT {COLUMNS} FROM {{s}}.checkpoints"
+            f" WHERE id = (SELECT max(id) FROM {{s}}.checkpoints{where})"
         )
         row = self._run(
             lambda db: db.execute(query, params, binary=True).fetchone(), what="find latest"
