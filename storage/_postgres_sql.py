@@ -43,7 +43,7 @@ that a concurrent save has found stored and is about to reference."""
 # per delete/prune rather than every save paying for a GIN index.
 # ``leases`` holds one row per session that ever had a lease; the row stays after a
 # release so the next token is strictly greater (fencing tokens are never reused).
-# ``expires_at`` is epoch seconds by the server's clock (``extract(epoch FROM now())``).
+# ``expires_at`` is epoch seconds by the server's clock (``date_part('epoch', now())``).
 TABLES = (
     """CREATE TABLE {s}.checkpoints (
         id         text PRIMARY KEY,
