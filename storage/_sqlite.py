@@ -46,6 +46,9 @@ from ._sqlite_lease import SQLiteLeases
 from ._sqlite_sql import SCHEMA_VERSION
 from ._sqlite_verify import SQLiteVerify
 
+_KNOWN_BLOBS = 100_000
+"""How many digests a connection remembers as stored before it starts afresh (~15 MB)."""
+
 
 class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
     """A checkpoint store in one SQLite database file; the documented default for services.
@@ -140,21 +143,28 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
                 )
             except sqlite3.IntegrityError:
                 raise already_stored(cp.id) from None
-            # One lookup gives both what is stored and the ids the reference rows need.
-            blob_ids = sql.blob_ids(db, digests)
-            missing = [d for d in digests if d not in blob_ids and d not in given]
+            # A record names every chunk of every executor, and nearly all of them were
+            # named by the previous record too: their ids come from this connection's
+            # memory of what is stored (see _known_blobs); one lookup gives the ids of
+            # the others, and tells which of them are stored at all.
+            known = self._known_blobs(db)
+            unknown = [d for d in digests if d not in known]
+            found = sql.blob_ids(db, unknown) if unknown else {}
+            missing = [d for d in unknown if d not in found and d not in given]
             if missing:
                 raise dangling(cp.id, missing)  # rolls the record back too
-            for digest in digests:
-                if digest not in blob_ids:
-                    blob_ids[digest] = sql.new_blob(db, digest, given[digest])
+            for digest in unknown:
+                if digest not in found:
+                    found[digest] = sql.new_blob(db, digest, given[digest])
             # References are integer pairs (the record's rowid, the blob's id): a
             # checkpoint names every chunk of every executor, so 64-character digests
             # here would cost more disk than the changed chunks themselves.
-            db.executemany(
-                "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
-                [(row.lastrowid, blob_ids[d]) for d in digests],
+            assert row.lastrowid is not None
+            sql.insert_refs(
+                db, row.lastrowid, [known[d] if d in known else found[d] for d in digests]
             )
+        # Only once committed: the ids of a rolled-back insert may be given out again.
+        known.update(found)
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
@@ -272,6 +282,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             ).fetchone():
                 raise not_found(checkpoint_id)
             sql.delete(db, [checkpoint_id])
+            self._forget_blobs()
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
@@ -282,6 +293,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             ).fetchall()
             doomed = prune_plan(rows, keep)
             sql.delete(db, doomed)
+            self._forget_blobs()
         return len(doomed)
 
     def ids(self) -> builtins.list[str]:
@@ -305,6 +317,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             ).fetchall()
             doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
             sql.delete(db, doomed)
+            self._forget_blobs()
         return len(doomed)
 
     def close(self) -> None:
@@ -339,7 +352,30 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             alive.append((weakref.ref(threading.current_thread()), conn))
             self._conns = alive
         self._local.conn = conn
+        self._forget_blobs()
         return conn
+
+    def _known_blobs(self, db: sqlite3.Connection) -> dict[str, int]:
+        """Digest -> id of blobs known to be stored, for this thread's connection.
+
+        Called inside a write transaction. The map holds what this connection's saves
+        looked up or inserted (and committed). It is dropped whenever another
+        connection (another thread's, another process's) has committed since it was
+        made: ``PRAGMA data_version`` changes then, and only then, so a blob deleted
+        (and its id given out again) elsewhere is never taken for stored. This
+        connection's own deletes drop it too (:meth:`_forget_blobs`).
+        """
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        local = self._local
+        known: dict[str, int] | None = getattr(local, "blobs", None)
+        if known is None or local.blobs_version != version or len(known) > _KNOWN_BLOBS:
+            known = local.blobs = {}
+            local.blobs_version = version
+        return known
+
+    def _forget_blobs(self) -> None:
+        """Drop this thread's map of stored blobs (after its connection deleted some)."""
+        self._local.blobs = None
 
     def _connect(self) -> sqlite3.Connection:
         try:

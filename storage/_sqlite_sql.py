@@ -234,6 +234,19 @@ def new_blob(db: sqlite3.Connection, digest: str, data: bytes) -> int:
     return row.lastrowid
 
 
+def insert_refs(db: sqlite3.Connection, checkpoint: int, blobs: builtins.list[int]) -> None:
+    """The reference rows of one record, a few hundred per statement.
+
+    One multi-row INSERT costs ~1 us per row where ``executemany`` costs ~2.3 us (it
+    steps the statement once per row from Python); W3's records name ~50 blobs.
+    """
+    for start in range(0, len(blobs), 400):  # 800 variables: under SQLite's old limit of 999
+        batch = sorted(blobs[start : start + 400])
+        rows = ",".join(["(?, ?)"] * len(batch))
+        values = [value for blob in batch for value in (checkpoint, blob)]
+        db.execute(f"INSERT INTO refs (checkpoint, blob) VALUES {rows}", values)
+
+
 def blob_ids(db: sqlite3.Connection, digests: Iterable[str]) -> dict[str, int]:
     """Digest -> blob id for stored blobs, in a few queries rather than one each."""
     wanted = sorted(digests)
