@@ -1,14 +1,17 @@
-"""SQLiteStore's save path: the blob ids a connection remembers are never stale.
+"""SQLiteStore's save path: remembered blob ids, page size, WAL checkpoints.
 
 A save takes the ids of blobs it already knows stored from its connection's memory
 instead of looking each one up. Whatever deletes a blob in between (this store,
 another handle on the file, another thread) must make the next save look again,
 so a record can never reference a blob that is gone, nor one whose id was given
-to another blob.
+to another blob. WAL checkpoints run on a thread of the store between saves; the
+log stays as small as with SQLite's inline checkpoints, and saves never depend on
+that thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -19,6 +22,7 @@ import pytest
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 from actorflow.storage import SQLiteStore, blob_digest
+from actorflow.storage._sqlite_wal import WalCheckpointer
 from actorflow.storage.conformance import make_checkpoint
 
 
@@ -149,3 +153,99 @@ def test_saves_name_every_blob_by_its_id(tmp_path: Path) -> None:
         assert store.verify() == []
         kept = {blob_digest(c) for c in chunks[:300]}
         assert store.has_blobs(first.blob_digests()) == kept
+
+
+# --- page size and WAL checkpoints ---------------------------------------------------
+
+
+def _pragma(path: Path, name: str) -> int:
+    with sqlite3.connect(path) as db:
+        (value,) = db.execute(f"PRAGMA {name}").fetchone()
+    db.close()
+    return int(value)
+
+
+def _wal_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "actorflow-sqlite-wal"]
+
+
+def test_new_files_get_2k_pages_and_old_files_keep_theirs(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "new.db") as store:
+        assert _pragma(tmp_path / "new.db", "page_size") == 2048
+        # SQLite's own checkpoint, inline in a commit, only at twice the thread's mark.
+        assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 256
+        assert store._conn().execute("PRAGMA journal_size_limit").fetchone()[0] == 262_144
+    with contextlib.closing(sqlite3.connect(tmp_path / "old.db")) as db:
+        db.execute("PRAGMA page_size = 4096")
+        db.execute("CREATE TABLE placeholder (x)")  # fixes the page size
+        db.execute("DROP TABLE placeholder")
+    with SQLiteStore(tmp_path / "old.db") as store:
+        _save_with(store, os.urandom(64), give=True)
+        assert _pragma(tmp_path / "old.db", "page_size") == 4096
+        assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 128
+
+
+def test_checkpoints_run_on_a_thread_and_keep_the_log_small(tmp_path: Path) -> None:
+    """Saves of ~3 MB in all: the log is checkpointed between them, on the store's
+    thread, and starts afresh, so it never holds more than the mark and a save or so."""
+    path = tmp_path / "s.db"
+    wal = tmp_path / "s.db-wal"
+    largest = 0
+    with SQLiteStore(path) as store:
+        parent = None
+        for _ in range(40):
+            checkpoint, blobs = make_checkpoint(chunks={"e": [os.urandom(75_000)]}, parent=parent)
+            store.save(checkpoint, blobs)
+            parent = checkpoint
+            largest = max(largest, wal.stat().st_size)
+        assert store._wal._conn is not None  # the thread's connection: it checkpointed
+        assert largest <= 256 * 1024 + 2 * 90_000, largest  # the mark, one save, frame headers
+        assert path.stat().st_size > 2_500_000  # the pages went into the database file
+        assert len(store.list()) == 40 and store.verify() == []
+    assert _wal_threads() == []
+    with SQLiteStore(path) as store:  # and everything committed is there
+        assert len(store.list()) == 40
+        assert store.latest() == parent
+
+
+def test_the_thread_ends_when_no_checkpoint_is_due(tmp_path: Path) -> None:
+    """No thread outlives its checkpoint, so a store dropped unclosed leaves none."""
+    store = SQLiteStore(tmp_path / "s.db")
+    for _ in range(6):
+        _save_with(store, os.urandom(75_000), give=True)
+    assert store._wal._conn is not None  # a checkpoint ran
+    for thread in _wal_threads():
+        thread.join(timeout=10)
+    assert _wal_threads() == []
+    _save_with(store, os.urandom(75_000), give=True)  # the next checkpoint starts another
+    for other in _wal_threads():
+        other.join(timeout=10)
+    assert store.verify() == [] and len(store.list()) == 7
+    store.close()
+
+
+class _BrokenOpener:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def connect(self) -> sqlite3.Connection:
+        self.calls += 1
+        raise sqlite3.OperationalError("unable to open database file (a test)")
+
+
+def test_saves_go_on_when_background_checkpoints_fail(tmp_path: Path) -> None:
+    """A checkpoint thread that cannot open the file: saves do not wait for it, and
+    SQLite's own inline checkpoint still bounds the log."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        opener = _BrokenOpener()
+        store._wal.close()
+        store._wal = WalCheckpointer(opener.connect)
+        largest = 0
+        for _ in range(30):
+            _save_with(store, os.urandom(75_000), give=True)
+            largest = max(largest, (tmp_path / "s.db-wal").stat().st_size)
+        assert len(store.list()) == 30 and store.verify() == []
+        assert opener.calls >= 3  # it was tried again after each failure
+        # Without the thread, SQLite checkpoints inline at twice the mark.
+        assert largest <= 2 * 256 * 1024 + 2 * 90_000, largest
