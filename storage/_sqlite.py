@@ -47,9 +47,6 @@ from ._sqlite_sql import SCHEMA_VERSION
 from ._sqlite_verify import SQLiteVerify
 from ._sqlite_wal import CHECKPOINT_BYTES, WalCheckpointer
 
-_KNOWN_BLOBS = 100_000
-"""How many digests a connection remembers as stored before it starts afresh (~15 MB)."""
-
 
 class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
     """A checkpoint store in one SQLite database file; the documented default for services.
@@ -366,22 +363,8 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
         return conn
 
     def _known_blobs(self, db: sqlite3.Connection) -> dict[str, int]:
-        """Digest -> id of blobs known to be stored, for this thread's connection.
-
-        Called inside a write transaction. The map holds what this connection's saves
-        looked up or inserted (and committed). It is dropped whenever another
-        connection (another thread's, another process's) has committed since it was
-        made: ``PRAGMA data_version`` changes then, and only then, so a blob deleted
-        (and its id given out again) elsewhere is never taken for stored. This
-        connection's own deletes drop it too (:meth:`_forget_blobs`).
-        """
-        version = db.execute("PRAGMA data_version").fetchone()[0]
-        local = self._local
-        known: dict[str, int] | None = getattr(local, "blobs", None)
-        if known is None or local.blobs_version != version or len(known) > _KNOWN_BLOBS:
-            known = local.blobs = {}
-            local.blobs_version = version
-        return known
+        """Digest -> id of blobs this thread's connection knows stored (see sql.known_blobs)."""
+        return sql.known_blobs(db, self._local)
 
     def _forget_blobs(self) -> None:
         """Drop this thread's map of stored blobs (after its connection deleted some)."""
@@ -404,7 +387,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
             # Only a new file takes it (before its first write); see sql.PAGE_SIZE.
             conn.execute(f"PRAGMA page_size = {sql.PAGE_SIZE}")
-            self._enable_wal(conn)
+            sql.enable_wal(conn, self._path)
             conn.execute("PRAGMA synchronous = FULL")
             # Keep the write-ahead log small: checkpoint it into the database every
             # ~256 KB (CHECKPOINT_BYTES, on a thread between saves: see _sqlite_wal;
@@ -422,27 +405,6 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             conn.close()
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
         return conn
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        # Switching a new file to WAL needs an exclusive lock, and SQLite may report
-        # SQLITE_BUSY for it without consulting the busy handler when several
-        # processes open a new file at once; retry within the busy timeout.
-        deadline = time.monotonic() + sql.BUSY_TIMEOUT_S
-        delay = 0.001
-        while True:
-            try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.OperationalError as exc:
-                # Only contention is worth waiting for; a damaged header, a read-only
-                # file or an I/O error fails the same way every time.
-                if not sql.is_busy(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-                continue
-            if str(mode).lower() != "wal":
-                raise CheckpointError(f"SQLite store {self._path} cannot use WAL (got {mode!r})")
-            return
 
     def _init_schema(self) -> None:
         with self._write() as db:
