@@ -57,6 +57,9 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
       write lock instead of failing with "database is locked" (LangGraph #8136).
     - One transaction per save: the record row, its new blob rows and its
       reference rows commit together or not at all.
+    - WAL checkpoints (copying the log into the file, which only bounds the log's
+      size) run on a short-lived thread between saves, not inside a save's commit
+      (see ``_sqlite_wal``). New files use 2 KB pages (``_sqlite_sql.PAGE_SIZE``).
     - Tables: ``checkpoints`` (indexed by session, workflow and kind), ``blobs``
       (id, digest -> bytes), ``refs`` (which checkpoint uses which blob, as integer
       ids: a record names every chunk of every executor; blob collection
