@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit examples bench fuzz clean
+.PHONY: demo test lint typecheck unit examples bench fuzz pictures clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ endif
 
 bench: $(STAMP)
 	bash .ci/postgres.sh $(BIN)/python bench/run_all.py
+
+# The README's pictures (docs/inspector.png, docs/trace.png), taken by the browser tests.
+pictures: $(STAMP)
+	bash .ci/chromium.sh
+	ACTORFLOW_REFRESH_PICTURES=1 $(BIN)/python -m pytest -q tests/test_ui_browser.py
 
 # The long fuzz run (docs/fuzzing.md); failing inputs land in tests/fuzz_corpus/.
 FUZZ_INPUTS ?= 100000

@@ -7,8 +7,10 @@ n + 1 onward. Exactly 100 supersteps (``max_supersteps=100``, the
 ``SuperstepLimitExceeded`` caught), a checkpoint after every superstep, durability
 sync, on a FileStore and on an SQLiteStore in temp dirs.
 
-Metric: ms/superstep (wall time of the run / 100, after a warm-up run on a
-throwaway store of the same kind) and bytes on disk afterwards (every file of the
+Metric: ms/superstep (wall time of the run / 100, median of 7 runs interleaved
+with 7 samples of the floor, after a warm-up run on a throwaway store of the same
+kind; 3 of each left the ratio at the mercy of one slow fsync on a shared VM) and
+bytes on disk afterwards (every file of the
 store, SQLite's -wal and -shm included). Targets: <= 1.3x the floor (a ratio, since an
 absolute time measures the disk of the day: the fsync floor was 0.6 ms one day and
 1.8 ms another), <= 3 MB.
@@ -170,7 +172,7 @@ def fsync_floor(folder: str) -> tuple[float, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """W3 on each store kind, with the fsync floor sampled alongside."""
     options = parse_options(__doc__ or "", argv)
-    repeats = 1 if options.quick else 3
+    repeats = 1 if options.quick else 7
     for kind in STORES:
         floors: list[float] = []
         floor_bytes = 0

@@ -45,6 +45,7 @@ from ._lease import (
 from ._sqlite_lease import SQLiteLeases
 from ._sqlite_sql import SCHEMA_VERSION
 from ._sqlite_verify import SQLiteVerify
+from ._sqlite_wal import CHECKPOINT_BYTES, WalCheckpointer
 
 
 class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
@@ -56,6 +57,9 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
       write lock instead of failing with "database is locked" (LangGraph #8136).
     - One transaction per save: the record row, its new blob rows and its
       reference rows commit together or not at all.
+    - WAL checkpoints (copying the log into the file, which only bounds the log's
+      size) run on a short-lived thread between saves, not inside a save's commit
+      (see ``_sqlite_wal``). New files use 2 KB pages (``_sqlite_sql.PAGE_SIZE``).
     - Tables: ``checkpoints`` (indexed by session, workflow and kind), ``blobs``
       (id, digest -> bytes), ``refs`` (which checkpoint uses which blob, as integer
       ids: a record names every chunk of every executor; blob collection
@@ -87,6 +91,8 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
         self._local = threading.local()
         self._conns: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
         self._conns_lock = threading.Lock()
+        self._page_size = 4096
+        self._wal = WalCheckpointer(self._connect)
         try:
             self._init_schema()
         except BaseException:
@@ -116,6 +122,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
         given = checked_blobs(checkpoint.id, blobs, referenced)
         digests = sorted(referenced)
         cp = checkpoint
+        self._wal.settle()  # see _sqlite_wal: this save then starts the log afresh
         with self._write() as db:
             holder = sql.lease_row(db, cp.session)
             if lease is not None:
@@ -140,21 +147,33 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
                 )
             except sqlite3.IntegrityError:
                 raise already_stored(cp.id) from None
-            # One lookup gives both what is stored and the ids the reference rows need.
-            blob_ids = sql.blob_ids(db, digests)
-            missing = [d for d in digests if d not in blob_ids and d not in given]
+            # A record names every chunk of every executor, and nearly all of them were
+            # named by the previous record too: their ids come from this connection's
+            # memory of what is stored (see _known_blobs); one lookup gives the ids of
+            # the others, and tells which of them are stored at all.
+            known = self._known_blobs(db)
+            unknown = [d for d in digests if d not in known]
+            found = sql.blob_ids(db, unknown) if unknown else {}
+            missing = [d for d in unknown if d not in found and d not in given]
             if missing:
                 raise dangling(cp.id, missing)  # rolls the record back too
-            for digest in digests:
-                if digest not in blob_ids:
-                    blob_ids[digest] = sql.new_blob(db, digest, given[digest])
+            written = len(record)
+            for digest in unknown:
+                if digest not in found:
+                    found[digest] = sql.new_blob(db, digest, given[digest])
+                    written += len(given[digest])
             # References are integer pairs (the record's rowid, the blob's id): a
             # checkpoint names every chunk of every executor, so 64-character digests
             # here would cost more disk than the changed chunks themselves.
-            db.executemany(
-                "INSERT INTO refs (checkpoint, blob) VALUES (?, ?)",
-                [(row.lastrowid, blob_ids[d]) for d in digests],
+            assert row.lastrowid is not None
+            sql.insert_refs(
+                db, row.lastrowid, [known[d] if d in known else found[d] for d in digests]
             )
+        # Only once committed: the ids of a rolled-back insert may be given out again.
+        known.update(found)
+        # Roughly what the commit appended to the log: the record, the new blobs and
+        # ~10 b-tree pages (page 1, the tables' and indexes' leaves, the refs pages).
+        self._wal.wrote(written + 10 * self._page_size)
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
@@ -272,6 +291,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             ).fetchone():
                 raise not_found(checkpoint_id)
             sql.delete(db, [checkpoint_id])
+            self._forget_blobs()
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
@@ -282,6 +302,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             ).fetchall()
             doomed = prune_plan(rows, keep)
             sql.delete(db, doomed)
+            self._forget_blobs()
         return len(doomed)
 
     def ids(self) -> builtins.list[str]:
@@ -305,10 +326,12 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             ).fetchall()
             doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
             sql.delete(db, doomed)
+            self._forget_blobs()
         return len(doomed)
 
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Idempotent."""
+        self._wal.close()
         with self._conns_lock:
             self._closed = True
             conns, self._conns = self._conns, []
@@ -339,7 +362,16 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             alive.append((weakref.ref(threading.current_thread()), conn))
             self._conns = alive
         self._local.conn = conn
+        self._forget_blobs()
         return conn
+
+    def _known_blobs(self, db: sqlite3.Connection) -> dict[str, int]:
+        """Digest -> id of blobs this thread's connection knows stored (see sql.known_blobs)."""
+        return sql.known_blobs(db, self._local)
+
+    def _forget_blobs(self) -> None:
+        """Drop this thread's map of stored blobs (after its connection deleted some)."""
+        self._local.blobs = None
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -356,14 +388,19 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             raise CheckpointError(f"cannot open SQLite store {self._path}: {exc}") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
-            self._enable_wal(conn)
+            # Only a new file takes it (before its first write); see sql.PAGE_SIZE.
+            conn.execute(f"PRAGMA page_size = {sql.PAGE_SIZE}")
+            sql.enable_wal(conn, self._path)
             conn.execute("PRAGMA synchronous = FULL")
             # Keep the write-ahead log small: checkpoint it into the database every
-            # 64 pages (~256 KB) and truncate it back to that size afterwards, instead
-            # of letting it sit at its high-water mark (4 MB with SQLite's defaults).
-            # Measured on W3: ~1 MB less on disk for ~0.1 ms more per checkpoint.
-            conn.execute("PRAGMA wal_autocheckpoint = 64")
-            conn.execute("PRAGMA journal_size_limit = 262144")
+            # ~256 KB (CHECKPOINT_BYTES, on a thread between saves: see _sqlite_wal;
+            # SQLite's own autocheckpoint, inline in a commit, only past twice that)
+            # and truncate it back to 256 KB afterwards, instead of letting it sit at
+            # its high-water mark (4 MB with SQLite's defaults). Measured on W3: ~1 MB
+            # less on disk.
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            conn.execute(f"PRAGMA wal_autocheckpoint = {2 * CHECKPOINT_BYTES // page}")
+            conn.execute(f"PRAGMA journal_size_limit = {CHECKPOINT_BYTES}")
         except sqlite3.Error as exc:
             conn.close()
             raise sql.translate(exc, self._path) from exc
@@ -372,29 +409,9 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
         return conn
 
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        # Switching a new file to WAL needs an exclusive lock, and SQLite may report
-        # SQLITE_BUSY for it without consulting the busy handler when several
-        # processes open a new file at once; retry within the busy timeout.
-        deadline = time.monotonic() + sql.BUSY_TIMEOUT_S
-        delay = 0.001
-        while True:
-            try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.OperationalError as exc:
-                # Only contention is worth waiting for; a damaged header, a read-only
-                # file or an I/O error fails the same way every time.
-                if not sql.is_busy(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-                continue
-            if str(mode).lower() != "wal":
-                raise CheckpointError(f"SQLite store {self._path} cannot use WAL (got {mode!r})")
-            return
-
     def _init_schema(self) -> None:
         with self._write() as db:
+            self._page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
             exists = db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'actorflow_schema'"
             ).fetchone()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,6 +17,14 @@ from ._lease import LeaseRow
 
 SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 30.0
+# The page size of new files (SQLite's default is 4096; a file keeps the size it was
+# made with). A save rewrites ~10 b-tree pages (page 1, a leaf of each table and
+# index it inserts into) to change a few hundred bytes in each: at 2 KB a W3 save
+# appends ~35 KB to the WAL instead of ~50 KB, so the log fills, and is checkpointed
+# (a database fsync), ~30% less often; and the file is ~90 KB smaller (less of each
+# page left unused). 1 KB pages save more bytes but cost more frames and syscalls
+# per save, and more page reads per blob on resume.
+PAGE_SIZE = 2048
 # Each index is one more page written (and fsynced through the WAL) per save, so only
 # the indexes that a hot path needs exist: records by id (the primary key) and by
 # session (``latest(session=...)`` on resume). Filters by workflow or kind alone scan
@@ -232,6 +242,70 @@ def new_blob(db: sqlite3.Connection, digest: str, data: bytes) -> int:
     row = db.execute("INSERT INTO blobs (digest, data) VALUES (?, ?)", (digest, data))
     assert row.lastrowid is not None
     return row.lastrowid
+
+
+def enable_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Put the connection's file in WAL mode (a no-op once it is).
+
+    Raises:
+        sqlite3.Error: not "busy" (a damaged header, a read-only file, an I/O error),
+            or still busy after the busy timeout.
+        CheckpointError: the file cannot use WAL.
+    """
+    # Switching a new file to WAL needs an exclusive lock, and SQLite may report
+    # SQLITE_BUSY for it without consulting the busy handler when several
+    # processes open a new file at once; retry within the busy timeout.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.001
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            # Only contention is worth waiting for; a damaged header, a read-only
+            # file or an I/O error fails the same way every time.
+            if not is_busy(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+            continue
+        if str(mode).lower() != "wal":
+            raise CheckpointError(f"SQLite store {path} cannot use WAL (got {mode!r})")
+        return
+
+
+KNOWN_BLOBS = 100_000
+"""How many digests a connection remembers as stored before it starts afresh (~15 MB)."""
+
+
+def known_blobs(db: sqlite3.Connection, local: threading.local) -> dict[str, int]:
+    """Digest -> id of blobs known to be stored, for the connection ``db`` of this thread.
+
+    Called inside a write transaction; ``local`` is the thread's state beside ``db``.
+    The map holds what this connection's saves looked up or inserted (and committed).
+    It is dropped whenever another connection (another thread's, another process's)
+    has committed since it was made: ``PRAGMA data_version`` changes then, and only
+    then, so a blob deleted (and its id given out again) elsewhere is never taken for
+    stored. The connection's own deletes drop it too (``local.blobs = None``).
+    """
+    version = db.execute("PRAGMA data_version").fetchone()[0]
+    known: dict[str, int] | None = getattr(local, "blobs", None)
+    if known is None or local.blobs_version != version or len(known) > KNOWN_BLOBS:
+        known = local.blobs = {}
+        local.blobs_version = version
+    return known
+
+
+def insert_refs(db: sqlite3.Connection, checkpoint: int, blobs: builtins.list[int]) -> None:
+    """The reference rows of one record, a few hundred per statement.
+
+    One multi-row INSERT costs ~1 us per row where ``executemany`` costs ~2.3 us (it
+    steps the statement once per row from Python); W3's records name ~50 blobs.
+    """
+    for start in range(0, len(blobs), 400):  # 800 variables: under SQLite's old limit of 999
+        batch = sorted(blobs[start : start + 400])
+        rows = ",".join(["(?, ?)"] * len(batch))
+        values = [value for blob in batch for value in (checkpoint, blob)]
+        db.execute(f"INSERT INTO refs (checkpoint, blob) VALUES {rows}", values)
 
 
 def blob_ids(db: sqlite3.Connection, digests: Iterable[str]) -> dict[str, int]:

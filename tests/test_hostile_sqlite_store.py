@@ -180,7 +180,7 @@ def test_only_busy_errors_are_retried(monkeypatch: pytest.MonkeyPatch, tmp_path:
     store = SQLiteStore(tmp_path / "s.db")
     try:
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            store._enable_wal(Refusing())  # type: ignore[arg-type]
+            sql.enable_wal(Refusing(), store.path)  # type: ignore[arg-type]
         assert len(calls) == 1
         busy = sqlite3.OperationalError("database is locked")
         busy.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]

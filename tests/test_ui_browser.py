@@ -1,9 +1,11 @@
 """The inspector in a real headless Chromium (the system's), driven as a person would.
 
 Playwright drives ``/usr/bin/chromium`` (never a browser of its own: nothing is
-downloaded). Screenshots go to the test's temp folder; the session page's also to
-``docs/inspector.png``, so the README shows the page as it is now. Under ``CI=true``
-a missing Chromium is a failure, elsewhere a skip.
+downloaded). Screenshots go to the test's temp folder. With
+``ACTORFLOW_REFRESH_PICTURES=1`` (``make pictures``) the session page's also
+becomes ``docs/inspector.png`` and the trace's ``docs/trace.png``, the README's
+pictures; a plain test run never writes into the checkout. Under ``CI=true`` a
+missing Chromium is a failure, elsewhere a skip.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from actorflow.ui import Inspector
 
 CHROMIUM = os.environ.get("ACTORFLOW_CHROMIUM", "/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+REFRESH_PICTURES = os.environ.get("ACTORFLOW_REFRESH_PICTURES") == "1"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -89,6 +92,12 @@ def shot(page: Any, folder: Path, name: str) -> Path:
     return path
 
 
+def refresh_picture(picture: Path, name: str) -> None:
+    """Copy a screenshot over the README's picture ``docs/<name>``, when asked to."""
+    if REFRESH_PICTURES:
+        shutil.copyfile(picture, DOCS / name)
+
+
 def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
     page: Any, store: af.MemoryStore, tmp_path: Path
 ) -> None:
@@ -109,8 +118,7 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         assert page.locator("svg#graph g.gnode").count() == 2
         assert page.locator('svg#graph g.gnode.asking[data-executor="review"]').count() == 1
         session_png = shot(page, tmp_path, "session")
-        DOCS.mkdir(exist_ok=True)
-        shutil.copyfile(session_png, DOCS / "inspector.png")
+        refresh_picture(session_png, "inspector.png")
 
         # The response checkpoint: answers queued, not yet handled.
         lineage.locator("a.node-response").first.click()
@@ -230,4 +238,4 @@ def test_a_traced_run_drawn_for_the_readme(page: Any, tmp_path: Path) -> None:
     assert page.locator("svg path.l").count() >= 4  # each send linked to its receiver
     picture = tmp_path / "trace.png"
     picture.write_bytes(page.locator("body").screenshot())
-    shutil.copyfile(picture, DOCS / "trace.png")
+    refresh_picture(picture, "trace.png")
