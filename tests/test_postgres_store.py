@@ -174,54 +174,6 @@ def test_check_idle_raises_for_a_closed_connection(where: tuple[str, str]) -> No
         check_idle(db)
 
 
-def test_grant_lost_by_a_server_crash_is_never_granted_again(
-    store: Any, where: tuple[str, str]
-) -> None:
-    """A grant whose commit a crash lost (its row as before it) leaves its holder unable to
-    save or renew, and the next grant's token is greater than the lost one."""
-    dsn, schema = where
-    released = store.acquire_lease("s", "first", 30.0)
-    store.release_lease(released)
-    before = _sql(dsn, f"SELECT * FROM {schema}.leases")
-    lost = store.acquire_lease("s", "lost", 30.0)
-    assert lost.token > released.token
-    _sql(dsn, f"DELETE FROM {schema}.leases")  # what recovery leaves: the row before the grant
-    for row in before:
-        _sql(dsn, f"INSERT INTO {schema}.leases VALUES (%s, %s, %s, %s, %s)", *row)
-    taker = store.acquire_lease("s", "taker", 30.0)
-    assert taker.token > lost.token
-    checkpoint, blobs = make_checkpoint(session="s")
-    with pytest.raises(af.LeaseLost):
-        store.save(checkpoint, blobs, lease=lost)
-    with pytest.raises(af.LeaseLost):
-        store.renew_lease(lost, 30.0)
-    store.save(checkpoint, blobs, lease=taker)
-    assert store.latest(session="s") == checkpoint
-
-
-def test_grant_leaves_the_connection_durable_for_saves(where: tuple[str, str]) -> None:
-    """A grant turns synchronous_commit off for its own transaction only: the connection's
-    later transactions (saves) keep the server's setting."""
-    import psycopg_pool
-
-    dsn, schema = where
-    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-        dsn, min_size=1, max_size=1, open=True, kwargs={"autocommit": True}
-    )
-    store = af.PostgresStore(pool, schema=schema)
-    try:
-        lease = store.acquire_lease("s", "owner", 30.0)
-        with pool.connection() as db:
-            assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
-        checkpoint, blobs = make_checkpoint(session="s")
-        store.save(checkpoint, blobs, lease=lease)
-        with pool.connection() as db:
-            assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
-    finally:
-        store.close()
-        pool.close()
-
-
 @pytest.mark.timeout(60)
 def test_pool_exhausted_gives_a_clear_error_then_recovers(where: tuple[str, str]) -> None:
     """Every pooled connection held elsewhere: the checkpoint fails naming the pool; freed, the session resumes."""
