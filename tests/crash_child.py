@@ -189,6 +189,21 @@ def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
     raise ValueError(f"unknown store {kind!r}")
 
 
+def _note_worker_pids(backend: af.RayBackend, path: str) -> None:
+    """Append the pid of every Ray worker ``backend`` starts to ``path``, one per line,
+    before the worker takes its first call: the parent then knows exactly which
+    worker processes were this driver's (other drivers may start workers meanwhile)."""
+    spawn = backend.spawn
+
+    def spawn_and_note(executor: str) -> Any:
+        host = spawn(executor)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"{host.pid()}\n")  # a RayHost: spares=0 and no executor on the driver
+        return host
+
+    backend.spawn = spawn_and_note
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     block = config.get("block")
@@ -213,6 +228,7 @@ def main() -> None:
         init = {"address": config["ray"], "log_to_driver": False, "configure_logging": False}
         env = {"runtime_env": {"env_vars": {"PYTHONPATH": path}}}
         backend = af.RayBackend(init={**init, **env}, spares=0)
+        _note_worker_pids(backend, config["log"] + ".pids")
     if config["mode"] == "run":
         # A short lease: the parent takes the session over soon after killing us.
         session = workflow.session(
