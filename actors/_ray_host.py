@@ -20,7 +20,7 @@ from actorflow.errors import HostLost
 
 from ._host import HostedFactory
 from ._ray_runtime import kill, label, ray_module, running
-from ._ray_worker import CACHED_PROGRAMS
+from ._ray_worker import CACHED_PROGRAMS, load_head
 from ._reply import Raised
 
 if TYPE_CHECKING:
@@ -67,8 +67,8 @@ class RayHost:
                     self._known.popitem(last=False)
         if not self._enter():
             return self._refused()
-        name = label(factory).encode() if blob else b""
-        ref = self._handle.load_call.remote(digest.encode(), blob, name, method.encode(), payload)
+        head = load_head(digest, blob, label(factory) if blob else "", method)
+        ref = self._handle.load_call.remote(head, payload)
         return RayFuture(self, ref)
 
     def unload(self) -> RayFuture:
