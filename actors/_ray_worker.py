@@ -72,10 +72,10 @@ def _unpickle(blob: bytes, label: str) -> HostedFactory:
 def load_head(digest: str, blob: bytes, label: str, method: str) -> bytes:
     """The first argument of :meth:`Worker.load_call`: which program, and which method.
 
-    One ``bytes`` rather than four: Ray checks every argument of a call against the
-    method's signature as it submits it, ~0.04 ms an argument here (a 5-argument
-    call took 0.43-0.49 ms to submit, a 1-argument one 0.25-0.34 ms), and every
-    call of a fresh run is a ``load_call``.
+    One ``bytes`` rather than four: Ray checks and moves every argument of a call
+    one by one, on the driver as it submits it and on the worker, and every call
+    of a fresh run is a ``load_call``. Measured: W2 on Ray went from 0.74-0.76x its
+    bare-call floor to 0.79-0.87x (``bench/README.md``, "Ray").
     """
     head: bytes = msgpack.packb((digest, blob, label, method), use_bin_type=True)
     return head
