@@ -108,7 +108,8 @@ def test_deleting_rewrites_the_segment_keeping_the_rest(tmp_path: Path) -> None:
         second, more = make_checkpoint(parent=first, chunks={"e": [b"shared", b"second"]})
         store.save(second, {d: more[d] for d in more if d not in blobs})
         store.delete(first.id)
-        assert files(tmp_path) == sorted([f"{second.id}.pack", *files(tmp_path)[1:]])
+        names = files(tmp_path)
+        assert f"{second.id}.pack" in names and f"{first.id}.pack" not in names
         assert segments(tmp_path) == []
         assert store.has_blobs({**blobs, **more}) == set(more)
         third, last = make_checkpoint(parent=second, chunks={"e": [b"shared", b"third"]})
