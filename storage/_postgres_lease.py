@@ -34,10 +34,8 @@ use (~0.4 ms of a first resume)."""
 
 GRANT = (
     "INSERT INTO {s}.leases AS l (session, token, owner, expires_at, released)"
-    " SELECT %s::text, g.token, %s::text, g.now + %s::float8, false FROM"
-    " (SELECT pg_advisory_xact_lock(%s::bigint),"
-    " date_part('epoch', now()) AS now,"
-    " 1::bigint AS token) AS g"
+    " SELECT %s::text, 1, %s::text, g.now + %s::float8, false FROM"
+    " (SELECT pg_advisory_xact_lock(%s::bigint), date_part('epoch', now()) AS now) AS g"
     " ON CONFLICT (session) DO UPDATE SET token = l.token + 1,"
     " owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, released = false"
     " WHERE l.released OR l.expires_at <= date_part('epoch', now())"
