@@ -52,6 +52,22 @@ again, whatever the server's clock does after a crash.
 """
 
 
+FENCED = (
+    "EXISTS (SELECT FROM {s}.leases WHERE session = %s::text AND token = %s::bigint"
+    " AND NOT released)"
+)
+"""A save with a lease may commit: its token is the session's current one (the SQL
+form of ``_lease.current``; parameters: session, token). The caller checks first that
+the lease is of the session saved."""
+
+UNLEASED = (
+    "NOT EXISTS (SELECT FROM {s}.leases WHERE session = %s::text AND NOT released"
+    " AND expires_at > date_part('epoch', now()))"
+)
+"""A save without a lease may commit: no live lease holds the session (the SQL form
+of ``LeaseRow.live``; parameter: session)."""
+
+
 def session_key(schema: str, session: str) -> int:
     """The session's advisory lock key: a signed 64-bit hash of schema and session.
 
