@@ -78,9 +78,9 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
       share, so a collection never removes a blob a concurrent save is about to
       reference. Collection scans the records' reference arrays once per call.
     - Session leases (``acquire_lease`` ...) live in ``<schema>.leases`` and expire by
-      the server's clock. A save reads the session's lease row in its own
-      transaction, holding the session's advisory lock shared (lease changes hold it
-      exclusively), and commits only if the fencing check passes.
+      the server's clock. A save's record ``INSERT`` reads the session's lease row,
+      holding the session's advisory lock shared (lease changes hold it
+      exclusively), and inserts nothing unless the fencing check passes.
 
     Args:
         dsn_or_pool: a libpq connection string (``postgresql://user@host/db``), or a

@@ -6,6 +6,8 @@ durability settings are the server's defaults (fsync and synchronous_commit on).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +20,8 @@ import pytest
 import actorflow as af
 from actorflow.actors import decode_state
 from actorflow.storage import CheckpointKind
+from actorflow.storage._format import blob_digest
+from actorflow.storage._postgres import PIPELINE_MAX_BYTES
 from actorflow.storage._postgres_pool import check_idle
 from actorflow.storage.conformance import make_checkpoint
 
@@ -394,3 +398,46 @@ def save_new_chunk(store: Any, chunk: bytes) -> Any:
     checkpoint, blobs = make_checkpoint(session="z", chunks={"e": [chunk]})
     store.save(checkpoint, blobs)
     return checkpoint
+
+
+@pytest.mark.parametrize("size", [1_000, 200_000], ids=["pipelined", "statement-by-statement"])
+def test_refused_saves_roll_back_their_new_chunks(store: Any, size: int) -> None:
+    """Each refusal (a taken-over lease, a live lease held by another, an id already
+    stored, a missing chunk) raises its own error and stores none of the save's new
+    chunks, whether the save went out in one round trip or statement by statement."""
+    assert (size <= PIPELINE_MAX_BYTES) == (size == 1_000)
+    first = store.acquire_lease("s", "first", 60.0)
+    store.release_lease(first)
+    second = store.acquire_lease("s", "second", 60.0)
+    head, head_blobs = make_checkpoint(session="s", chunks={"e": [b"head"]})
+    store.save(head, head_blobs, lease=second)
+
+    def attempt() -> tuple[Any, dict[str, bytes], str]:
+        chunk = os.urandom(size)
+        checkpoint, blobs = make_checkpoint(session="s", parent=head, chunks={"e": [chunk]})
+        return checkpoint, blobs, blob_digest(chunk)
+
+    checkpoint, blobs, new = attempt()
+    with pytest.raises(af.LeaseLost, match="taken over by second"):
+        store.save(checkpoint, blobs, lease=first)
+    assert store.has_blobs([new]) == set()
+
+    checkpoint, blobs, new = attempt()
+    with pytest.raises(af.SessionOwned):
+        store.save(checkpoint, blobs)
+    assert store.has_blobs([new]) == set()
+
+    _, blobs, new = attempt()
+    with pytest.raises(af.CheckpointError, match="already stored"):
+        store.save(head, {**head_blobs, **blobs}, lease=second)
+    assert store.has_blobs([new]) == set()
+
+    checkpoint, blobs, new = attempt()
+    missing = blob_digest(b"never stored")
+    dangling = dataclasses.replace(checkpoint, executors={"e": [new, missing]})
+    with pytest.raises(af.CheckpointCorrupt, match=missing):
+        store.save(dangling, blobs, lease=second)
+    assert store.has_blobs([new]) == set()
+
+    assert store.latest(session="s") == head
+    assert store.verify() == []
