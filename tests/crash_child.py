@@ -128,16 +128,18 @@ def _open_postgres(config: Mapping[str, Any], gate: threading.Event) -> Any:
     import psycopg_pool
 
     schema = config["path"]
-    lease_columns = ["token", "owner", "expires_at", "released"]
+    record_insert = f"INSERT INTO {schema}.checkpoints "
 
     class TracedCursor(psycopg.Cursor[Any]):
-        def fetchone(self) -> Any:
-            # A save reads its lease row once every statement of its transaction has
-            # run on the server (blob rows and the record written), before COMMIT.
-            names = [column.name for column in self.description or []]
-            if gate.is_set() and names[1:] == lease_columns:
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            cursor = super().execute(query, params, **kwargs)
+            if gate.is_set() and record_insert in str(query):
+                # The record's INSERT is a save's last statement before its COMMIT:
+                # fetching its result syncs the pipeline (no COMMIT), so the server
+                # has run every statement of the transaction when the parent looks.
+                self.fetchone()
                 _stop_here()
-            return super().fetchone()
+            return cursor
 
     pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
         config["dsn"],

@@ -259,13 +259,16 @@ def _open(store: str, workdir: Path) -> Any:
 
 
 def _open_transactions(workdir: Path) -> int:
-    """Server backends of the test's database inside an open transaction."""
+    """Server backends of the test's schema inside a transaction that has written rows
+    (it has a transaction id) and not ended: a save whose COMMIT was not sent. Its
+    state may read ``active``: the client fetched its statements' results without
+    ending the pipeline."""
     import psycopg
 
     with psycopg.connect(pg.dsn(), autocommit=True) as db:
         row = db.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
-            " AND query LIKE %s",
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND backend_xid IS NOT NULL AND query LIKE %s",
             (f"%{_schema(workdir)}.%",),
         ).fetchone()
     return 0 if row is None else int(row[0])
