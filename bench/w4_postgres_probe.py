@@ -8,6 +8,16 @@ the repetitions): each store call (``acquire_lease``, ``latest``, ``load_blobs``
 Python work: hosts, restore, the superstep, encoding the checkpoint). Both for a
 fresh store per repetition and through one long-lived store.
 
+Each call's ``*_server_ms`` is what the server reports spending on its statements
+(``log_duration``: parse, bind and execute of each, a ``COMMIT`` sent as a
+statement included; an autocommit statement's own commit is not). On a fresh store
+the server process is new, and its first use of each table, index, function and
+operator loads them into its caches: the difference between the two columns'
+``server_ms`` is that cost. The connections are the store's usual ones, in a pool
+this probe owns so that it can hear the server's reports. The reports cost a little
+themselves (a notice and a log line per message), so totals here run a little above
+``bench.w_postgres``'s.
+
 A probe, not a figure with a target: ``bench.w_postgres`` reports W4.
 
 Run: ``python -m bench.w4_postgres_probe [--quick]``.
@@ -18,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -25,7 +36,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
+import psycopg_pool
+
 import actorflow as af
+from actorflow.storage._postgres_pool import check_idle
 from bench._common import median, parse_options
 from bench.w3 import POLICY, SESSION, STEPS, build_ring, ring_members
 from bench.w_postgres import DSN_VARIABLE, drop, run_w3
@@ -44,69 +59,100 @@ CALLS = (
 )
 """The store methods timed (the ones a resume and a superstep can call)."""
 
-
-def instrument(store: Any, timings: dict[str, list[float]], active: list[bool]) -> None:
-    """Wrap ``store``'s methods in :data:`CALLS` so each call adds its seconds to ``timings``."""
-    for name in CALLS:
-        method: Callable[..., Any] = getattr(store, name)
-
-        def timed(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return _method(*args, **kwargs)
-            finally:
-                if active[0]:
-                    timings[_name].append(time.perf_counter() - started)
-
-        setattr(store, name, functools.wraps(method)(timed))
+DURATION = re.compile(r"duration: ([0-9.]+) ms")
 
 
-def one(dsn: str, schema: str, store: Any = None) -> dict[str, float]:
-    """One resume + superstep; the ms of each store call and of the whole."""
-    timings: dict[str, list[float]] = defaultdict(list)
-    active = [False]
-    own = store is None
-    if own:
-        store = af.PostgresStore(dsn, schema=schema)
-    instrument(store, timings, active)
-    try:
-        wf = build_ring(ring_members())
-        active[0] = True
-        started = time.perf_counter()
-        session = wf.resume(store, session=SESSION, checkpoint=POLICY)
-        try:
-            session.run(max_supersteps=1)
-        except af.SuperstepLimitExceeded:
-            pass
-        total = time.perf_counter() - started
-        active[0] = False
-        session.close()
-        wf.close()
-        latest = store.latest(session=SESSION)
-        assert latest is not None and latest.superstep == STEPS + 1
-        store.delete(latest.id)  # the next repetition resumes from W3's last cut again
-    finally:
-        active[0] = False
+class Probe:
+    """A store on a pool whose server reports each statement's duration, and the
+    client and server milliseconds of each store call while :attr:`active`."""
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.client: dict[str, float] = defaultdict(float)
+        self.server: dict[str, float] = defaultdict(float)
+        self.active = False
+        self._call: str | None = None
+        self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=4,
+            kwargs={
+                "autocommit": True,
+                "options": "-c log_duration=on -c client_min_messages=log",
+            },
+            configure=lambda conn: conn.add_notice_handler(self._heard),
+            check=check_idle,
+            open=True,
+        )
+        self.store = af.PostgresStore(self.pool, schema=schema)
         for name in CALLS:
-            vars(store).pop(name, None)
-        if own:
-            store.close()
-    result = {name: sum(v) * 1e3 for name, v in timings.items()}
-    result["total"] = total * 1e3
-    return result
+            setattr(self.store, name, self._timed(name, getattr(self.store, name)))
+
+    def _timed(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started, self._call = time.perf_counter(), name
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._call = None
+                if self.active:
+                    self.client[name] += (time.perf_counter() - started) * 1e3
+
+        return timed
+
+    def _heard(self, notice: psycopg.errors.Diagnostic) -> None:
+        found = DURATION.match(notice.message_primary or "")
+        if found and self.active and self._call is not None:
+            self.server[self._call] += float(found.group(1))
+
+    def reset(self) -> None:
+        self.client.clear()
+        self.server.clear()
+
+    def close(self) -> None:
+        self.store.close()
+        self.pool.close()
+
+
+def one(probe: Probe) -> dict[str, float]:
+    """One resume + superstep through ``probe``'s store; the ms of each store call
+    (client and server) and of the whole."""
+    store = probe.store
+    probe.reset()
+    wf = build_ring(ring_members())
+    probe.active = True
+    started = time.perf_counter()
+    session = wf.resume(store, session=SESSION, checkpoint=POLICY)
+    try:
+        session.run(max_supersteps=1)
+    except af.SuperstepLimitExceeded:
+        pass
+    total = (time.perf_counter() - started) * 1e3
+    probe.active = False
+    session.close()
+    wf.close()
+    latest = store.latest(session=SESSION)
+    assert latest is not None and latest.superstep == STEPS + 1
+    store.delete(latest.id)  # the next repetition resumes from W3's last cut again
+    return {
+        **probe.client,
+        **{f"{name}_server": ms for name, ms in probe.server.items()},
+        "server": sum(probe.server.values()),
+        "total": total,
+    }
 
 
 def summarize(label: str, runs: list[dict[str, float]]) -> None:
-    names = sorted({k for r in runs for k in r if k != "total"})
-    per = {n: median([r.get(n, 0.0) for r in runs]) for n in names}
-    store_ms = median([sum(r.get(n, 0.0) for n in names) for r in runs])
-    total = median([r["total"] for r in runs])
+    calls = sorted({k for r in runs for k in r if k in CALLS})
+    per = {k: median([r.get(k, 0.0) for r in runs]) for r in runs for k in r}
+    store_ms = [sum(r.get(n, 0.0) for n in calls) for r in runs]
     out = {
         "probe": label,
-        "total_ms": round(total, 2),
-        "store_calls_ms": round(store_ms, 2),
-        "rest_ms": round(median([r["total"] - sum(r.get(n, 0.0) for n in names) for r in runs]), 2),
-        **{f"{n}_ms": round(v, 2) for n, v in per.items()},
+        "total_ms": round(per["total"], 2),
+        "store_calls_ms": round(median(store_ms), 2),
+        "server_ms": round(per["server"], 2),
+        "rest_ms": round(median([r["total"] - s for r, s in zip(runs, store_ms, strict=True)]), 2),
+        **{f"{k}_ms": round(v, 2) for k, v in sorted(per.items()) if k not in ("total", "server")},
         "samples": [round(r["total"], 2) for r in runs],
     }
     print(json.dumps(out))
@@ -124,13 +170,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_w3(wf, dsn, schema)
         fresh: list[dict[str, float]] = []
         warm: list[dict[str, float]] = []
-        with af.PostgresStore(dsn, schema=schema) as service_store:
+        service = Probe(dsn, schema)
+        try:
             for i in range((4 if options.quick else 15) + 1):  # the first is a warm-up
-                f = one(dsn, schema)
-                w = one(dsn, schema, service_store)
+                new = Probe(dsn, schema)
+                try:
+                    f = one(new)
+                finally:
+                    new.close()
+                w = one(service)
                 if i:
                     fresh.append(f)
                     warm.append(w)
+        finally:
+            service.close()
         summarize("fresh_store", fresh)
         summarize("warm_store", warm)
     finally:
