@@ -101,3 +101,30 @@ def test_run_all_quick_prints_every_figure_as_json() -> None:
         assert record["quick"] is True
         assert record["peak_rss_mb"] > 0
     assert "targets missed" in done.stderr, "the human summary goes to stderr"
+
+
+@pytest.mark.timeout(120)
+def test_probes_run_and_print_their_breakdowns() -> None:
+    """The probes behind the PostgreSQL figures run and print what they measure: the
+    machine's wake-up costs, and W4's store calls with the server's own share."""
+    probes = [("wake_latency", ["thread_start_us"])]
+    if os.environ.get("ACTORFLOW_TEST_PG_DSN"):
+        probes.append(("w4_postgres_probe", ["total_ms", "server_ms", "save_server_ms"]))
+    for module, keys in probes:
+        done = subprocess.run(
+            [sys.executable, "-m", f"bench.{module}", "--quick"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=100,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        assert records, f"{module} printed nothing"
+        for record in records:
+            for key in keys:
+                assert key in record, f"{module}: no {key} in {record}"
+    if os.environ.get("ACTORFLOW_TEST_PG_DSN"):
+        assert {r["probe"] for r in records} == {"fresh_store", "warm_store"}
+        assert all(r["server_ms"] > 0 for r in records)
