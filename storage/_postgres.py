@@ -232,8 +232,9 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
             if retry and self._stored_record(db, cp.id) == record:
                 return  # the first attempt committed before its connection broke
             # Pipelined: BEGIN, the locks, the new blobs, the record and the COMMIT go
-            # out together and cost one round trip (each round trip costs ~0.2 ms to a
-            # busy server, ~0.8 ms to one that went idle while the superstep ran). The
+            # out together, one round trip. On loopback a second one (a COMMIT sent
+            # after the checks came back) costs little, the server being awake; over
+            # a network it costs the round-trip time on every checkpoint. The
             # record's INSERT does the fencing check (see ``_q_save``).
             batch = db.pipeline() if pipelined else contextlib.nullcontext()
             try:
