@@ -1,32 +1,27 @@
 """SQLiteStore: checkpoints in one SQLite file, the embedded default for services.
 
-This module holds the schema, the connections and the protocol's record and blob
-methods. The lease methods are in ``_sqlite_lease``, verify in ``_sqlite_verify``:
-mixins of :class:`SQLiteStore`, each one concern.
+This module holds the schema and the protocol's record and blob methods. The
+connections and transactions are in ``_sqlite_conn`` (the base of every part), the lease
+methods in ``_sqlite_lease``, verify in ``_sqlite_verify``: each one concern.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import os
 import sqlite3
-import threading
 import time
-import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from actorflow.errors import (
     CheckpointCorrupt,
-    CheckpointError,
     CheckpointNotFound,
     UnsupportedFormat,
 )
 
 from . import _sqlite_sql as sql
 from ._base import (
-    StoreBase,
     age_plan,
     already_stored,
     check_cutoff,
@@ -45,10 +40,9 @@ from ._lease import (
 from ._sqlite_lease import SQLiteLeases
 from ._sqlite_sql import SCHEMA_VERSION
 from ._sqlite_verify import SQLiteVerify
-from ._sqlite_wal import CHECKPOINT_BYTES, WalCheckpointer
 
 
-class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
+class SQLiteStore(SQLiteLeases, SQLiteVerify):
     """A checkpoint store in one SQLite database file; the documented default for services.
 
     - WAL journal, ``synchronous=FULL`` (a committed checkpoint survives power
@@ -87,12 +81,8 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if os.fspath(path) in ("", ":memory:"):
             raise ValueError("SQLiteStore needs a file path; use MemoryStore for in-memory use")
-        self._path = Path(path)
-        self._local = threading.local()
-        self._conns: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
-        self._conns_lock = threading.Lock()
+        super().__init__(Path(path))
         self._page_size = 4096
-        self._wal = WalCheckpointer(self._connect)
         try:
             self._init_schema()
         except BaseException:
@@ -329,86 +319,6 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             self._forget_blobs()
         return len(doomed)
 
-    def close(self) -> None:
-        """Close every connection this store opened, in any thread. Idempotent."""
-        self._wal.close()
-        with self._conns_lock:
-            self._closed = True
-            conns, self._conns = self._conns, []
-        for _, conn in conns:
-            conn.close()
-
-    # --- connections and transactions ------------------------------------------------
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and not self._closed:
-            return conn
-        self._check_open()
-        conn = self._connect()
-        with self._conns_lock:
-            if self._closed:
-                conn.close()
-                self._check_open()
-            # Connections of threads that have ended are closed here, so a service
-            # whose worker threads come and go does not accumulate open files.
-            alive = []
-            for thread_ref, other in self._conns:
-                thread = thread_ref()
-                if thread is not None and thread.is_alive():
-                    alive.append((thread_ref, other))
-                else:
-                    other.close()
-            alive.append((weakref.ref(threading.current_thread()), conn))
-            self._conns = alive
-        self._local.conn = conn
-        self._forget_blobs()
-        return conn
-
-    def _known_blobs(self, db: sqlite3.Connection) -> dict[str, int]:
-        """Digest -> id of blobs this thread's connection knows stored (see sql.known_blobs)."""
-        return sql.known_blobs(db, self._local)
-
-    def _forget_blobs(self) -> None:
-        """Drop this thread's map of stored blobs (after its connection deleted some)."""
-        self._local.blobs = None
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
-            # check_same_thread=False only so close() can close other threads'
-            # connections; each connection is used by its own thread.
-            conn = sqlite3.connect(
-                self._path,
-                timeout=sql.BUSY_TIMEOUT_S,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise CheckpointError(f"cannot open SQLite store {self._path}: {exc}") from exc
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
-            # Only a new file takes it (before its first write); see sql.PAGE_SIZE.
-            conn.execute(f"PRAGMA page_size = {sql.PAGE_SIZE}")
-            sql.enable_wal(conn, self._path)
-            conn.execute("PRAGMA synchronous = FULL")
-            # Keep the write-ahead log small: checkpoint it into the database every
-            # ~256 KB (CHECKPOINT_BYTES, on a thread between saves: see _sqlite_wal;
-            # SQLite's own autocheckpoint, inline in a commit, only past twice that)
-            # and truncate it back to 256 KB afterwards, instead of letting it sit at
-            # its high-water mark (4 MB with SQLite's defaults). Measured on W3: ~1 MB
-            # less on disk.
-            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-            conn.execute(f"PRAGMA wal_autocheckpoint = {2 * CHECKPOINT_BYTES // page}")
-            conn.execute(f"PRAGMA journal_size_limit = {CHECKPOINT_BYTES}")
-        except sqlite3.Error as exc:
-            conn.close()
-            raise sql.translate(exc, self._path) from exc
-        except UnicodeDecodeError as exc:
-            conn.close()
-            raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
-        return conn
-
     def _init_schema(self) -> None:
         with self._write() as db:
             self._page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
@@ -448,57 +358,3 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify, StoreBase):
             raise CheckpointCorrupt(
                 f"SQLite store {self._path} has a damaged schema table (version {version!r})"
             )
-
-    @contextlib.contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; BEGIN IMMEDIATE queues for the write lock up front.
-
-        ``durable=False`` (lease changes): commit without the WAL fsync
-        (``synchronous=NORMAL`` for this transaction only). A lease is only worth
-        something while its holder lives, and a power loss that undoes the commit
-        ends the holder too; the next durable commit (a checkpoint save, which
-        fences on the lease in its own transaction) fsyncs it along. Opening a
-        session takes a lease, often from an event loop's thread (``async with
-        wf.session(...)``): the fsync cost ~0.5-1 ms per open (20 opens in one loop
-        step: a 30 ms loop stall, ``bench.loop_lag``), without it ~0.25 ms.
-        """
-        if durable:
-            with self._transaction("BEGIN IMMEDIATE") as conn:
-                yield conn
-            return
-        conn = self._conn()
-        self._pragma(conn, "PRAGMA synchronous = NORMAL")
-        try:
-            with self._transaction("BEGIN IMMEDIATE") as conn:
-                yield conn
-        finally:
-            self._pragma(conn, "PRAGMA synchronous = FULL")
-
-    def _pragma(self, conn: sqlite3.Connection, statement: str) -> None:
-        try:
-            conn.execute(statement)
-        except sqlite3.Error as exc:
-            raise sql.translate(exc, self._path) from exc
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: every statement in it sees the same snapshot."""
-        with self._transaction("BEGIN") as conn:
-            yield conn
-
-    @contextlib.contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        try:
-            conn.execute(begin)
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise sql.translate(exc, self._path) from exc
-        except UnicodeDecodeError as exc:  # text in a damaged page that is not UTF-8
-            raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc

@@ -8,27 +8,17 @@ transaction (so no lease change can come between the check and the commit).
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 import time
-from typing import TYPE_CHECKING
 
 from . import _sqlite_sql as sql
 from ._lease import Lease, LeaseRow, check_owner, check_ttl, grant, renewed
+from ._sqlite_conn import SQLiteConnections
 
 __all__ = ["SQLiteLeases"]
 
 
-class SQLiteLeases:
-    """The lease methods of SQLiteStore (which provides the methods declared here)."""
-
-    if TYPE_CHECKING:
-
-        def _write(
-            self, *, durable: bool = True
-        ) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
-
-        def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+class SQLiteLeases(SQLiteConnections):
+    """The lease methods of SQLiteStore, on its connections."""
 
     def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
         """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""

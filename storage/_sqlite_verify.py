@@ -9,25 +9,17 @@ raising on it.
 from __future__ import annotations
 
 import builtins
-import contextlib
-import sqlite3
-from typing import TYPE_CHECKING
 
 from actorflow.errors import CheckpointCorrupt, UnsupportedFormat
 
 from . import _sqlite_sql as sql
+from ._sqlite_conn import SQLiteConnections
 
 __all__ = ["SQLiteVerify"]
 
 
-class SQLiteVerify:
-    """Verify for SQLiteStore (which provides the methods declared here)."""
-
-    if TYPE_CHECKING:
-
-        def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
-
-        def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+class SQLiteVerify(SQLiteConnections):
+    """Verify for SQLiteStore, on its connections."""
 
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy.
