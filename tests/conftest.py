@@ -16,7 +16,9 @@ import actorflow as af
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pg  # tests/ is on sys.path
+import graphs  # tests/ is on sys.path
+import pg
+from held_runs import Gate
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +32,18 @@ def no_thread_outlives_the_test() -> Iterator[None]:
         thread.join(timeout=5)
     alive = [t.name for t in leftover if t.is_alive()]
     assert not alive, f"threads outlived the test: {alive}"
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    """A gate installed as the corpus graphs' handler hook (call ``gate.superstep = n``)."""
+    held = Gate()
+    graphs.HOOK = held
+    try:
+        yield held
+    finally:
+        held.release.set()
+        graphs.HOOK = None
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
