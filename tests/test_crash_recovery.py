@@ -20,12 +20,9 @@ consumer with side effects must.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
-import select
-import signal
 import subprocess
 import sys
 import threading
@@ -47,10 +44,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs  # tests/ is on sys.path, as in the child
 import pg
+from crash_driver import (
+    SCHEMAS,
+    SESSION,
+    Child,
+    Output,
+    child_config,
+    open_store,
+    open_transactions,
+)
 
-CHILD = Path(__file__).resolve().parent / "crash_child.py"
-ROOT = CHILD.parent.parent  # the checkout under test
-SESSION = "crash"
 STORES = ["sqlite", "file", "postgres"]
 
 GRAPHS: dict[str, tuple[str, list[int], dict[str, Any]]] = {
@@ -77,10 +80,8 @@ RANDOM_GRAPH: tuple[str, list[int], dict[str, Any]] = ("ring", [3, 40], {"ballas
 RANDOM_KILLS = 6
 """Random kill moments per store."""
 RANDOM_KILLS_POSTGRES = 4
-"""Fewer on PostgreSQL: its run and each resume take ~1.5x as long (two round trips per
-save, and the server competes for the same cores), and the test keeps its 60 s bound."""
-
-Output = tuple[int, str, Any]
+"""Fewer on PostgreSQL: its run and each resume take ~1.5x as long (the server competes
+for the same cores), and the test keeps its 60 s bound."""
 
 
 @dataclass(frozen=True)
@@ -130,148 +131,11 @@ def reference(graph: tuple[str, list[int], dict[str, Any]]) -> Reference:
     return _REFERENCES[key]
 
 
-# --- the child process ---------------------------------------------------------------
-
-
-class Child:
-    """One child process; reads its stdout protocol with bounded waits (no sleeps)."""
-
-    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
-        self.log = Path(config["log"])
-        self._stderr_path = workdir / f"stderr-{time.monotonic_ns()}"
-        with open(self._stderr_path, "wb") as stderr:
-            # The child must import the actorflow under test (this checkout), not
-            # whichever copy the interpreter has installed.
-            path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-            self.proc = subprocess.Popen(
-                [sys.executable, str(CHILD), json.dumps(config)],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": path},
-            )
-        self._buffer = b""
-        self._lines: list[str] = []
-
-    def expect(self, word: str, timeout: float = 30.0) -> None:
-        """Wait (bounded) until the child says ``word``; fail with its stderr otherwise."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while word not in self._lines:
-            remaining = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(remaining, 0))
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                reason = "timed out" if not ready else "exited"
-                raise AssertionError(f"child {reason} before {word!r}: {self.stderr()}")
-            self._buffer += chunk
-            *done, self._buffer = self._buffer.split(b"\n")
-            self._lines += [line.decode() for line in done]
-
-    def kill(self) -> None:
-        """SIGKILL (no cleanup of any kind runs in the child) and reap it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        self._close()
-
-    def finish(self) -> None:
-        """Wait for a normal end."""
-        self.expect("DONE")
-        assert self.proc.wait(timeout=30) == 0, self.stderr()
-        self._close()
-
-    def stderr(self) -> str:
-        return self._stderr_path.read_text(errors="replace")[-3000:]
-
-    def _close(self) -> None:
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-    def facts(self) -> tuple[list[Output], list[tuple[str, int, str]], str | None]:
-        """What the child logged: outputs, checkpoints reported written, how it ended."""
-        outputs: list[Output] = []
-        checkpoints: list[tuple[str, int, str]] = []
-        end: str | None = None
-        text = self.log.read_text() if self.log.exists() else ""
-        for line in text.split("\n")[:-1]:  # a torn last line has no newline: ignored
-            fact = json.loads(line)
-            if fact[0] == "out":
-                outputs.append((fact[1], fact[2], fact[3]))
-            elif fact[0] == "ckpt":
-                checkpoints.append((fact[1], fact[2], fact[3]))
-            else:
-                end = fact[1]
-        return outputs, checkpoints, end
-
-
-def _config(
-    store: str,
-    workdir: Path,
-    graph: tuple[str, list[int], dict[str, Any]],
-    mode: str,
-    block: dict[str, Any] | None = None,
-    *,
-    ray: str | None = None,
-) -> dict[str, Any]:
-    family, params, kwargs = graph
-    return {
-        "ray": ray,
-        "store": store,
-        "path": _schema(workdir) if store == "postgres" else str(workdir / _FILES[store]),
-        "dsn": pg.dsn() if store == "postgres" else None,
-        "family": family,
-        "params": params,
-        "kwargs": kwargs,
-        "session": SESSION,
-        "mode": mode,
-        "log": str(workdir / f"{mode}.log"),
-        "block": block,
-    }
-
-
-_FILES = {"sqlite": "store.db", "file": "store"}
-_SCHEMAS: list[str] = []
-"""Postgres schemas the current test made (one per work folder), dropped after it."""
-
-
-def _schema(workdir: Path) -> str:
-    name = "af_crash_" + hashlib.sha256(str(workdir).encode()).hexdigest()[:16]
-    if name not in _SCHEMAS:
-        _SCHEMAS.append(name)
-    return name
-
-
 @pytest.fixture(autouse=True)
 def _drop_schemas() -> Iterator[None]:
     yield
-    while _SCHEMAS:
-        pg.drop_schema(pg.dsn(), _SCHEMAS.pop())
-
-
-def _open(store: str, workdir: Path) -> Any:
-    if store == "postgres":
-        return af.PostgresStore(pg.dsn(), schema=_schema(workdir))
-    if store == "sqlite":
-        return af.SQLiteStore(workdir / "store.db")
-    return af.FileStore(workdir / "store")
-
-
-def _open_transactions(workdir: Path) -> int:
-    """Server backends of the test's schema inside a transaction that has written rows
-    (it has a transaction id) and not ended: a save whose COMMIT was not sent. Its
-    state may read ``active``: the client fetched its statements' results without
-    ending the pipeline."""
-    import psycopg
-
-    with psycopg.connect(pg.dsn(), autocommit=True) as db:
-        row = db.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-            " AND backend_xid IS NOT NULL AND query LIKE %s",
-            (f"%{_schema(workdir)}.%",),
-        ).fetchone()
-    return 0 if row is None else int(row[0])
+    while SCHEMAS:
+        pg.drop_schema(pg.dsn(), SCHEMAS.pop())
 
 
 # --- checking a recovery -------------------------------------------------------------
@@ -362,13 +226,13 @@ def test_uninterrupted_child_matches_the_in_process_reference(
 ) -> None:
     """A child run to completion logs the reference outputs and stores the reference states."""
     graph = GRAPHS["burst"]
-    child = Child(_config(store_kind, tmp_path, graph, "run"), tmp_path)
+    child = Child(child_config(store_kind, tmp_path, graph, "run"), tmp_path)
     child.finish()
     outputs, reported, end = child.facts()
     ref = reference(graph)
     assert end == "completed"
     assert outputs == ref.outputs
-    with _open(store_kind, tmp_path) as store:
+    with open_store(store_kind, tmp_path) as store:
         final = store.latest(session=SESSION)
         assert final is not None and final.kind is CheckpointKind.FINAL
         assert final.id == reported[-1][0]
@@ -394,31 +258,31 @@ def test_kill_at_a_chosen_point_then_resume_in_a_new_process(
     ref = reference(graph)
     if block["at"] == "handler":
         assert (block["executor"], block["superstep"]) in ref.invoked
-    killed = Child(_config(store_kind, tmp_path, graph, "run", block), tmp_path)
+    killed = Child(child_config(store_kind, tmp_path, graph, "run", block), tmp_path)
     killed.expect("BLOCKED")
-    open_transactions = 1
+    open_saves = 1
     try:
         if block["at"] == "in_save" and store_kind == "postgres":
-            open_transactions = _open_transactions(tmp_path)
+            open_saves = open_transactions(tmp_path)
     finally:
         killed.kill()
     # Postgres: the kill landed where claimed, its save transaction open on the
     # server (blob and record rows written, COMMIT not sent).
-    assert open_transactions == 1
+    assert open_saves == 1
     if block["at"] == "in_save" and store_kind == "file":
         # The kill landed where claimed: a frame cut short at the end of the segment.
         assert _torn_segments(tmp_path / "store" / "packs") == 1
-    with _open(store_kind, tmp_path) as store:
+    with open_store(store_kind, tmp_path) as store:
         latest = check_after_kill(store, killed)
         assert latest is not None and latest.superstep == latest_superstep
         expected_kind = CheckpointKind.ENTRY if latest_superstep == 0 else CheckpointKind.STEP
         assert latest.kind is expected_kind
-    resumed = Child(_config(store_kind, tmp_path, graph, "resume"), tmp_path)
+    resumed = Child(child_config(store_kind, tmp_path, graph, "resume"), tmp_path)
     resumed.finish()
     resumed_outputs, _, end = resumed.facts()
     assert end == "completed"
     killed_outputs, _, _ = killed.facts()
-    with _open(store_kind, tmp_path) as store:
+    with open_store(store_kind, tmp_path) as store:
         assert store.verify() == []
         check_recovered(store, ref, killed_outputs, latest, resumed_outputs)
 
@@ -444,7 +308,7 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
     for probe_run in range(2):  # the faster of two: kill moments must fall inside a fast run
         folder = timing / f"probe{probe_run}"
         folder.mkdir()
-        probe = Child(_config(store_kind, folder, RANDOM_GRAPH, "run"), folder)
+        probe = Child(child_config(store_kind, folder, RANDOM_GRAPH, "run"), folder)
         probe.expect("READY")
         ready = time.monotonic()
         probe.finish()
@@ -457,7 +321,7 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
     for attempt in range(kills):
         workdir = tmp_path / f"kill{attempt}"
         workdir.mkdir()
-        child = Child(_config(store_kind, workdir, RANDOM_GRAPH, "run"), workdir)
+        child = Child(child_config(store_kind, workdir, RANDOM_GRAPH, "run"), workdir)
         child.expect("READY")
         delay = rng.uniform(0.0, 0.8 * duration)
         try:
@@ -467,7 +331,7 @@ def test_kill_at_random_moments_of_a_checkpoint_heavy_run(store_kind: str, tmp_p
         child.kill()
         killed_outputs, _, end = child.facts()
         mid_run += end is None
-        with _open(store_kind, workdir) as store:
+        with open_store(store_kind, workdir) as store:
             latest = check_after_kill(store, child)
             resumed_outputs = resume_here(store, RANDOM_GRAPH)
             assert store.verify() == []
@@ -502,7 +366,7 @@ def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
     ref = reference(graph)
     address = ray_cluster.get_runtime_context().gcs_address
     block = {"at": "after_save", "superstep": 3}
-    config = _config("sqlite", tmp_path, graph, "run", block, ray=address)
+    config = child_config("sqlite", tmp_path, graph, "run", block, ray=address)
     killed = Child(config, tmp_path)
     try:
         killed.expect("BLOCKED", timeout=60)
@@ -512,7 +376,7 @@ def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
         assert orphans and orphans <= _ray_workers(), "the executors run in Ray workers"
     finally:
         killed.kill()
-    with _open("sqlite", tmp_path) as store:
+    with open_store("sqlite", tmp_path) as store:
         latest = check_after_kill(store, killed)
         assert latest is not None and latest.superstep == 3
     # Ray kills the actors of a driver that died (their owner); wait for it, bounded.
@@ -520,12 +384,12 @@ def test_driver_killed_mid_run_resumes_on_ray_in_a_new_process(
     while orphans & _ray_workers() and time.monotonic() < deadline:
         threading.Event().wait(0.1)
     assert not orphans & _ray_workers(), "a worker of the dead driver survived"
-    resumed = Child(_config("sqlite", tmp_path, graph, "resume", ray=address), tmp_path)
+    resumed = Child(child_config("sqlite", tmp_path, graph, "resume", ray=address), tmp_path)
     resumed.expect("DONE", timeout=120)  # a new driver connects and starts its workers
     resumed.finish()
     resumed_outputs, _, end = resumed.facts()
     assert end == "completed"
     killed_outputs, _, _ = killed.facts()
-    with _open("sqlite", tmp_path) as store:
+    with open_store("sqlite", tmp_path) as store:
         assert store.verify() == []
         check_recovered(store, ref, killed_outputs, latest, resumed_outputs)
