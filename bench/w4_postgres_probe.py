@@ -42,8 +42,8 @@ import psycopg_pool
 import actorflow as af
 from actorflow.storage._postgres_pool import check_idle
 from bench._common import median, parse_options
-from bench.w3 import POLICY, SESSION, STEPS, build_ring, ring_members
-from bench.w_postgres import DSN_VARIABLE, drop, run_w3
+from bench.w3 import build_ring, ring_members
+from bench.w_postgres import DSN_VARIABLE, drop, resume_and_step, run_w3, undo_step
 
 CALLS = (
     "acquire_lease",
@@ -122,18 +122,12 @@ def one(probe: Probe) -> dict[str, float]:
     wf = build_ring(ring_members())
     probe.active = True
     started = time.perf_counter()
-    session = wf.resume(store, session=SESSION, checkpoint=POLICY)
-    try:
-        session.run(max_supersteps=1)
-    except af.SuperstepLimitExceeded:
-        pass
+    session = resume_and_step(wf, store)
     total = (time.perf_counter() - started) * 1e3
     probe.active = False
     session.close()
     wf.close()
-    latest = store.latest(session=SESSION)
-    assert latest is not None and latest.superstep == STEPS + 1
-    store.delete(latest.id)  # the next repetition resumes from W3's last cut again
+    undo_step(store)
     return {
         **probe.client,
         **{f"{name}_server": ms for name, ms in probe.server.items()},

@@ -179,6 +179,24 @@ def run_w3(wf: af.Workflow, dsn: str, schema: str) -> tuple[float, int, int]:
     return seconds, schema_bytes(dsn, schema), count
 
 
+def resume_and_step(wf: af.Workflow, store: Any) -> af.Session:
+    """W4's timed part: resume W3's session from ``store`` and run superstep 101."""
+    session = wf.resume(store, session=SESSION, checkpoint=POLICY)
+    try:
+        session.run(max_supersteps=1)
+    except af.SuperstepLimitExceeded:
+        return session
+    raise AssertionError("superstep 101 should end at the limit")
+
+
+def undo_step(store: Any) -> None:
+    """Delete superstep 101's checkpoint, so the next repetition resumes from W3's last cut."""
+    latest = store.latest(session=SESSION)
+    if latest is None or latest.superstep != STEPS + 1:
+        raise AssertionError(f"expected a checkpoint of superstep {STEPS + 1}, got {latest}")
+    store.delete(latest.id)
+
+
 def resume_w4(
     dsn: str, schema: str, store: Any = None, workflow: af.Workflow | None = None
 ) -> dict[str, float]:
@@ -195,21 +213,12 @@ def resume_w4(
     t1 = time.perf_counter()
     wf = build_ring(ring_members()) if workflow is None else workflow
     t2 = time.perf_counter()
-    session = wf.resume(store, session=SESSION, checkpoint=POLICY)
-    try:
-        session.run(max_supersteps=1)
-    except af.SuperstepLimitExceeded:
-        pass
-    else:
-        raise AssertionError("superstep 101 should end at the limit")
+    session = resume_and_step(wf, store)
     t3 = time.perf_counter()
     session.close()
     if workflow is None:
         wf.close()
-    latest = store.latest(session=SESSION)
-    if latest is None or latest.superstep != STEPS + 1:
-        raise AssertionError(f"expected a checkpoint of superstep {STEPS + 1}, got {latest}")
-    store.delete(latest.id)  # the next repetition resumes from W3's last cut again
+    undo_step(store)
     if own:
         store.close()
     return {"open_store": t1 - t0, "build": t2 - t1, "resume_plus_step": t3 - t2}
