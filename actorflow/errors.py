@@ -13,8 +13,8 @@ Sub-bases group them by area so callers can catch a whole family:
   :class:`RequestError`).
 - :class:`CheckpointError`: storing or restoring a checkpoint failed
   (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
-  :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`, and the session leases'
-  :class:`LeaseError`: :class:`SessionOwned`, :class:`LeaseLost`).
+  :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`, :class:`StoreClosed`,
+  and the session leases' :class:`LeaseError`: :class:`SessionOwned`, :class:`LeaseLost`).
 - :class:`BackendError`: a host process of a distributed backend (Ray) died or
   cannot run the workflow's code (:class:`HostLost`, :class:`WorkerImportFailed`).
 
@@ -59,6 +59,7 @@ __all__ = [
     "SessionExists",
     "SessionOwned",
     "StateMigrationError",
+    "StoreClosed",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkerImportFailed",
@@ -307,6 +308,19 @@ class CheckpointWriteFailed(RunFailed, CheckpointError):
     run stopped rather than continue unsaved. Both a run failure and a checkpoint
     error; the store's own error is chained. Fix the store, then run again or resume
     from the last checkpoint (the session's in-memory state is still consistent)."""
+
+
+class StoreClosed(CheckpointError):
+    """The checkpoint store was closed (``store.close()``), so this call did not run,
+    or was stopped before it finished.
+
+    Raised by every call made after ``close()``, and by a call that ``close()``
+    (from another thread, task or session) overtook while it ran; a call the close
+    did not stop finishes normally. A call stopped this way committed nothing unless
+    a later read shows it. Closing a store that sessions still use fails their next
+    checkpoint (``CheckpointWriteFailed``, with this error chained). Close a store only
+    after the sessions using it; to go on, open a new store on the same data.
+    """
 
 
 class LeaseError(CheckpointError):
