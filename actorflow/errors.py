@@ -340,11 +340,9 @@ class SessionOwned(LeaseError):
     """
 
     def __init__(self, holder: Lease, *, doing: str = "cannot open it for writing"):
-        left = holder.expires_at - time.time()
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(holder.expires_at))
         super().__init__(
             f"session {holder.session!r} is owned by {holder.owner} (lease token "
-            f"{holder.token}, expires {when}, in {max(left, 0.0):.1f} s unless renewed); "
+            f"{holder.token}, {_expiry(holder.expires_at)}); "
             f"{doing}. Close that session first, pass wait=<seconds> to wait for it, or "
             "resume after its lease expires if its owner is dead."
         )
@@ -353,6 +351,16 @@ class SessionOwned(LeaseError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_owned, (self.holder, self._doing))
+
+
+def _expiry(expires_at: float) -> str:
+    """When a lease expires, for a message: any float (a damaged row's too) formats."""
+    left = expires_at - time.time()
+    try:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires_at))
+    except (OverflowError, OSError, ValueError):  # NaN, infinities, past year 9999
+        return f"expiry {expires_at!r}, not a time: the lease row is damaged"
+    return f"expires {when}, in {max(left, 0.0):.1f} s unless renewed"
 
 
 def _rebuild_owned(holder: Lease, doing: str) -> SessionOwned:

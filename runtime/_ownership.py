@@ -89,7 +89,10 @@ def acquire(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise
-            until_expiry = max(exc.holder.expires_at - time.time(), 0.0) + 0.01
+            until_expiry = exc.holder.expires_at - time.time()
+            if not until_expiry > 0.0:  # also NaN: a damaged row's (stores treat it as expired)
+                until_expiry = 0.0
+            until_expiry += 0.01
             threading.Event().wait(min(delay, left, until_expiry))
             delay = min(delay * 2, 0.5)
             continue

@@ -9,6 +9,8 @@ examples for third parties; they need no pytest.
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from ._file import FileStore
+from ._file_lease import LEASES, lease_key
+from ._lease import LeaseRow
 from ._memory import MemoryStore
 from ._pack import mutate_pack
 from ._postgres_sql import Statements
@@ -56,6 +60,13 @@ class MemoryStoreFactory:
         with self.store._lock:
             self.store._blobs[digest] = mutate(self.store._blobs[digest])
 
+    def set_lease_expiry(self, session: str, expires_at: float) -> bool:
+        """Overwrite the expiry of the session's lease row (a damaged row); True: done."""
+        with self.store._lock:
+            row = self.store._leases[session]
+            self.store._leases[session] = LeaseRow(row.token, row.owner, expires_at, row.released)
+        return True
+
 
 @dataclass(frozen=True)
 class FileStoreFactory:
@@ -88,6 +99,14 @@ class FileStoreFactory:
             else:
                 mutate_pack(pack, blob=(digest, mutate))
 
+    def set_lease_expiry(self, session: str, expires_at: float) -> bool:
+        """Overwrite the expiry in the session's lease file (JSON keeps NaN and Infinity)."""
+        path = Path(self.path) / LEASES / f"{lease_key(session)}.lease"
+        body = json.loads(path.read_bytes())
+        body["expires_at"] = expires_at
+        path.write_bytes(json.dumps(body).encode())
+        return True
+
     def corrupt_header(self, mutate: Mutation) -> None:
         """Rewrite the prefix and header of every record pack with ``mutate(those bytes)``, and
         the first 96 bytes of every segment (its first frame's prefix, id and pack header)."""
@@ -119,6 +138,15 @@ class SQLiteStoreFactory:
     def corrupt_blob(self, digest: str, mutate: Mutation) -> None:
         """Rewrite a blob row's bytes with ``mutate(its bytes)``."""
         self._mutate("blobs", "data", "digest", digest, mutate)
+
+    def set_lease_expiry(self, session: str, expires_at: float) -> bool:
+        """Overwrite the expiry of the session's lease row; False for NaN, which a SQLite
+        REAL cannot hold (it becomes NULL, and the column is NOT NULL)."""
+        if math.isnan(expires_at):
+            return False
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            db.execute("UPDATE leases SET expires_at = ? WHERE session = ?", (expires_at, session))
+        return True
 
     def corrupt_header(self, mutate: Mutation) -> None:
         """Rewrite the 100-byte database header with ``mutate(its bytes)`` (the WAL folded in first)."""
@@ -179,6 +207,17 @@ class PostgresStoreFactory:
             db.execute(
                 f"UPDATE {table} SET version = %s", (int.from_bytes(data, "big", signed=True),)
             )
+
+    def set_lease_expiry(self, session: str, expires_at: float) -> bool:
+        """Overwrite the expiry of the session's lease row (float8 holds NaN and Infinity)."""
+        import psycopg  # noqa: PLC0415  # the extra is optional
+
+        with psycopg.connect(self.dsn) as db:  # one transaction, committed on exit
+            db.execute(
+                f"UPDATE {self._schema()}.leases SET expires_at = %s WHERE session = %s",
+                (expires_at, session),
+            )
+        return True
 
     def _schema(self) -> str:
         return Statements(self.schema).schema  # validated: safe to place in SQL text

@@ -47,7 +47,7 @@ if sys.platform != "win32":
 
 LEASES = "leases"
 
-__all__ = ["LEASES", "FileLeases", "FileStoreLeases"]
+__all__ = ["LEASES", "FileLeases", "FileStoreLeases", "lease_key"]
 
 
 class FileLeases:
@@ -79,7 +79,7 @@ class FileLeases:
 
     def current(self, session: str) -> Lease | None:
         # Read without the lock: rows are replaced by rename, so a read sees a whole one.
-        row = self._read(_key(session), session)
+        row = self._read(lease_key(session), session)
         return row.as_lease(session) if row is not None and row.live(time.time()) else None
 
     @contextlib.contextmanager
@@ -101,7 +101,7 @@ class FileLeases:
 
     @contextlib.contextmanager
     def _locked(self, session: str) -> Iterator[str]:
-        key = _key(session)
+        key = lease_key(session)
         path = self._dir / f"{key}.lock"
         try:
             try:
@@ -195,7 +195,8 @@ class FileStoreLeases:
         return self._leases.current(session)
 
 
-def _key(session: str) -> str:
+def lease_key(session: str) -> str:
+    """The name of a session's lease files (a digest: session ids may hold any character)."""
     return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 

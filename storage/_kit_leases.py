@@ -8,6 +8,7 @@ what is missing: leases are part of the protocol, not an optional capability.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import queue
@@ -15,6 +16,7 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from actorflow.errors import LeaseLost, SessionOwned
 
 from ._format import Checkpoint
 from ._kit_base import WAIT_S, KitBase, StoreFactory, make_checkpoint, save_new
-from ._lease import Lease
+from ._lease import MAX_TTL, Lease
 from ._protocol import CheckpointStore
 
 _METHODS = ("acquire_lease", "renew_lease", "release_lease", "current_lease")
@@ -149,8 +151,8 @@ class LeaseTests(KitBase):
         assert store.current_lease("other") is None
 
     def test_ttl_must_be_positive(self, store: CheckpointStore) -> None:
-        """A ttl of zero or less is a ValueError, for acquire and renew."""
-        for ttl in (0, -1.0):
+        """A ttl of zero or less (or beyond MAX_TTL) is a ValueError, for acquire and renew."""
+        for ttl in (0, -1.0, MAX_TTL * 2):
             with pytest.raises(ValueError, match="ttl"):
                 leased(store).acquire_lease("s", "a", ttl)
         lease = store.acquire_lease("s", "a", LONG_TTL)
@@ -189,6 +191,41 @@ class LeaseTests(KitBase):
             store.renew_lease(first, LONG_TTL)
         store.release_lease(first)  # stale: ignored, the new lease still holds
         assert store.current_lease("s") == second
+
+    def test_damaged_lease_expiry_counts_as_expired(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """A lease row whose expiry no grant can make (NaN, infinite, absurdly far) is expired.
+
+        Every check agrees (current_lease, acquire, a save without a lease), so an
+        acquire neither loops nor raises about it; the next owner takes over with a
+        greater token and the damaged lease's token can no longer save.
+        """
+        leased(store)
+        set_expiry: Callable[[str, float], bool] | None = getattr(
+            store_factory, "set_lease_expiry", None
+        )
+        if set_expiry is None:
+            pytest.skip(f"{type(store_factory).__name__} has no set_lease_expiry() hook")
+        for n, expires_at in enumerate([math.nan, math.inf, 1e308, -math.inf]):
+            session = f"s{n}"
+            damaged = store.acquire_lease(session, "damaged owner", LONG_TTL)
+            first = _save_with(store, session, None, damaged)
+            if not set_expiry(session, expires_at):
+                continue  # the medium cannot hold this value (SQLite has no NaN)
+            assert store.current_lease(session) is None, expires_at
+            plain, blobs = make_checkpoint(session=session, parent=first)
+            store.save(plain, blobs)  # no live lease holds the session: this lands
+            taker = store.acquire_lease(session, "taker", LONG_TTL)
+            assert taker.token > damaged.token
+            assert store.current_lease(session) == taker
+            late, blobs = make_checkpoint(session=session, parent=plain)
+            with pytest.raises(LeaseLost, match="taker"):
+                store.save(late, blobs, lease=damaged)
+            with pytest.raises(LeaseLost):
+                store.renew_lease(damaged, LONG_TTL)
+            with pytest.raises(SessionOwned, match="taker"):
+                store.acquire_lease(session, "third", LONG_TTL)
 
     def test_renew_extends_a_current_lease(self, store: CheckpointStore) -> None:
         """renew_lease moves expires_at forward, even past expiry if nobody took over."""

@@ -20,7 +20,38 @@ from dataclasses import dataclass
 
 from actorflow.errors import LeaseLost, SessionOwned
 
-__all__ = ["Lease", "LeaseRow", "check_ttl", "fence", "grant", "leaseless_check", "renewed"]
+__all__ = [
+    "MAX_TTL",
+    "Lease",
+    "LeaseRow",
+    "check_ttl",
+    "fence",
+    "grant",
+    "leaseless_check",
+    "live",
+    "renewed",
+]
+
+MAX_TTL = 1e9
+"""The longest lease ttl a store grants, in seconds (~31 years).
+
+It also bounds what a live lease can be: an expiry more than this far ahead of
+the store's clock (``Infinity``, ``1e308``), or one that is no number at all
+(``NaN``), can come from no grant or renewal, only from a damaged row. Such a
+lease is expired, by one rule Python and SQL share (:func:`live`, the
+PostgreSQL store's statements): its session can be taken over, and fencing then
+refuses every later save of its token, so treating it as expired is safe."""
+
+
+def live(expires_at: float, now: float) -> bool:
+    """Whether an unreleased lease expiring at ``expires_at`` holds at ``now``.
+
+    ``now < expires_at <= now + MAX_TTL``: false for ``NaN`` (every comparison
+    with it is), for infinities and for absurd expiries. The SQL form,
+    ``expires_at > now AND expires_at <= now + MAX_TTL``, agrees on PostgreSQL,
+    which orders ``NaN`` above every number (so the second comparison fails).
+    """
+    return now < expires_at <= now + MAX_TTL
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +91,21 @@ class LeaseRow:
     released: bool
 
     def live(self, now: float) -> bool:
-        """Whether the lease holds at ``now`` (unreleased and unexpired)."""
-        return not self.released and self.expires_at > now
+        """Whether the lease holds at ``now`` (unreleased and unexpired, see :func:`live`)."""
+        return not self.released and live(self.expires_at, now)
 
     def as_lease(self, session: str) -> Lease:
         return Lease(session, self.token, self.owner, self.expires_at)
 
 
 def check_ttl(ttl: float) -> float:
-    """``ttl`` as a float; ValueError unless a finite number > 0."""
+    """``ttl`` as a float; ValueError unless a finite number > 0 and <= :data:`MAX_TTL`."""
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
         raise ValueError(f"a lease ttl must be a finite number of seconds, got {ttl!r}")
     if ttl <= 0:
         raise ValueError(f"a lease ttl must be > 0 seconds, got {ttl!r}")
+    if ttl > MAX_TTL:
+        raise ValueError(f"a lease ttl must be at most {MAX_TTL:.0e} seconds, got {ttl!r}")
     return float(ttl)
 
 

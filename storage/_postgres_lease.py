@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ._lease import Lease, LeaseRow, check_owner, check_ttl, grant, renewed
+from ._lease import MAX_TTL, Lease, LeaseRow, check_owner, check_ttl, grant, renewed
 from ._postgres_sql import Statements
 
 T = TypeVar("T")
@@ -32,18 +32,24 @@ Times are ``date_part('epoch', ...)``, a float8 like ``expires_at``: ``extract``
 returns numeric, whose functions a new connection's server process loads on first
 use (~0.4 ms of a first resume)."""
 
+LIVE = f"(expires_at > {{now}} AND expires_at <= {{now}} + {MAX_TTL:.0f})"
+"""An unreleased lease holds: the SQL form of ``_lease.live`` (``{now}``: the server's
+clock as epoch seconds). ``NaN`` is above every number here, so the second
+comparison is what makes a ``NaN`` expiry expired, as in Python."""
+
 GRANT = (
     "INSERT INTO {s}.leases AS l (session, token, owner, expires_at, released)"
     " SELECT %s::text, 1, %s::text, g.now + %s::float8, false FROM"
     " (SELECT pg_advisory_xact_lock(%s::bigint), date_part('epoch', now()) AS now) AS g"
     " ON CONFLICT (session) DO UPDATE SET token = l.token + 1,"
     " owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, released = false"
-    " WHERE l.released OR l.expires_at <= date_part('epoch', now())"
-    " RETURNING l.token, l.expires_at"
+    " WHERE l.released OR NOT "
+    + LIVE.replace("expires_at", "l.expires_at").replace("{now}", "date_part('epoch', now())")
+    + " RETURNING l.token, l.expires_at"
 )
 """``grant`` (see ``_lease``) on the server, in one statement (its own transaction):
 the session's lock, then a new lease unless a live one (unreleased, unexpired by the
-server's clock) holds the session; then it returns no row. ``ON CONFLICT DO
+server's clock: :data:`LIVE`) holds the session; then it returns no row. ``ON CONFLICT DO
 UPDATE`` decides on the row's latest version, under its row lock.
 
 The token is the row's last one + 1 (1 for a session's first lease). The grant
@@ -61,8 +67,9 @@ form of ``_lease.current``; parameters: session, token). The caller checks first
 the lease is of the session saved."""
 
 UNLEASED = (
-    "NOT EXISTS (SELECT FROM {s}.leases WHERE session = %s::text AND NOT released"
-    " AND expires_at > date_part('epoch', now()))"
+    "NOT EXISTS (SELECT FROM {s}.leases WHERE session = %s::text AND NOT released AND "
+    + LIVE.replace("{now}", "date_part('epoch', now())")
+    + ")"
 )
 """A save without a lease may commit: no live lease holds the session (the SQL form
 of ``LeaseRow.live``; parameter: session)."""

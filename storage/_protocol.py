@@ -34,7 +34,12 @@ class CheckpointStore(Protocol):
     :class:`~actorflow.storage.Lease` whose fencing token every save of that owner
     carries; the store checks the token in the same atomic step as the write, so two
     holders can never both extend a lineage. Leases expire by the store's clock
-    (the local wall clock for the built-in stores) unless renewed.
+    (the local wall clock for the built-in stores) unless renewed. An unreleased
+    lease is live while ``now < expires_at <= now + MAX_TTL``
+    (:func:`actorflow.storage._lease.live`): an expiry no grant can make (``NaN``,
+    an infinity, one further off than the longest ttl) is a damaged row, and every
+    check of the store (grant, ``current_lease``, a save without a lease) counts it
+    as expired alike.
 
     Every method may raise :class:`~actorflow.errors.CheckpointError` for a failure of
     the medium (disk full, database unavailable) or when used after :meth:`close`.
@@ -84,7 +89,8 @@ class CheckpointStore(Protocol):
 
         Raises:
             SessionOwned: a live lease holds the session (``holder`` names it).
-            ValueError: ``ttl`` is not > 0, or ``owner`` is empty.
+            ValueError: ``ttl`` is not > 0 (or is above ``MAX_TTL``, 1e9 s), or
+                ``owner`` is empty.
         """
         ...
 

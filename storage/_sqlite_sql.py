@@ -75,7 +75,14 @@ def lease_row(db: sqlite3.Connection, session: str) -> LeaseRow | None:
     if row is None:
         return None
     token, owner, expires_at, released = row
-    if not (isinstance(token, int) and isinstance(owner, str) and released in (0, 1)):
+    # An expiry that is a number is taken as stored, however odd (_lease.live decides
+    # on Infinity or 1e308: expired); one that is not a number is damage like any other.
+    if not (
+        isinstance(token, int)
+        and isinstance(owner, str)
+        and isinstance(expires_at, int | float)
+        and released in (0, 1)
+    ):
         raise CheckpointCorrupt(f"the lease row of session {session!r} is damaged: {row!r}")
     return LeaseRow(token, owner, float(expires_at), bool(released))
 

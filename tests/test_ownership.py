@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -358,6 +359,13 @@ def test_lease_errors_survive_pickling() -> None:
         2,
         "m",
     )
+
+
+@pytest.mark.parametrize("expires_at", [math.nan, math.inf, -math.inf, 1e308, 1e18])
+def test_a_lease_message_formats_any_expiry(expires_at: float) -> None:
+    """SessionOwned's message formats every float a damaged row can hold (no OverflowError)."""
+    owned = af.SessionOwned(af.Lease("s1", 3, "pid 1 on h (w)", expires_at))
+    assert "pid 1 on h (w)" in str(owned) and "token 3" in str(owned)
 
 
 class _Unleased:
