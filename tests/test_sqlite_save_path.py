@@ -16,12 +16,15 @@ import os
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
-from actorflow.storage import SQLiteStore, blob_digest
+from actorflow.storage import SQLiteStore, _sqlite_wal, blob_digest
 from actorflow.storage._sqlite_wal import WalCheckpointer
 from actorflow.storage.conformance import make_checkpoint
 
@@ -249,3 +252,43 @@ def test_saves_go_on_when_background_checkpoints_fail(tmp_path: Path) -> None:
         assert opener.calls >= 3  # it was tried again after each failure
         # Without the thread, SQLite checkpoints inline at twice the mark.
         assert largest <= 2 * 256 * 1024 + 2 * 90_000, largest
+
+
+def test_a_save_waits_for_a_checkpoint_whose_thread_is_still_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint handed over, its thread not started yet: a save that settles now
+    waits for that checkpoint (it used to join the unstarted thread and fail with
+    "cannot join thread before it is started", failing the run's checkpoint)."""
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+    handed, release, ran = threading.Event(), threading.Event(), threading.Event()
+
+    class HeldStart(threading.Thread):
+        def start(self) -> None:  # the window: handed over, not started
+            handed.set()
+            assert release.wait(30)
+            super().start()
+
+    def connect() -> sqlite3.Connection:
+        ran.set()
+        return sqlite3.connect(path, check_same_thread=False)
+
+    monkeypatch.setattr(
+        _sqlite_wal, "threading", SimpleNamespace(**{**vars(threading), "Thread": HeldStart})
+    )
+    wal = WalCheckpointer(connect)
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            wrote = pool.submit(wal.wrote, _sqlite_wal.CHECKPOINT_BYTES)
+            assert handed.wait(30)
+            settled = pool.submit(wal.settle)
+            with pytest.raises(FutureTimeout):
+                settled.result(timeout=0.5)  # it waits for the checkpoint (and does not raise)
+            release.set()
+            settled.result(timeout=30)
+            assert ran.is_set()  # it returned once the checkpoint had run
+            wrote.result(timeout=30)
+        finally:
+            release.set()
+            wal.close()
