@@ -16,6 +16,7 @@ from actorflow.errors import (
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
+    StoreClosed,
     UnsupportedFormat,
 )
 
@@ -89,6 +90,17 @@ def already_stored(checkpoint_id: str) -> CheckpointError:
 def not_found(checkpoint_id: str) -> CheckpointNotFound:
     """The error for an id that is not stored."""
     return CheckpointNotFound(f"no checkpoint {checkpoint_id!r} in this store")
+
+
+def store_closed(store: object) -> StoreClosed:
+    """The error for a call on ``store`` after (or overtaken by) its ``close()``."""
+    named = repr(store) if type(store).__repr__ is not object.__repr__ else type(store).__name__
+    return StoreClosed(
+        f"{named} is closed: store.close() was called (maybe by another thread while this "
+        "call ran), so the call did not run or was stopped, and it stored nothing unless a "
+        "later read shows it; close a store only after the sessions using it, and open a "
+        "new store on the same data to go on"
+    )
 
 
 def check_keep(keep: int) -> None:
@@ -179,7 +191,7 @@ class StoreBase:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise CheckpointError(f"{type(self).__name__} is closed; open a new one")
+            raise store_closed(self)
 
     def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
         """This record and its stored ancestors, newest first (see the protocol).

@@ -4,6 +4,15 @@ A base of :class:`~._sqlite.SQLiteStore`, kept apart because it is one concern:
 how connections are opened (WAL, ``synchronous=FULL``, the busy timeout, the log's
 bounds), which thread uses which, and the read and write transactions every
 method runs in.
+
+Closing while other threads run calls: a connection is closed only by a thread
+that nobody's statement runs on it. SQLite must never see a connection closed
+under a running statement (the process crashes: a use after free in the
+library), so :meth:`SQLiteConnections.close` closes the idle connections at once
+and interrupts the statements running on the others (``Connection.interrupt``,
+safe from any thread); each of those is closed by its own thread as its call
+ends, and the call raises :class:`~actorflow.errors.StoreClosed` (or finishes, if
+the interrupt came when no statement was left to stop). Closing never waits.
 """
 
 from __future__ import annotations
@@ -13,63 +22,113 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
 from . import _sqlite_sql as sql
-from ._base import StoreBase
+from ._base import StoreBase, store_closed
 from ._sqlite_wal import CHECKPOINT_BYTES, WalCheckpointer
 
 __all__ = ["SQLiteConnections"]
 
 
+@dataclass(eq=False, slots=True)
+class _Held:
+    """One thread's connection, and how many calls of that thread are using it."""
+
+    conn: sqlite3.Connection
+    thread: weakref.ref[threading.Thread]
+    depth: int = 0
+
+
 class SQLiteConnections(StoreBase):
     """Per-thread connections to one SQLite file, and transactions on them.
 
-    Thread-safe: each thread uses its own connection; :meth:`close` closes all.
+    Thread-safe: each thread uses its own connection; :meth:`close`, from any
+    thread and while other threads' calls run, closes all (see the module docstring).
     """
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._local = threading.local()
-        self._conns: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
+        self._conns: list[_Held] = []
+        """Every open connection; those in use (``depth``) are closed by their thread."""
         self._conns_lock = threading.Lock()
         self._wal = WalCheckpointer(self._connect)
 
     def close(self) -> None:
-        """Close every connection this store opened, in any thread. Idempotent."""
-        self._wal.close()
+        """Close every connection this store opened, in any thread. Idempotent; never waits
+        for a call: one running is interrupted and raises StoreClosed (see the module docstring).
+
+        The WAL checkpoint thread's connection likewise (its checkpoint interrupted; that
+        wait is bounded, see ``WalCheckpointer.close``).
+        """
         with self._conns_lock:
             self._closed = True
-            conns, self._conns = self._conns, []
-        for _, conn in conns:
-            conn.close()
+            idle = [held for held in self._conns if not held.depth]
+            self._conns = [held for held in self._conns if held.depth]
+            for held in self._conns:
+                # Under the lock: its thread closes it only after taking it off the list.
+                held.conn.interrupt()
+        for held in idle:
+            held.conn.close()
+        self._wal.close()
 
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and not self._closed:
-            return conn
+        """This thread's connection (opened if it has none), not held in use."""
+        held = self._hold()
+        self._let_go(held)
+        return held.conn
+
+    def _hold(self) -> _Held:
+        """This thread's connection, marked in use until :meth:`_let_go`.
+
+        Raises:
+            StoreClosed: the store is closed.
+            CheckpointError: a new connection cannot be opened (see ``_connect``).
+        """
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None:
+            with self._conns_lock:
+                if self._closed:
+                    raise store_closed(self)
+                held.depth += 1
+            return held
         self._check_open()
-        conn = self._connect()
+        held = _Held(self._connect(), weakref.ref(threading.current_thread()), 1)
+        finished: list[_Held] = []
         with self._conns_lock:
-            if self._closed:
-                conn.close()
-                self._check_open()
-            # Connections of threads that have ended are closed here, so a service
-            # whose worker threads come and go does not accumulate open files.
-            alive = []
-            for thread_ref, other in self._conns:
-                thread = thread_ref()
-                if thread is not None and thread.is_alive():
-                    alive.append((thread_ref, other))
-                else:
-                    other.close()
-            alive.append((weakref.ref(threading.current_thread()), conn))
-            self._conns = alive
-        self._local.conn = conn
+            if not self._closed:
+                # Connections of threads that have ended are closed here, so a service
+                # whose worker threads come and go does not accumulate open files.
+                alive = []
+                for other in self._conns:
+                    thread = other.thread()
+                    if other.depth or (thread is not None and thread.is_alive()):
+                        alive.append(other)
+                    else:
+                        finished.append(other)
+                alive.append(held)
+                self._conns = alive
+        for other in finished:
+            other.conn.close()
+        if self._closed:
+            held.conn.close()
+            raise store_closed(self)
+        self._local.held = held
         self._forget_blobs()
-        return conn
+        return held
+
+    def _let_go(self, held: _Held) -> None:
+        """The end of a use of :meth:`_hold`; the last use after a close closes it."""
+        with self._conns_lock:
+            held.depth -= 1
+            if held.depth or not self._closed or held not in self._conns:
+                return
+            self._conns.remove(held)  # off the list: close() no longer touches it
+        held.conn.close()
 
     def _known_blobs(self, db: sqlite3.Connection) -> dict[str, int]:
         """Digest -> id of blobs this thread's connection knows stored (see sql.known_blobs)."""
@@ -128,23 +187,26 @@ class SQLiteConnections(StoreBase):
         wf.session(...)``): the fsync cost ~0.5-1 ms per open (20 opens in one loop
         step: a 30 ms loop stall, ``bench.loop_lag``), without it ~0.25 ms.
         """
-        if durable:
-            with self._transaction("BEGIN IMMEDIATE") as conn:
-                yield conn
-            return
-        conn = self._conn()
-        self._pragma(conn, "PRAGMA synchronous = NORMAL")
-        try:
-            with self._transaction("BEGIN IMMEDIATE") as conn:
-                yield conn
-        finally:
-            self._pragma(conn, "PRAGMA synchronous = FULL")
+        with self._transaction("BEGIN IMMEDIATE", durable=durable) as conn:
+            yield conn
 
     def _pragma(self, conn: sqlite3.Connection, statement: str) -> None:
+        """Run ``statement`` on ``conn``, this thread's connection (from :meth:`_conn`),
+        held in use meanwhile so that a concurrent :meth:`close` cannot close it under it.
+
+        Raises:
+            StoreClosed: the store is closed.
+            CheckpointError: the statement failed.
+        """
+        held = self._hold()
         try:
-            conn.execute(statement)
+            held.conn.execute(statement)  # ``conn`` itself: a thread has one connection
         except sqlite3.Error as exc:
+            if self._closed:
+                raise store_closed(self) from exc
             raise sql.translate(exc, self._path) from exc
+        finally:
+            self._let_go(held)
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -153,18 +215,29 @@ class SQLiteConnections(StoreBase):
             yield conn
 
     @contextlib.contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
+    def _transaction(self, begin: str, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        held = self._hold()
+        conn = held.conn
         try:
-            conn.execute(begin)
+            if not durable:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                conn.execute(begin)
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if not durable:
+                    conn.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as exc:
+            if self._closed:  # interrupted by close(), or failing because of it
+                raise store_closed(self) from exc
             raise sql.translate(exc, self._path) from exc
         except UnicodeDecodeError as exc:  # text in a damaged page that is not UTF-8
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
+        finally:
+            self._let_go(held)
