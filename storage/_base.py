@@ -93,8 +93,13 @@ def not_found(checkpoint_id: str) -> CheckpointNotFound:
 
 
 def store_closed(store: object) -> StoreClosed:
-    """The error for a call on ``store`` after (or overtaken by) its ``close()``."""
-    named = repr(store) if type(store).__repr__ is not object.__repr__ else type(store).__name__
+    """The error for a call on ``store`` (a store, or how to name one) after, or
+    overtaken by, its ``close()``."""
+    if isinstance(store, str):
+        named = store
+    else:
+        custom = type(store).__repr__ is not object.__repr__
+        named = repr(store) if custom else type(store).__name__
     return StoreClosed(
         f"{named} is closed: store.close() was called (maybe by another thread while this "
         "call ran), so the call did not run or was stopped, and it stored nothing unless a "

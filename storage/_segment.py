@@ -40,6 +40,7 @@ from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
+from ._base import store_closed
 from ._pack import (
     TMP,
     PackHeader,
@@ -182,12 +183,15 @@ class SegmentWriter:
 
     A handle starts a new segment when it first saves, after a failed append, and
     after a collection (``generation``: the store's collection token), which may
-    have rewritten or removed the old one.
+    have rewritten or removed the old one. After :meth:`close` it appends nothing
+    more: a save that the close overtook raises ``StoreClosed`` rather than start a
+    segment (and an open file) that nothing would close.
     """
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._lock = threading.Lock()
+        self._closed = False
         self._fd: int | None = None
         self._name = ""
         self._inode = 0
@@ -211,11 +215,14 @@ class SegmentWriter:
 
         Raises:
             OSError: the segment could not be created, written or synced.
+            StoreClosed: the writer was closed (the store's ``close()``); nothing was written.
         """
         head = encode_header(len(record), [(d, len(b)) for d, b in blobs])
         pack_length = len(head) + len(record) + sum(len(b) for _, b in blobs) + len(hints)
         prefix = encode_frame_prefix(checkpoint_id, pack_length)
         with self._lock:
+            if self._closed:
+                raise store_closed(f"FileStore({str(self._folder.parent)!r})")
             # A collection (a new generation) may have rewritten the segment; a file
             # with no name left was replaced or removed: never append to either. A
             # forked child must not append where its parent does: a segment of its own.
@@ -243,8 +250,12 @@ class SegmentWriter:
             return self._name, Frame(checkpoint_id, start, header, "", self._offset)
 
     def close(self) -> None:
-        """Stop appending to the current segment (it stays, with every frame it holds)."""
+        """Stop appending, for good (the segment stays, with every frame it holds).
+
+        Waits for an append in progress (its write and ``fdatasync``) to end.
+        """
         with self._lock:
+            self._closed = True
             self._abandon()
 
     def _start(self, generation: bytes | None) -> None:
