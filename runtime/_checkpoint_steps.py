@@ -39,6 +39,7 @@ class CheckpointSteps:
     state: RunState
     checkpointer: Checkpointer | None
     completed: dict[str, tuple[list[Any], list[str]]]
+    _unrestored: dict[str, list[tuple[str, bytes | None]]]
     _last: LastGood
     _log: Log
     _trace: RunTelemetry | None
@@ -145,6 +146,9 @@ class CheckpointSteps:
                 continue
             chunks: list[tuple[str, bytes | None]] = [(d, None) for d in digests]
             self._load_state(target, chunks)
+            # Its host now holds the state its part stored, which supersedes the cut's:
+            # left due, the cut's state would be restored over it before its next step.
+            self._unrestored.pop(target, None)
             reports[target] = [*report, [[d, None] for d in digests]]
         return reports
 
