@@ -23,6 +23,7 @@ from actorflow.errors import (
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
+    StoreClosed,
 )
 
 from . import _postgres_sql as sql
@@ -36,6 +37,7 @@ from ._base import (
     dangling,
     not_found,
     prune_plan,
+    store_closed,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._lease import Lease, fence, leaseless_check
@@ -376,7 +378,12 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
         return self._run(run, what="prune by age", retry=False)
 
     def close(self) -> None:
-        """Close the store's own pool (a pool the caller passed stays open). Idempotent."""
+        """Close the store's own pool (a pool the caller passed stays open). Idempotent.
+
+        Calls in flight keep the connections they hold and finish (psycopg_pool closes
+        a connection in use when it is returned); calls waiting for a connection, and
+        every later call, raise StoreClosed. Waits at most 5 s for the pool's workers.
+        """
         self._closed = True
         pool = getattr(self, "_pool", None)
         if pool is not None and getattr(self, "_owns_pool", False):
@@ -447,6 +454,8 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
             try:
                 with self._pool.connection() as db:
                     return work(db)
+            except psycopg_pool.PoolClosed as exc:
+                raise self._pool_closed(exc) from exc
             except psycopg_pool.PoolTimeout as exc:
                 raise CheckpointError(
                     f"PostgresStore could not {what}: no free connection to {self._where} "
@@ -469,6 +478,15 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
                     f"PostgresStore could not {what} on {self._where}: {exc}"
                 ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _pool_closed(self, exc: psycopg_pool.PoolClosed) -> StoreClosed:
+        """The error for a call whose pool was closed: by :meth:`close`, or by its owner."""
+        if self._closed or self._owns_pool:
+            return store_closed(self)
+        return StoreClosed(
+            f"{self!r}: the connection pool it was given is closed ({exc}), so this call did "
+            "not run; the store cannot work without it: give a new store an open pool"
+        )
 
     def _init_schema(self) -> None:
         where = f"PostgresStore {self._where} schema {self._schema!r}"
