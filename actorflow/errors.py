@@ -14,6 +14,7 @@ Sub-bases group them by area so callers can catch a whole family:
 - :class:`CheckpointError`: storing or restoring a checkpoint failed
   (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
   :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`, :class:`StoreClosed`,
+  :class:`StoreLocked`,
   and the session leases' :class:`LeaseError`: :class:`SessionOwned`, :class:`LeaseLost`).
 - :class:`BackendError`: a host process of a distributed backend (Ray) died or
   cannot run the workflow's code (:class:`HostLost`, :class:`WorkerImportFailed`).
@@ -60,6 +61,7 @@ __all__ = [
     "SessionOwned",
     "StateMigrationError",
     "StoreClosed",
+    "StoreLocked",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkerImportFailed",
@@ -321,6 +323,34 @@ class StoreClosed(CheckpointError):
     checkpoint (``CheckpointWriteFailed``, with this error chained). Close a store only
     after the sessions using it; to go on, open a new store on the same data.
     """
+
+
+class StoreLocked(CheckpointError):
+    """A lock of the store stayed held past the bound the caller gave (``wait=``).
+
+    Raised when opening a session for writing, while no live lease holds it, but a
+    lock the open needs (the session's lease lock, a SQLite file's write lock, a
+    PostgreSQL advisory lock) is held by another process: typically one stalled
+    inside a save (paused, stopped by a debugger or ``SIGSTOP``, or swapping). The
+    message names the lock and, where the store can tell, who holds it. Nothing
+    was changed. Let that process go on or end it, or pass a longer ``wait=``.
+
+    Attributes:
+        lock: which lock (a file path, a SQLite lock, an advisory lock key).
+        holder: who holds it, as far as the store can tell ("" when it cannot).
+    """
+
+    def __init__(self, message: str, *, lock: str = "", holder: str = ""):
+        super().__init__(message)
+        self.lock = lock
+        self.holder = holder
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_locked, (str(self), self.lock, self.holder))
+
+
+def _rebuild_locked(message: str, lock: str, holder: str) -> StoreLocked:
+    return StoreLocked(message, lock=lock, holder=holder)
 
 
 class LeaseError(CheckpointError):

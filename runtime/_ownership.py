@@ -16,6 +16,7 @@ the TTL (a long GC pause, a slow disk). See ``docs/sessions.md``.
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import sys
@@ -29,7 +30,7 @@ from actorflow.storage import CheckpointStore, Lease
 
 from ._logging import get_logger
 
-__all__ = ["DEFAULT_LEASE_TTL", "Ownership", "acquire", "owner_name"]
+__all__ = ["DEFAULT_LEASE_TTL", "LOCK_WAIT_FLOOR", "Ownership", "acquire", "owner_name"]
 
 DEFAULT_LEASE_TTL: Final = 10.0
 """Seconds a session's lease lasts without renewal (the takeover time after a crash)."""
@@ -38,7 +39,40 @@ _RENEW_EVERY: Final = 1 / 3
 _RETRY_EVERY: Final = 1 / 10
 """After a failed renewal (the store unavailable), try again after this fraction."""
 
+LOCK_WAIT_FLOOR: Final = 2.0
+"""Seconds an open may always wait for a store's lock, also with ``wait=0``.
+
+Saves hold those locks for milliseconds (a SQLite file's one write lock is taken
+by every save of every session: a grant may queue behind a few). Only a stalled
+holder keeps one longer; then the open fails after ``max(wait, LOCK_WAIT_FLOOR)``."""
+
 _log = get_logger("actorflow.ownership")
+
+_LOCK_WAIT: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+"""Store class -> whether its acquire_lease takes ``lock_wait=``."""
+
+
+def _takes_lock_wait(store: CheckpointStore) -> bool:
+    """Whether ``store.acquire_lease`` accepts ``lock_wait=`` (a store written before
+    it does not; then its locks are waited for as long as it waits)."""
+    kind = type(store)
+    known = _LOCK_WAIT.get(kind)
+    if known is None:
+        try:
+            params = inspect.signature(store.acquire_lease).parameters.values()
+        except (TypeError, ValueError):  # no signature to read: call it the old way
+            known = False
+        else:
+            known = any(
+                p.name == "lock_wait" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params
+            )
+        if not known:
+            _log.warning(
+                "store without acquire_lease(lock_wait=): wait= cannot bound its locks",
+                store=kind.__qualname__,
+            )
+        _LOCK_WAIT[kind] = known
+    return known
 
 
 def owner_name() -> str:
@@ -66,10 +100,15 @@ def acquire(
     """Take ``session``'s lease in ``store``, waiting up to ``wait`` seconds for its holder.
 
     While the holder's lease lives the call polls (every 50 ms at first, up to every
-    0.5 s, never past the holder's expiry or the deadline).
+    0.5 s, never past the holder's expiry or the deadline). ``wait`` also bounds the
+    store's own locks (``acquire_lease(lock_wait=)``): what is left of it, and never
+    less than :data:`LOCK_WAIT_FLOOR`, so a grant queued behind ordinary saves is not
+    refused with ``wait=0``.
 
     Raises:
         SessionOwned: the session is still held when ``wait`` runs out (at once if 0).
+        StoreLocked: a lock of the store stayed held past the bound, and no live
+            lease holds the session (a process stalled inside a save).
         ValueError: ``wait`` or ``ttl`` is out of range.
     """
     check_lease_options(wait, ttl)
@@ -82,9 +121,14 @@ def acquire(
     name = owner or owner_name()
     deadline = time.monotonic() + wait
     delay = 0.05
+    bounded = _takes_lock_wait(store)
     while True:
         try:
-            lease = store.acquire_lease(session, name, ttl)
+            if bounded:
+                lock_wait = max(deadline - time.monotonic(), LOCK_WAIT_FLOOR)
+                lease = store.acquire_lease(session, name, ttl, lock_wait=lock_wait)
+            else:
+                lease = store.acquire_lease(session, name, ttl)
         except SessionOwned as exc:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -23,13 +23,12 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actorflow.errors import CheckpointCorrupt, CheckpointError
+from actorflow.errors import CheckpointCorrupt, CheckpointError, SessionOwned, StoreLocked
 
 from ._lease import (
     Lease,
@@ -41,9 +40,13 @@ from ._lease import (
     leaseless_check,
     renewed,
 )
-
-if sys.platform != "win32":
-    import fcntl
+from ._lock_wait import (
+    check_lock_wait,
+    describe_holders,
+    flock_within,
+    lease_lock_held,
+    lock_holders,
+)
 
 LEASES = "leases"
 
@@ -56,9 +59,9 @@ class FileLeases:
     def __init__(self, root: Path) -> None:
         self._dir = root / LEASES
 
-    def acquire(self, session: str, owner: str, ttl: float) -> Lease:
+    def acquire(self, session: str, owner: str, ttl: float, lock_wait: float | None) -> Lease:
         ttl, owner = check_ttl(ttl), check_owner(owner)
-        with self._locked(session) as key:
+        with self._locked(session, within=check_lock_wait(lock_wait)) as key:
             row = grant(session, self._read(key, session), owner, ttl, time.time())
             self._write(key, session, row, durable=True)
         return row.as_lease(session)
@@ -100,7 +103,12 @@ class FileLeases:
     # --- internals -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self, session: str) -> Iterator[str]:
+    def _locked(self, session: str, *, within: float | None = None) -> Iterator[str]:
+        """Hold the session's lock; ``within``: seconds to wait for it (None: unbounded).
+
+        Raises:
+            SessionOwned / StoreLocked: not taken ``within`` (see ``lease_lock_held``).
+        """
         key = lease_key(session)
         path = self._dir / f"{key}.lock"
         try:
@@ -114,10 +122,31 @@ class FileLeases:
         try:
             # A fresh open file description per call: threads of this process are
             # serialised like other processes (see FileStore._locked).
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                taken = flock_within(fd, within)
+            except OSError as exc:
+                raise CheckpointError(
+                    f"cannot lock the lease of session {session!r}: {exc}"
+                ) from exc
+            if not taken:
+                raise self._held(session, key, path, within or 0.0)
             yield key
         finally:
             os.close(fd)
+
+    def _held(
+        self, session: str, key: str, path: Path, waited: float
+    ) -> StoreLocked | SessionOwned:
+        # The row is read without the lock (rows are replaced by rename: always whole).
+        return lease_lock_held(
+            session=session,
+            where=f"the FileStore {self._dir.parent}",
+            lock=f"its lock file {path}",
+            waited=waited,
+            holder=describe_holders(lock_holders(path)),
+            row=self._read(key, session),
+            now=time.time(),
+        )
 
     def _read(self, key: str, session: str) -> LeaseRow | None:
         path = self._dir / f"{key}.lease"
@@ -174,10 +203,16 @@ class FileStoreLeases:
 
         def _check_open(self) -> None: ...
 
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
-        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
+
+        ``lock_wait`` bounds the wait for the session's ``flock`` (held by every save
+        and lease change of the session; None: as long as it takes).
+        """
         self._check_open()
-        return self._leases.acquire(session, owner, ttl)
+        return self._leases.acquire(session, owner, ttl, lock_wait)
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend a current lease (see CheckpointStore.renew_lease)."""

@@ -159,6 +159,20 @@ class LeaseTests(KitBase):
         with pytest.raises(ValueError, match="ttl"):
             store.renew_lease(lease, 0)
 
+    def test_acquire_takes_a_lock_wait(self, store: CheckpointStore) -> None:
+        """acquire_lease(lock_wait=) bounds the store's lock waits; a live lease still
+        refuses at once (the bound is for locks, not for the holder to let go)."""
+        lease = leased(store).acquire_lease("s", "owner a", LONG_TTL, lock_wait=0.5)
+        started = time.monotonic()
+        with pytest.raises(SessionOwned, match="owner a"):
+            store.acquire_lease("s", "owner b", LONG_TTL, lock_wait=WAIT_S)
+        assert time.monotonic() - started < WAIT_S / 2
+        for bad in (-1.0, math.nan):
+            with pytest.raises(ValueError, match="lock_wait"):
+                store.acquire_lease("t", "owner b", LONG_TTL, lock_wait=bad)
+        store.release_lease(lease)
+        assert store.acquire_lease("s", "owner b", LONG_TTL, lock_wait=0.0).token > lease.token
+
     def test_second_owner_is_refused_naming_the_holder(self, store: CheckpointStore) -> None:
         """A live lease refuses every other acquire, the same owner string too."""
         lease = leased(store).acquire_lease("s", "owner a", LONG_TTL)

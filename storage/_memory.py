@@ -34,6 +34,7 @@ from ._lease import (
     leaseless_check,
     renewed,
 )
+from ._lock_wait import check_lock_wait, lease_lock_held
 
 _Entry = tuple[bytes | tuple[Any, ...], str, str, str, str | None, tuple[str, ...], float]
 """A stored record and what the store indexes about it, taken at save time.
@@ -178,13 +179,32 @@ class MemoryStore(StoreBase):
 
     # --- leases (see CheckpointStore.acquire_lease) --------------------------------
 
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
-        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
+
+        ``lock_wait`` bounds the wait for the store's lock (held by another thread's
+        call for as long as that takes; a thread stalled inside one holds it longer).
+        """
         ttl, owner = check_ttl(ttl), check_owner(owner)
-        with self._lock:
+        wait = check_lock_wait(lock_wait)
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            raise lease_lock_held(
+                session=session,
+                where=repr(self),
+                lock="the MemoryStore's lock",
+                waited=wait or 0.0,
+                holder="another thread of this process",
+                row=self._leases.get(session),  # a dict read: atomic in CPython
+                now=time.time(),
+            )
+        try:
             self._check_open()
             row = grant(session, self._leases.get(session), owner, ttl, time.time())
             self._leases[session] = row
+        finally:
+            self._lock.release()
         return row.as_lease(session)
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:

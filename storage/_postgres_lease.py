@@ -11,12 +11,15 @@ session never wait for each other.
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
 
 from ._lease import MAX_TTL, Lease, LeaseRow, check_owner, check_ttl, grant, renewed
+from ._lock_wait import check_lock_wait, lease_lock_held
 from ._postgres_sql import Statements
 
 T = TypeVar("T")
@@ -57,6 +60,30 @@ commits durably, like every lease change: a token handed out is never handed out
 again, whatever the server's clock does after a crash.
 """
 
+
+GRANT_WITHIN = (
+    "WITH g AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(%s::bigint) AS locked,"
+    " date_part('epoch', now()) AS now), granted AS ("
+    + GRANT[: GRANT.index(" FROM (SELECT pg_advisory_xact_lock")]
+    + " FROM g WHERE g.locked"
+    + GRANT[GRANT.index(" ON CONFLICT") :]
+    + ") SELECT g.locked, granted.token, granted.expires_at FROM g LEFT JOIN granted ON true"
+)
+""":data:`GRANT` that does not wait for the session's lock: it returns whether it took
+it, and the new lease's token and expiry if it granted one. ``acquire_lease`` with a
+``lock_wait`` polls it until its bound (an advisory lock has no wait bound of its own
+but ``lock_timeout``, which would take a transaction and a second round trip)."""
+
+LOCK_HOLDERS = (
+    "SELECT l.pid, a.client_addr, a.client_port, a.application_name, a.state,"
+    " date_part('epoch', now() - a.xact_start) FROM pg_locks AS l"
+    " LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid()"
+    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1"
+)
+"""The server processes holding a session's advisory lock (a single bigint key is
+``classid`` = its high 32 bits, ``objid`` = its low 32 bits, ``objsubid`` = 1)."""
 
 FENCED = (
     "EXISTS (SELECT FROM {s}.leases WHERE session = %s::text AND token = %s::bigint"
@@ -111,6 +138,8 @@ class LeaseMethods:
         self._q_lease_row = q(LEASE_ROW)
         self._q_session_lock = "SELECT pg_advisory_xact_lock(%s::bigint)"
         self._q_grant = q(GRANT)
+        self._q_grant_within = q(GRANT_WITHIN)
+        self._q_lock_holders = LOCK_HOLDERS
         self._q_put_lease = q(
             "INSERT INTO {s}.leases (session, token, owner, expires_at, released)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session) DO UPDATE SET"
@@ -118,33 +147,86 @@ class LeaseMethods:
             " expires_at = EXCLUDED.expires_at, released = EXCLUDED.released"
         )
 
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
         """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
 
-        One statement, one round trip (:data:`GRANT`); when it refuses, a second
-        reads the holder for the error (and if the holder let go in between, the
-        grant is tried again).
+        One statement, one round trip (:data:`GRANT`, or with a ``lock_wait``
+        :data:`GRANT_WITHIN`, tried again until the session's advisory lock is free
+        or the bound has passed); when it refuses, a second reads the holder for the
+        error (and if the holder let go in between, the grant is tried again).
 
         The grant commits with the server's durability (``synchronous_commit``):
         letting it skip the WAL flush measured no gain on W4 within the noise, and
         a grant lost in a crash could hand its token out a second time.
         """
         ttl, owner = check_ttl(ttl), check_owner(owner)
-        params = (session, owner, ttl, session_key(self._sql.schema, session))
+        wait = check_lock_wait(lock_wait)
+        key = session_key(self._sql.schema, session)
         while True:
-            # Not retried: a grant whose commit landed before its connection broke must
-            # not be granted twice (the caller would hold a token it never saw).
-            granted = self._run(
-                lambda db: db.execute(self._q_grant, params).fetchone(),
-                what=f"acquire the lease of session {session}",
-                retry=False,
-            )
+            if wait is None:
+                # Not retried: a grant whose commit landed before its connection broke
+                # must not be granted twice (the caller would hold a token it never saw).
+                granted = self._run(
+                    lambda db: db.execute(self._q_grant, (session, owner, ttl, key)).fetchone(),
+                    what=f"acquire the lease of session {session}",
+                    retry=False,
+                )
+            else:
+                granted = self._grant_within(session, owner, ttl, key, wait)
             if granted is not None:
                 return Lease(session, int(granted[0]), owner, float(granted[1]))
             row, now = self._run(
                 lambda db: read_lease(db, self._q_lease_row, session), what="read a lease"
             )
             grant(session, row, owner, ttl, now)  # raises SessionOwned while a live lease holds it
+
+    def _grant_within(
+        self, session: str, owner: str, ttl: float, key: int, wait: float
+    ) -> tuple[Any, ...] | None:
+        """:data:`GRANT_WITHIN` until it takes the session's lock: the granted row or None.
+
+        Raises:
+            SessionOwned / StoreLocked: the lock stayed held ``wait`` seconds.
+        """
+        deadline = time.monotonic() + wait
+        delay = 0.001
+        pause = threading.Event()
+        while True:
+            # Not retried, as the blocking grant (see acquire_lease).
+            found = self._run(
+                lambda db: db.execute(self._q_grant_within, (key, session, owner, ttl)).fetchone(),
+                what=f"acquire the lease of session {session}",
+                retry=False,
+            )
+            locked, token, expires_at = found
+            if locked:
+                return None if token is None else (token, expires_at)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            pause.wait(min(delay, left))
+            delay = min(delay * 2, 0.02)
+        row, now = self._run(
+            lambda db: read_lease(db, self._q_lease_row, session), what="read a lease"
+        )
+        unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
+        holders = self._run(
+            lambda db: db.execute(
+                self._q_lock_holders, (unsigned >> 32, unsigned & 0xFFFF_FFFF)
+            ).fetchall(),
+            what="read who holds a lock",
+        )
+        raise lease_lock_held(
+            session=session,
+            where=f"the PostgresStore schema {self._sql.schema!r}",
+            lock=f"the session's advisory lock (key {key})",
+            waited=wait,
+            holder=", ".join(_server_process(h) for h in holders),
+            row=row,
+            now=now,
+        )
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend a current lease (see CheckpointStore.renew_lease)."""
@@ -200,3 +282,21 @@ class LeaseMethods:
             run, what=f"change the lease of session {session}", retry=False
         )
         return changed
+
+
+def _server_process(found: tuple[Any, ...]) -> str:
+    """``"server process 4242 (client 10.0.0.7:51234, 'app', idle in transaction, in a
+    transaction for 62.0 s)"``, from a row of :data:`LOCK_HOLDERS`."""
+    pid, addr, port, application, state, in_transaction = found
+    about = []
+    if addr is not None:
+        about.append(f"client {addr}:{port}")
+    if application:
+        about.append(repr(application))
+    if state:
+        about.append(
+            state
+            if in_transaction is None
+            else f"{state}, in a transaction for {in_transaction:.1f} s"
+        )
+    return f"server process {pid}" + (f" ({', '.join(about)})" if about else "")

@@ -75,22 +75,41 @@ class CheckpointStore(Protocol):
         """
         ...
 
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
         """Take the session: a new lease with a new, greater token.
 
         Granted if the session has no lease, or its lease expired or was released.
         Each call is its own owner: the same ``owner`` string holding a live lease
         is refused like anybody else.
 
+        Why ``lock_wait``: a grant must be ordered against the saves of the session
+        (the fencing check and a save's commit are one step), so it takes a lock those
+        saves hold: a file lock, a database's write lock, an advisory lock. A save
+        holds it for milliseconds, but a process stopped inside one (``SIGSTOP``, a
+        debugger, a frozen VM) holds it until it goes on, and only the store knows how
+        to wait for its own lock with a bound. The runtime passes what is left of the
+        opener's ``wait=`` (at least a short floor), so ``wf.resume(..., wait=3)``
+        returns within about 3 s whatever holds the lock. A store written before this
+        parameter is still called without it (the runtime checks the signature), and
+        ``wait=`` then cannot bound its locks.
+
         Args:
             session: the session id.
             owner: who asks, for humans (process, host, worker name).
             ttl: seconds until the lease expires unless renewed.
+            lock_wait: the longest this call may wait for the store's locks, in
+                seconds; ``None``: the store's own bound (which may be long, or none).
 
         Raises:
-            SessionOwned: a live lease holds the session (``holder`` names it).
-            ValueError: ``ttl`` is not > 0 (or is above ``MAX_TTL``, 1e9 s), or
-                ``owner`` is empty.
+            SessionOwned: a live lease holds the session (``holder`` names it), also
+                when the lock stayed held past ``lock_wait`` while a live lease holds it.
+            StoreLocked: the lock stayed held past ``lock_wait`` and no live lease
+                holds the session; the message names the lock and, where the store
+                can tell, who holds it.
+            ValueError: ``ttl`` is not > 0 (or is above ``MAX_TTL``, 1e9 s),
+                ``owner`` is empty, or ``lock_wait`` is negative.
         """
         ...
 

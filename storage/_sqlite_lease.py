@@ -8,11 +8,18 @@ transaction (so no lease change can come between the check and the commit).
 
 from __future__ import annotations
 
+import sqlite3
 import time
+
+from actorflow.errors import CheckpointError
 
 from . import _sqlite_sql as sql
 from ._lease import Lease, LeaseRow, check_owner, check_ttl, grant, renewed
+from ._lock_wait import check_lock_wait, describe_holders, lease_lock_held, lock_holders
 from ._sqlite_conn import SQLiteConnections
+
+_WAL_WRITE_LOCK = 120
+"""The offset in the ``-shm`` file of the lock a WAL writer holds (SQLite's file format)."""
 
 __all__ = ["SQLiteLeases"]
 
@@ -20,13 +27,47 @@ __all__ = ["SQLiteLeases"]
 class SQLiteLeases(SQLiteConnections):
     """The lease methods of SQLiteStore, on its connections."""
 
-    def acquire_lease(self, session: str, owner: str, ttl: float) -> Lease:
-        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease)."""
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
+
+        A grant is a write transaction: it waits for the file's one write lock, which
+        every save of every session takes. ``lock_wait`` bounds that wait (the busy
+        timeout of this transaction; None: the store's, ``BUSY_TIMEOUT_S``).
+        """
         ttl, owner = check_ttl(ttl), check_owner(owner)
-        with self._write(durable=False) as db:
-            row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
-            sql.put_lease(db, session, row)
-        return row.as_lease(session)
+        wait = check_lock_wait(lock_wait)
+        if wait is None:
+            with self._write(durable=False) as db:
+                row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
+                sql.put_lease(db, session, row)
+            return row.as_lease(session)
+        conn = self._conn()
+        self._pragma(conn, f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        try:
+            with self._write(durable=False) as db:
+                row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
+                sql.put_lease(db, session, row)
+            return row.as_lease(session)
+        except CheckpointError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, sqlite3.Error) and sql.is_busy(cause)):
+                raise
+            busy = exc
+        finally:
+            self._pragma(conn, f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
+        with self._read() as db:  # WAL: a read needs no write lock
+            held = sql.lease_row(db, session)
+        raise lease_lock_held(
+            session=session,
+            where=f"the SQLite store {self._path}",
+            lock=f"the write lock of {self._path} (byte 120 of {self._path}-shm)",
+            waited=wait,
+            holder=describe_holders(lock_holders(f"{self._path}-shm", start=_WAL_WRITE_LOCK)),
+            row=held,
+            now=time.time(),
+        ) from busy
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend a current lease (see CheckpointStore.renew_lease)."""

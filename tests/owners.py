@@ -9,13 +9,22 @@ Run as a script, it plays one worker process of the ownership tests:
   wait for a line on stdin, answer the request, print ``DONE <outputs>``.
 - ``hold``: open the session, run to the request, print ``HELD <token>`` and block
   (until killed).
+- ``stall``: open the session, run to the request, print ``HELD <token>``, wait for a
+  line on stdin, answer the request and stop itself (SIGSTOP) inside the answer's save,
+  holding the store's lock (FileStore: the session's ``flock``; SQLiteStore: the write
+  lock), after printing ``SAVING``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import actorflow as af
 
@@ -51,6 +60,45 @@ def open_store(kind: str, path: str) -> af.CheckpointStore:
     return af.FileStore(path) if kind == "file" else af.SQLiteStore(path)
 
 
+def stall_inside_saves(store: af.CheckpointStore) -> None:
+    """Make the next save stop the process (once) while it holds the store's lock."""
+
+    stopped = threading.Event()
+
+    def saving() -> bool:  # the first save only; never the renewer's lease change
+        if stopped.is_set() or threading.current_thread().name == "actorflow-lease-renewer":
+            return False
+        stopped.set()
+        return True
+
+    def stop() -> None:
+        print("SAVING", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    if isinstance(store, af.FileStore):
+        fenced = store._leases.fenced
+
+        @contextlib.contextmanager
+        def stalled(*args: Any) -> Iterator[None]:
+            with fenced(*args):  # the session's flock is held from here to the commit
+                if saving():
+                    stop()
+                yield
+
+        store._leases.fenced = stalled  # type: ignore[method-assign]
+    else:
+        from actorflow.storage import _sqlite_sql
+
+        lease_row = _sqlite_sql.lease_row
+
+        def stalled_read(db: Any, session: str) -> Any:
+            if saving():  # inside the save's write transaction
+                stop()
+            return lease_row(db, session)
+
+        _sqlite_sql.lease_row = stalled_read  # type: ignore[assignment]
+
+
 def main(kind: str, path: str, session_id: str, action: str, ttl: str = "1.0") -> None:
     store = open_store(kind, path)
     with build() as wf:
@@ -63,6 +111,16 @@ def main(kind: str, path: str, session_id: str, action: str, ttl: str = "1.0") -
             s.run(Order(1))
             assert s.lease is not None
             print(f"HELD {s.lease.token}", flush=True)
+            threading.Event().wait(60)  # until SIGKILL
+        elif action == "stall":
+            s = wf.session(session_id, store=store, lease_ttl=float(ttl))
+            s.run(Order(1))
+            assert s.lease is not None
+            print(f"HELD {s.lease.token}", flush=True)
+            sys.stdin.readline()
+            stall_inside_saves(store)
+            s.respond({"desk:1:0": True})
+            print("SAVED", flush=True)
             threading.Event().wait(60)  # until SIGKILL
         elif action == "answer":
             try:

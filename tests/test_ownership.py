@@ -10,17 +10,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import actorflow as af
 from actorflow.errors import LeaseLost
-from actorflow.runtime._ownership import _RENEWER
+from actorflow.runtime._ownership import _RENEWER, LOCK_WAIT_FLOOR
 from actorflow.storage import CheckpointKind, CheckpointStore
 
 sys.path.insert(0, str(Path(__file__).parent))
 import owners
+import pg
 from owners import Order
 
 STORES: dict[str, Callable[[Path], CheckpointStore]] = {
@@ -351,6 +353,8 @@ def test_lease_errors_survive_pickling() -> None:
     assert owned.holder == holder and "pid 1 on h (w)" in str(owned)
     lost = pickle.loads(pickle.dumps(LeaseLost("gone", lease=holder)))
     assert lost.lease == holder and str(lost) == "gone"
+    locked = pickle.loads(pickle.dumps(af.StoreLocked("held", lock="l", holder="pid 7")))
+    assert (str(locked), locked.lock, locked.holder) == ("held", "l", "pid 7")
     error = af.StateMigrationError("m", executor="e", stored_version=1, current_version=2)
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.executor, copy.stored_version, copy.current_version, str(copy)) == (
@@ -398,3 +402,152 @@ def test_a_session_dropped_without_close_lets_go_of_its_lease() -> None:
         gc.collect()
         assert store.current_lease("s1") is None
     assert not _RENEWER.active()
+
+
+# --- wait= bounds the store's locks ----------------------------------------------------
+
+BOUND_S = 1.0 + LOCK_WAIT_FLOOR + 5.0
+"""An open with wait=1 must return within this (the lock wait, its floor, and slack)."""
+
+LOCK_HOLDER = {
+    "file": (
+        "import fcntl, os, sys\n"
+        "from actorflow.storage._file_lease import lease_key\n"
+        "folder = os.path.join(sys.argv[1], 'leases')\n"
+        "os.makedirs(folder, exist_ok=True)\n"
+        "fd = os.open(os.path.join(folder, lease_key(sys.argv[2]) + '.lock'), os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    ),
+    "sqlite": (
+        "import sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('BEGIN IMMEDIATE')\n"
+    ),
+    "postgres": (
+        "import sys, psycopg\n"
+        "from actorflow.storage._postgres_lease import session_key\n"
+        "dsn, session, schema = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+        "db = psycopg.connect(dsn, autocommit=True)\n"
+        "db.execute('SELECT pg_advisory_lock(%s)', (session_key(schema, session),))\n"
+    ),
+}
+"""Child processes that take a store's lock of session argv[2] the way a save does,
+print LOCKED, and hold it until stdin closes."""
+
+
+@contextmanager
+def _kind_store(kind: str, tmp_path: Path) -> Iterator[tuple[CheckpointStore, str, str]]:
+    """(store, the path or DSN a child opens, schema) for a store kind with several processes."""
+    if kind != "postgres":
+        opened = STORES[kind](tmp_path)
+        where = str(tmp_path / ("store" if kind == "file" else "store.db"))
+        try:
+            yield opened, where, ""
+        finally:
+            opened.close()
+        return
+    with pg.schema() as (dsn, schema):
+        opened = af.PostgresStore(dsn, schema=schema)
+        try:
+            yield opened, dsn, schema
+        finally:
+            opened.close()
+
+
+def _open_within(
+    wf: af.Workflow, store: CheckpointStore, bound: float, **kwargs: object
+) -> BaseException | af.Session:
+    """What ``wf.resume(store, **kwargs)`` gave, run in a thread; fails if it takes past ``bound``."""
+    outcome: list[BaseException | af.Session] = []
+
+    def resume() -> None:
+        try:
+            outcome.append(wf.resume(store, **kwargs))  # type: ignore[arg-type]
+        except BaseException as exc:  # handed to the test
+            outcome.append(exc)
+
+    opener = threading.Thread(target=resume, daemon=True)
+    started = time.monotonic()
+    opener.start()
+    opener.join(timeout=bound)
+    assert not opener.is_alive(), f"the open still waited after {time.monotonic() - started:.1f} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("leased", [False, True], ids=["unleased", "leased"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+def test_wait_bounds_a_store_lock_held_by_another_process(
+    tmp_path: Path, kind: str, leased: bool
+) -> None:
+    """A lock the grant needs, held by another process: wait=1 fails within a bound, with
+    SessionOwned if a live lease holds the session, else StoreLocked naming the holder."""
+    with _kind_store(kind, tmp_path) as (store, where, schema), owners.build() as wf:
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+        holder_lease = store.acquire_lease("s1", "the holder", 60) if leased else None
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                LOCK_HOLDER[kind] + "print('LOCKED', flush=True)\nsys.stdin.read()\n",
+                where,
+                "s1",
+                schema,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert _line(child) == "LOCKED"
+            outcome = _open_within(wf, store, BOUND_S, session="s1", wait=1)
+        finally:
+            _reap(child)
+        if leased:
+            assert isinstance(outcome, af.SessionOwned), outcome
+            assert holder_lease is not None and outcome.holder.token == holder_lease.token
+            store.release_lease(holder_lease)
+        else:
+            assert isinstance(outcome, af.StoreLocked), outcome
+            assert isinstance(outcome, af.CheckpointError)
+            assert "stayed held" in str(outcome) and outcome.lock in str(outcome)
+            if kind == "postgres":
+                assert "server process" in outcome.holder
+            elif os.path.exists("/proc/locks"):
+                assert f"pid {child.pid}" in outcome.holder
+        with wf.resume(store, session="s1", wait=WAIT_S) as s:  # the lock let go: it opens
+            assert [p.request_id for p in s.pending_requests] == ["desk:1:0"]
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_wait_bounds_an_owner_stopped_inside_a_save(tmp_path: Path, kind: str) -> None:
+    """The owner is SIGSTOPped inside a save, holding the store's lock: wait=1 returns in
+    a bound, SessionOwned while its lease lives, StoreLocked (naming it) once it expired."""
+    path = str(tmp_path / ("store" if kind == "file" else "store.db"))
+    ttl = 0.5
+    owner = _spawn(kind, path, "s1", "stall", str(ttl))
+    try:
+        token = int(_line(owner).split()[1])
+        # Opened before the owner stalls: opening a SQLiteStore writes (its schema check).
+        with STORES[kind](tmp_path) as store, owners.build() as wf:
+            assert owner.stdin is not None
+            owner.stdin.write("go\n")
+            owner.stdin.flush()
+            assert _line(owner) == "SAVING"
+            _, status = os.waitpid(owner.pid, os.WUNTRACED)  # returns once it is stopped
+            assert os.WIFSTOPPED(status)
+            lease = store.current_lease("s1")
+            if lease is not None:  # still live: the opener is refused naming the owner
+                assert lease.token == token
+                outcome = _open_within(wf, store, BOUND_S, session="s1", wait=0)
+                assert isinstance(outcome, af.SessionOwned | af.StoreLocked), outcome
+            until(lambda: store.current_lease("s1") is None)  # its renewer is stopped too
+            outcome = _open_within(wf, store, BOUND_S, session="s1", wait=1)
+            assert isinstance(outcome, af.StoreLocked), outcome
+            if os.path.exists("/proc/locks"):
+                assert f"pid {owner.pid} (stopped" in outcome.holder
+            os.kill(owner.pid, signal.SIGCONT)
+            assert _line(owner) == "SAVED"  # nobody took over: its save lands
+    finally:
+        os.kill(owner.pid, signal.SIGCONT)
+        _reap(owner)
