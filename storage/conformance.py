@@ -38,6 +38,7 @@ from ._kit_contract import ContractTests
 from ._kit_damage import DamageTests
 from ._kit_leases import LeaseTests
 from ._kit_retention import RetentionTests
+from ._kit_sharing import SharingTests
 from ._kit_stress import StressTests
 
 __all__ = [
@@ -51,7 +52,9 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, StressTests, LeaseTests, RetentionTests, DamageTests):
+class StoreConformance(
+    ContractTests, StressTests, SharingTests, LeaseTests, RetentionTests, DamageTests
+):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the

@@ -19,6 +19,7 @@ from actorflow.storage._base import already_stored, checked_blobs
 from actorflow.storage._format import encode_checkpoint
 from actorflow.storage._kit_contract import ContractTests
 from actorflow.storage._kit_damage import DamageTests
+from actorflow.storage._kit_sharing import SharingTests
 from actorflow.storage._kit_stress import StressTests
 from actorflow.storage._lease import Lease
 from actorflow.storage._pack import encode_header
@@ -143,6 +144,52 @@ class HidesDamageFactory(SQLiteStoreFactory):
         return HidesDamage(self.path)
 
 
+class CopiedIndex(MemoryStore):
+    """Adds each record to a copy of its index and puts the copy back, outside its lock:
+    of two saves at once, the one that puts its copy back last loses the other's record.
+    A handle that is fine for one session at a time, and not safe to share."""
+
+    def _insert(
+        self,
+        checkpoint_id: str,
+        entry: Any,
+        digests: frozenset[str],
+        given: dict[str, bytes],
+        lease: Lease | None,
+    ) -> None:
+        copy = dict(self._index)
+        super()._insert(checkpoint_id, entry, digests, given, lease)
+        time.sleep(0)  # the race: other saves copy the index meanwhile
+        copy[checkpoint_id] = entry
+        self._index = copy
+
+
+class ClosesUnderCalls(SQLiteStore):
+    """Closes every connection at once, those other threads are running statements on too."""
+
+    def close(self) -> None:
+        with self._conns_lock:
+            self._closed = True
+            held, self._conns = self._conns, []
+        for each in held:
+            each.conn.close()
+        self._wal.close()
+
+
+@dataclass(frozen=True)
+class ClosesUnderCallsFactory(SQLiteStoreFactory):
+    def __call__(self) -> SQLiteStore:
+        return ClosesUnderCalls(self.path)
+
+
+class PlainErrorWhenClosed(MemoryStore):
+    """Refuses calls after close() with a plain CheckpointError, not StoreClosed."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointError("MemoryStore is closed; open a new one")
+
+
 def _run(test: Callable[..., None], factory: StoreFactory, takes_factory: bool) -> None:
     store = factory()
     try:
@@ -185,6 +232,24 @@ _CASES: dict[
         lambda p: TornFileStoreFactory(str(p / "torn")),
         lambda p: FileStoreFactory(str(p / "ok")),
         DamageTests().test_writer_killed_mid_save_leaves_the_previous_cut,
+        True,
+    ),
+    "an index copied and put back outside the lock": (
+        lambda _: MemoryStoreFactory(CopiedIndex()),
+        lambda p: SQLiteStoreFactory(str(p / "ok.db")),
+        SharingTests().test_one_handle_serves_sessions_in_threads,
+        False,
+    ),
+    "connections closed under running calls (a crash)": (
+        lambda p: ClosesUnderCallsFactory(str(p / "closes.db")),
+        lambda p: SQLiteStoreFactory(str(p / "ok.db")),
+        SharingTests().test_close_under_load_raises_store_closed,
+        True,
+    ),
+    "a closed store that does not say StoreClosed": (
+        lambda _: MemoryStoreFactory(PlainErrorWhenClosed()),
+        lambda _: MemoryStoreFactory(),
+        SharingTests().test_close_under_load_raises_store_closed,
         True,
     ),
     "latest() hiding a damaged header": (
