@@ -41,8 +41,13 @@ class CheckpointStore(Protocol):
     check of the store (grant, ``current_lease``, a save without a lease) counts it
     as expired alike.
 
+    Sharing: a store handle is safe to share. One store object serves any number of
+    sessions at once, from threads and asyncio tasks; processes open one handle each.
+    :meth:`close` while calls are in flight never crashes the process (see there).
+
     Every method may raise :class:`~actorflow.errors.CheckpointError` for a failure of
-    the medium (disk full, database unavailable) or when used after :meth:`close`.
+    the medium (disk full, database unavailable), and
+    :class:`~actorflow.errors.StoreClosed` when used after (or overtaken by) :meth:`close`.
     """
 
     def save(
@@ -260,7 +265,13 @@ class CheckpointStore(Protocol):
         ...
 
     def close(self) -> None:
-        """Release resources. Idempotent; the store must not be used afterwards."""
+        """Release resources. Idempotent; every call made afterwards raises StoreClosed.
+
+        Safe while other threads' calls are in flight: it never crashes the process
+        and never waits long for them (the built-in stores: a few seconds at most).
+        Each call in flight finishes, or raises :class:`~actorflow.errors.StoreClosed`
+        (having stored nothing unless a later read shows it).
+        """
         ...
 
 
