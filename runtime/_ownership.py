@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import socket
 import sys
 import threading
 import time
+import urllib.parse
 import weakref
+from dataclasses import dataclass
 from typing import Final
 
 from actorflow.errors import CheckpointError, LeaseLost, SessionOwned
@@ -30,7 +33,17 @@ from actorflow.storage import CheckpointStore, Lease
 
 from ._logging import get_logger
 
-__all__ = ["DEFAULT_LEASE_TTL", "LOCK_WAIT_FLOOR", "Ownership", "acquire", "owner_name"]
+__all__ = [
+    "DEFAULT_LEASE_TTL",
+    "LOCK_WAIT_FLOOR",
+    "Ownership",
+    "ProcessIdentity",
+    "acquire",
+    "identity_of",
+    "owner_gone",
+    "owner_name",
+    "this_process",
+]
 
 DEFAULT_LEASE_TTL: Final = 10.0
 """Seconds a session's lease lasts without renewal (the takeover time after a crash)."""
@@ -76,14 +89,173 @@ def _takes_lock_wait(store: CheckpointStore) -> bool:
 
 
 def owner_name() -> str:
-    """How this process and thread name themselves on a lease: pid, host, process/thread."""
+    """How this process and thread name themselves on a lease: pid, host, process/thread.
+
+    Where ``/proc`` tells, the name ends in a machine-readable identity tag (see
+    :func:`owner_gone`): ``[actorflow-owner 1 host=h boot=<boot id> pidns=<inode>
+    pid=4242 start=<ticks>]``.
+    """
     thread = threading.current_thread().name
     # A multiprocessing worker's name ("Process-3", "SpawnPoolWorker-2") says which
     # worker it is; multiprocessing is not imported for it when nothing else did.
     multiprocessing = sys.modules.get("multiprocessing")
     if multiprocessing is not None:
         thread = f"{multiprocessing.current_process().name}/{thread}"
-    return f"pid {os.getpid()} on {socket.gethostname()} ({thread})"
+    here = this_process()
+    tag = "" if here is None else " " + here.tag()
+    return f"pid {os.getpid()} on {socket.gethostname()} ({thread}){tag}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """Who a process is, for as long as its host runs: enough to prove it has exited.
+
+    A pid alone is not: pids are reused, and each pid namespace (a container) has
+    its own. So: the host's name, its boot id (``/proc/sys/kernel/random/boot_id``,
+    new at every boot, shared by the containers of one kernel), the inode of the pid
+    namespace (``/proc/self/ns/pid``), the pid, and the process's start time in
+    clock ticks after boot (``/proc/<pid>/stat`` field 22), which a reused pid does
+    not share.
+    """
+
+    host: str
+    boot: str
+    pidns: int
+    pid: int
+    start: int
+
+    def tag(self) -> str:
+        """The tag :func:`owner_name` appends and :func:`identity_of` parses."""
+        return (
+            f"[{_TAG_NAME} 1 host={urllib.parse.quote(self.host, safe='')} boot={self.boot}"
+            f" pidns={self.pidns} pid={self.pid} start={self.start}]"
+        )
+
+
+_TAG_NAME: Final = "actorflow-owner"
+_TAG: Final = re.compile(
+    r" \[actorflow-owner 1 host=(?P<host>[A-Za-z0-9._~%-]{1,765})"
+    r" boot=(?P<boot>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    r" pidns=(?P<pidns>[1-9][0-9]{0,19}) pid=(?P<pid>[1-9][0-9]{0,9})"
+    r" start=(?P<start>[0-9]{1,20})\]\Z"
+)
+_HERE: list[ProcessIdentity | None] = []
+"""This process's identity, once read (a fork re-reads it: the pid differs)."""
+
+
+def identity_of(owner: str) -> ProcessIdentity | None:
+    """The identity tag at the end of a lease's owner string, or None if there is none
+    or it is not exactly the form :meth:`ProcessIdentity.tag` writes."""
+    found = _TAG.search(owner)
+    if found is None:
+        return None
+    host = urllib.parse.unquote(found["host"], errors="strict")
+    if urllib.parse.quote(host, safe="") != found["host"]:
+        return None  # not how a tag is written: never trust it
+    return ProcessIdentity(
+        host, found["boot"], int(found["pidns"]), int(found["pid"]), int(found["start"])
+    )
+
+
+def this_process() -> ProcessIdentity | None:
+    """This process's identity, or None where ``/proc`` cannot tell it (not Linux, no
+    ``/proc``, or a ``/proc`` of another pid namespace)."""
+    if _HERE and _HERE[0] is not None and _HERE[0].pid == os.getpid():
+        return _HERE[0]
+    if _HERE and _HERE[0] is None:
+        return None
+    found = _read_this_process()
+    _HERE[:] = [found]
+    return found
+
+
+def _read_this_process() -> ProcessIdentity | None:
+    pid = os.getpid()
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        pidns = os.readlink("/proc/self/ns/pid")
+        stat = _stat(pid)
+    except (OSError, UnicodeDecodeError):
+        return None
+    space = re.fullmatch(r"pid:\[([1-9][0-9]*)\]", pidns)
+    if stat is None or space is None or not re.fullmatch(r"[0-9a-f-]{36}", boot):
+        return None
+    return ProcessIdentity(socket.gethostname(), boot, int(space[1]), pid, stat[1])
+
+
+def _stat(pid: int, task: int | None = None) -> tuple[str, int] | None:
+    """(state, start time) from ``/proc/<pid>[/task/<tid>]/stat``; None if it does not parse.
+
+    Raises:
+        FileNotFoundError / ProcessLookupError: no such process.
+        OSError: it could not be read.
+    """
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    # "pid (comm) state ... starttime ...": comm may hold spaces and parentheses.
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()
+    if not head.startswith(f"{task or pid} (") or len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return fields[0], int(fields[19])
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether a lease's owner string names a process of this host that provably exited.
+
+    True only when the owner's identity tag parses strictly, names this host (same
+    host name, boot id and pid namespace as this process), and ``/proc`` shows that
+    process is not there: no such pid, a pid with another start time (reused), or a
+    process whose every thread has exited (a zombie: killed, not yet reaped). False
+    whenever unsure: no tag, another host or boot, no ``/proc``, a read that fails,
+    and for every process still there, stopped (``SIGSTOP``) or traced ones too.
+    """
+    claimed = identity_of(owner)
+    here = this_process()
+    if claimed is None or here is None:
+        return False
+    if (claimed.host, claimed.boot, claimed.pidns) != (here.host, here.boot, here.pidns):
+        return False
+    if (claimed.pid, claimed.start) == (here.pid, here.start):
+        return False  # this very process (another of its sessions)
+    try:
+        stat = _stat(claimed.pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return True  # no process has that pid in this namespace
+    except OSError:
+        return False
+    if stat is None:
+        return False
+    state, start = stat
+    if start != claimed.start:
+        return True  # the pid was reused by a later process
+    return state in _EXITED and _threads_exited(claimed.pid)
+
+
+_EXITED: Final = ("Z", "X")
+"""Process states of a process that has exited (a zombie waits for its parent's wait())."""
+
+
+def _threads_exited(pid: int) -> bool:
+    """Whether every thread of ``pid`` exited (a zombie leader may have live threads)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return True  # reaped meanwhile
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            stat = _stat(pid, int(task))
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # that thread is gone
+        except (OSError, ValueError):
+            return False
+        if stat is None or stat[0] not in _EXITED:
+            return False
+    return True
 
 
 def check_lease_options(wait: float, ttl: float) -> None:
@@ -122,6 +294,7 @@ def acquire(
     deadline = time.monotonic() + wait
     delay = 0.05
     bounded = _takes_lock_wait(store)
+    ended: set[int] = set()
     while True:
         try:
             if bounded:
@@ -130,6 +303,19 @@ def acquire(
             else:
                 lease = store.acquire_lease(session, name, ttl)
         except SessionOwned as exc:
+            if exc.holder.token not in ended and owner_gone(exc.holder.owner):
+                # Its process is provably gone: end its lease by its token and ask again.
+                # Two openers doing so race in the store as any two openers do; the old
+                # token stays fenced out.
+                ended.add(exc.holder.token)
+                _log.warning(
+                    "session owner exited: taking the session over",
+                    session=session,
+                    owner=exc.holder.owner,
+                    token=exc.holder.token,
+                )
+                store.release_lease(exc.holder)
+                continue
             left = deadline - time.monotonic()
             if left <= 0:
                 raise

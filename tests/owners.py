@@ -2,7 +2,8 @@
 
 Run as a script, it plays one worker process of the ownership tests:
 
-``python tests/owners.py STORE_KIND PATH SESSION ACTION [TTL]``
+``python tests/owners.py STORE_KIND PATH SESSION ACTION [TTL]`` (STORE_KIND: file,
+sqlite, or postgres with PATH ``"<schema> <dsn>"``)
 
 - ``pause``: open the session, run until it asks for approval, print ``PAUSED``, exit.
 - ``answer``: resume, print ``OWNED <token>`` (or ``REFUSED <owner>`` on SessionOwned),
@@ -57,6 +58,10 @@ def build() -> af.Workflow:
 
 
 def open_store(kind: str, path: str) -> af.CheckpointStore:
+    """``kind`` file, sqlite, or postgres (``path``: ``"<schema> <dsn>"``)."""
+    if kind == "postgres":
+        schema, dsn = path.split(" ", 1)
+        return af.PostgresStore(dsn, schema=schema)
     return af.FileStore(path) if kind == "file" else af.SQLiteStore(path)
 
 

@@ -51,6 +51,7 @@ if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only wit
         ("w3_postgres", "ms_per_superstep"),
         ("w3_postgres", "bytes_stored_mb"),
         ("w4_postgres", "resume_plus_step_ms"),
+        ("takeover_postgres", "takeover_after_kill9_s"),
     }
 
 KEYS = {

@@ -11,14 +11,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import actorflow as af
 from actorflow.errors import LeaseLost
-from actorflow.runtime._ownership import _RENEWER, LOCK_WAIT_FLOOR
+from actorflow.runtime._ownership import _RENEWER, LOCK_WAIT_FLOOR, ProcessIdentity, this_process
 from actorflow.storage import CheckpointKind, CheckpointStore
+from actorflow.storage.conformance import make_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 import owners
@@ -302,28 +304,23 @@ def test_two_processes_racing_to_answer_one_owns_it(tmp_path: Path, kind: str) -
 
 
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_killed_owner_is_taken_over_after_its_ttl(tmp_path: Path, kind: str) -> None:
-    """kill -9 of the owner: its session is refused until the lease's TTL ends, then resumed."""
-    path = str(tmp_path / ("store" if kind == "file" else "store.db"))
+def test_an_owner_of_another_host_is_taken_over_after_its_ttl(tmp_path: Path, kind: str) -> None:
+    """A lease whose owner this host cannot check (another host's) holds until its TTL
+    ends, then the session is resumed with a greater token."""
     ttl = 1.0
-    holder = _spawn(kind, path, "s1", "hold", str(ttl))
-    try:
-        dead_token = int(_line(holder).split()[1])
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=WAIT_S)
-    finally:
-        _reap(holder)
-    killed = time.monotonic()
     with STORES[kind](tmp_path) as store, owners.build() as wf:
-        lease = store.current_lease("s1")
-        assert lease is not None and lease.token == dead_token
-        with pytest.raises(af.SessionOwned):
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+        elsewhere = replace(_here(), host="another-host").tag() if this_process() else ""
+        dead = store.acquire_lease("s1", f"pid 4242 on another-host (w) {elsewhere}", ttl)
+        with pytest.raises(af.SessionOwned, match="another-host"):
             wf.resume(store, session="s1")
+        started = time.monotonic()
         with wf.resume(store, session="s1", wait=WAIT_S) as s:
-            took = time.monotonic() - killed
-            assert s.lease is not None and s.lease.token > dead_token
+            took = time.monotonic() - started
+            assert s.lease is not None and s.lease.token > dead.token
             assert s.respond({"desk:1:0": True}).outputs == [[1, True]]
-        assert took < ttl + WAIT_S / 2  # bounded by the TTL (a figure, see bench.takeover)
+        assert took < ttl + WAIT_S / 2  # bounded by the TTL
         assert len(heads(store, "s1")) == 1
 
 
@@ -551,3 +548,100 @@ def test_wait_bounds_an_owner_stopped_inside_a_save(tmp_path: Path, kind: str) -
     finally:
         os.kill(owner.pid, signal.SIGCONT)
         _reap(owner)
+
+
+# --- a dead owner on this host is taken over at once ------------------------------------
+
+
+def _here() -> ProcessIdentity:
+    here = this_process()
+    if here is None:
+        pytest.skip("this system has no /proc to tell whether a process exited")
+    return here
+
+
+def _owner_path(kind: str, where: str, schema: str) -> str:
+    return f"{schema} {where}" if kind == "postgres" else where
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+def test_a_killed_owner_on_this_host_is_taken_over_at_once(
+    tmp_path: Path, kind: str, reaped: bool
+) -> None:
+    """kill -9 of the owner (default TTL): a resume on its host with wait=0 owns the
+    session at once, whether the dead process was reaped or is a zombie; a new token,
+    and the dead one's saves are refused."""
+    _here()
+    with _kind_store(kind, tmp_path) as (store, where, schema), owners.build() as wf:
+        holder = _spawn(kind, _owner_path(kind, where, schema), "s1", "hold", "10")
+        try:
+            dead_token = int(_line(holder).split()[1])
+            os.kill(holder.pid, signal.SIGKILL)
+            os.waitid(os.P_PID, holder.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+            if reaped:
+                holder.wait(timeout=WAIT_S)
+            dead = store.current_lease("s1")
+            assert dead is not None and dead.token == dead_token
+            assert dead.remaining() > 5  # the lease itself would hold for seconds more
+            started = time.monotonic()
+            with wf.resume(store, session="s1", wait=0) as s:
+                took = time.monotonic() - started
+                assert s.lease is not None and s.lease.token > dead_token
+                assert s.respond({"desk:1:0": True}).outputs == [[1, True]]
+        finally:
+            _reap(holder)
+        assert took < 5.0  # measured ~0.05 s (bench.takeover); the lease had ~10 s left
+        late, blobs = make_checkpoint(session="s1", parent=store.latest(session="s1"))
+        with pytest.raises(LeaseLost):
+            store.save(late, blobs, lease=dead)
+        assert len(heads(store, "s1")) == 1
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_stopped_owner_is_not_taken_over(tmp_path: Path, kind: str) -> None:
+    """An owner stopped by SIGSTOP is alive: its session stays its own until the TTL."""
+    _here()
+    path = str(tmp_path / ("store" if kind == "file" else "store.db"))
+    holder = _spawn(kind, path, "s1", "hold", "10")
+    try:
+        token = int(_line(holder).split()[1])
+        os.kill(holder.pid, signal.SIGSTOP)
+        _, status = os.waitpid(holder.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        with STORES[kind](tmp_path) as store, owners.build() as wf:
+            with pytest.raises(af.SessionOwned, match=f"pid {holder.pid} ") as caught:
+                wf.resume(store, session="s1", wait=0)
+            assert caught.value.holder.token == token
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        _reap(holder)
+
+
+def test_only_a_provably_gone_owner_of_this_host_is_taken_over() -> None:
+    """Forged identity tags: another boot, host or pid namespace, this very process, a
+    tag not in the strict form, or none, are never taken over; a pid that now belongs to
+    a process with another start time (a reused pid) is."""
+    here = _here()
+    refused = {
+        "another boot": replace(here, boot="00000000-0000-4000-8000-000000000000").tag(),
+        "another host": replace(here, host=here.host + "-other").tag(),
+        "another pid namespace": replace(here, pidns=here.pidns + 1).tag(),
+        "this process": here.tag(),
+        "not the strict form": here.tag().replace("]", " ]"),
+        "a bad host quoting": here.tag().replace(f"host={here.host}", "host=%zz"),
+        "no tag": "",
+    }
+    store = af.MemoryStore()
+    with owners.build() as wf:
+        for n, tag in enumerate([*refused.values(), replace(here, start=here.start + 1).tag()]):
+            with wf.session(f"s{n}", store=store) as s:
+                s.run(Order(1))
+            forged = store.acquire_lease(f"s{n}", f"pid {here.pid} on h (w) {tag}".strip(), 60)
+            if n < len(refused):
+                with pytest.raises(af.SessionOwned):
+                    wf.resume(store, session=f"s{n}", wait=0)
+                assert store.current_lease(f"s{n}") == forged, list(refused)[n]
+                continue
+            with wf.resume(store, session=f"s{n}", wait=0) as s:  # the pid was reused
+                assert s.lease is not None and s.lease.token > forged.token
