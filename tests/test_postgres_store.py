@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -207,6 +208,52 @@ def test_pool_exhausted_gives_a_clear_error_then_recovers(where: tuple[str, str]
             pool.putconn(conn)
         store.close()
         pool.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_call_waiting_for_a_connection_when_the_store_closes_raises_store_closed(
+    where: tuple[str, str],
+) -> None:
+    """close() fails the calls waiting for a pooled connection with StoreClosed (psycopg's
+    PoolClosed used to be taken for a lost connection, retried, and reported as a plain
+    CheckpointError); the call holding a connection keeps it."""
+    dsn, schema = where
+    store = af.PostgresStore(dsn, schema=schema, pool_size=1)
+    held = store._pool.getconn()  # the one connection: in flight elsewhere
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(store.latest)
+            deadline = time.monotonic() + WAIT_S
+            while store._pool.get_stats().get("requests_waiting", 0) < 1:
+                assert time.monotonic() < deadline and not waiting.done()
+                time.sleep(0.01)
+            store.close()
+            with pytest.raises(af.StoreClosed, match="is closed"):
+                waiting.result(timeout=WAIT_S)
+        with pytest.raises(af.StoreClosed):
+            store.sessions()
+        assert not held.closed  # not closed under its holder
+    finally:
+        store._pool.putconn(held)
+        store.close()
+    assert held.closed  # closed once given back
+
+
+def test_a_store_whose_pool_its_owner_closed_says_so(where: tuple[str, str]) -> None:
+    """A pool the caller owns and closed: StoreClosed naming the pool, not a psycopg error."""
+    import psycopg_pool
+
+    dsn, schema = where
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        dsn, min_size=1, max_size=2, open=True, kwargs={"autocommit": True}
+    )
+    store = af.PostgresStore(pool, schema=schema)
+    try:
+        pool.close()
+        with pytest.raises(af.StoreClosed, match="pool it was given is closed"):
+            store.latest()
+    finally:
+        store.close()
 
 
 @pytest.mark.timeout(60)
