@@ -292,3 +292,45 @@ def test_a_save_waits_for_a_checkpoint_whose_thread_is_still_starting(
         finally:
             release.set()
             wal.close()
+
+
+class _CheckpointUntilInterrupted:
+    """Stands in for the checkpoint thread's connection: its checkpoint runs until interrupted."""
+
+    def __init__(self) -> None:
+        self.running = threading.Event()
+        self.interrupted = threading.Event()
+        self.in_statement = False
+        self.closes: list[bool] = []  # for each close(): was a statement running on it?
+
+    def execute(self, statement: str) -> None:
+        self.in_statement = True
+        self.running.set()
+        try:
+            assert self.interrupted.wait(30), "never interrupted"
+            raise sqlite3.OperationalError("interrupted")
+        finally:
+            self.in_statement = False
+
+    def interrupt(self) -> None:
+        self.interrupted.set()
+
+    def close(self) -> None:
+        self.closes.append(self.in_statement)
+
+
+def test_closing_interrupts_a_running_checkpoint_and_never_closes_under_it() -> None:
+    """close() stops a long checkpoint instead of waiting for it (it used to join the
+    thread without a bound), and the connection is closed once, after its statement."""
+    conn = _CheckpointUntilInterrupted()
+    wal = WalCheckpointer(lambda: conn)  # type: ignore[arg-type, return-value]
+    wal.wrote(_sqlite_wal.CHECKPOINT_BYTES)
+    assert conn.running.wait(30)
+    started = time.monotonic()
+    wal.close()
+    assert time.monotonic() - started < _sqlite_wal.SETTLE_TIMEOUT_S
+    assert conn.interrupted.is_set()
+    assert conn.closes == [False]
+    assert _wal_threads() == []
+    wal.close()  # idempotent
+    assert conn.closes == [False]
