@@ -193,6 +193,12 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
                 segments = self._segments
                 if segments is not None:
                     segments.refresh()
+                    # Behind a damaged frame may be this very id, or the newest record of
+                    # the lineage this save continues: the store could not show it.
+                    segments.check_whole(
+                        f"checkpoint {checkpoint.id} is not saved: the store cannot tell"
+                        " whether it holds it already, nor show the lineage it continues"
+                    )
                     if segments.find(checkpoint.id) is not None:
                         raise already_stored(checkpoint.id)
                     if checkpoint.id in segments.deleted():
@@ -348,6 +354,8 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
             if not name.endswith(RECORD_SUFFIX)  # a damaged record pack is reported below
         ]
         ids = self._ids(strict=False)
+        if self._segments is not None:  # (segments that stopped reading are listed above)
+            problems += self._segments.misnamed()
         stored = set(ids)
         deleted, unreadable = read_deleted(self._deleted, _SAFE_ID)
         if unreadable:
@@ -433,11 +441,7 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         }
         if self._segments is not None and any(n.endswith(SEGMENT_SUFFIX) for n in names):
             self._segments.refresh()
-            try:
-                ids |= self._segments.ids()
-            except CheckpointCorrupt:
-                if strict:
-                    raise
+            ids |= self._segments.ids(strict=strict)
         return sorted(ids)
 
     def _exists(self, checkpoint_id: str) -> bool:
@@ -451,15 +455,24 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
     def _read(self, checkpoint_id: str) -> Checkpoint:
         name = f"{checkpoint_id}{RECORD_SUFFIX}"
         try:
-            try:
-                data = read_record(self._packs / name)
-            except FileNotFoundError:
-                found = self._segments.read_elsewhere(checkpoint_id) if self._segments else None
-                if found is None:
-                    raise not_found(checkpoint_id) from None
-                data, name = found
+            data: bytes | None = read_record(self._packs / name)
+        except FileNotFoundError:
+            data = None
         except CheckpointCorrupt as exc:
             raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
+        if data is None:
+            try:
+                found = self._segments.read_elsewhere(checkpoint_id) if self._segments else None
+            except CheckpointCorrupt as exc:
+                raise CheckpointCorrupt(f"checkpoint {checkpoint_id}: {exc}") from exc
+            if found is None:
+                if self._segments is not None:  # never "not found" for a hidden record
+                    self._segments.check_whole(
+                        f"checkpoint {checkpoint_id} is not in the rest of the store,"
+                        " and that damage may hide it"
+                    )
+                raise not_found(checkpoint_id)
+            data, name = found
         checkpoint = decode_stored(checkpoint_id, data)
         if not self._recent or self._recent[-1] != name:
             self._recent.append(name)

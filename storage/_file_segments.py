@@ -31,6 +31,8 @@ class _Segment:
     end: int
     ids: dict[str, Frame]
     damage: str = ""
+    size: int = 0
+    """The file's size when it was last read: a torn tail is read again only once it grew."""
 
 
 class SegmentRecords:
@@ -68,7 +70,11 @@ class SegmentRecords:
                 for n, st in sorted(listed.items())
                 if n not in self._segments
                 or self._segments[n].inode != st.st_ino
-                or (self._segments[n].end < st.st_size and not self._segments[n].damage)
+                or (
+                    self._segments[n].end < st.st_size
+                    and self._segments[n].size != st.st_size
+                    and not self._segments[n].damage
+                )
             ]
         for name in changed:
             self._read(name)
@@ -85,27 +91,55 @@ class SegmentRecords:
                 known.ids.setdefault(frame.checkpoint_id, frame)
                 known.end = frame.end
 
-    def ids(self) -> set[str]:
+    def ids(self, *, strict: bool = True) -> set[str]:
         """Every live id (damaged records included) as of the last refresh.
 
+        ``strict=False``: those that can be read, even if a segment is damaged.
+
         Raises:
-            CheckpointCorrupt: a segment is damaged, so records after the damage
-                cannot be listed (``verify`` names it).
+            CheckpointCorrupt: (``strict``) a segment is damaged, so records after the
+                damage cannot be listed, or a frame's id is (``verify`` names it).
         """
+        if strict:
+            self.check_whole("the store's records cannot all be listed")
         with self._lock:
-            damaged = [s.damage for s in self._segments.values() if s.damage]
-            if damaged:
-                raise CheckpointCorrupt(
-                    f"{damaged[0]}; the records after it cannot be read (store.verify() lists"
-                    " every problem; move the segment away to use the rest of the store)"
-                )
             found = {i for s in self._segments.values() for i in s.ids}
         return found - self._deleted
 
+    def check_whole(self, consequence: str) -> None:
+        """Raise if what the segments hold may not be all there is (see :meth:`damage`).
+
+        ``consequence``: what that means for the caller, for the message.
+
+        Raises:
+            CheckpointCorrupt: a segment is damaged (``verify`` names it).
+        """
+        damaged = self.damage()
+        if damaged:
+            raise CheckpointCorrupt(
+                f"{damaged[0]}; {consequence} (store.verify() lists every problem; move the"
+                " segment away to use the rest of the store)"
+            )
+
     def damage(self) -> list[str]:
-        """What is wrong with segments, one line each (as of the last refresh)."""
+        """What may hide records in the segments, one line each (as of the last refresh):
+        damage that stopped a segment's reading, and :meth:`misnamed` frames."""
         with self._lock:
-            return sorted(s.damage for s in self._segments.values() if s.damage)
+            found = [s.damage for s in self._segments.values() if s.damage]
+        return sorted(found) + self.misnamed()
+
+    def misnamed(self) -> list[str]:
+        """Live frames whose record names another id, one line each: that record may
+        be the newest, hidden under a name that sorts elsewhere (or that another frame
+        holds too), until the frame is deleted."""
+        with self._lock:
+            return sorted(
+                f"segment {name}: the frame of {f.checkpoint_id} at offset {f.start} holds the"
+                f" record of {f.other_id}: its id is damaged"
+                for name, s in self._segments.items()
+                for f in s.ids.values()
+                if f.other_id and f.checkpoint_id not in self._deleted
+            )
 
     def deleted(self) -> frozenset[str]:
         """The ids in the ``deleted`` list (as of the last refresh)."""
@@ -189,12 +223,12 @@ class SegmentRecords:
             return
         try:
             if known is not None and known.inode == st.st_ino:
-                if known.end >= st.st_size or known.damage:
+                if known.end >= st.st_size or known.damage or known.size == st.st_size:
                     return
                 start = known.end
             else:
                 known, start = _Segment(st.st_ino, 0, {}), 0
-            scan = scan_segment(fd, name, st.st_ino, st.st_size, start)
+            scan = scan_segment(fd, name, st.st_ino, st.st_size, start, seen=known.ids.keys())
         except OSError as exc:
             raise CheckpointError(f"cannot read segment {name}: {exc}") from exc
         finally:
@@ -203,7 +237,7 @@ class SegmentRecords:
         for frame in scan.frames:
             ids.setdefault(frame.checkpoint_id, frame)
         with self._lock:
-            self._segments[name] = _Segment(st.st_ino, scan.end, ids, scan.damage)
+            self._segments[name] = _Segment(st.st_ino, scan.end, ids, scan.damage, st.st_size)
 
     def _read_deleted(self) -> None:
         try:

@@ -383,6 +383,44 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
     return b"".join((_FRAME_HEAD, digest, bin_header(len(body)), body))
 
 
+# The body's first field is the id (see encode_checkpoint): a map header, "id", a str.
+_BODY_HEAD = bytes([0x80 | len(_FIELDS)]) + b"\xa2id"
+_BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+RECORD_ID_SPAN = len(_FRAME_HEAD) + _DIGEST_SIZE + 5 + len(_BODY_HEAD) + 2 + 255
+"""How many first bytes of a record :func:`record_id` needs for an id of up to 255 bytes."""
+
+
+def record_id(head: bytes) -> str | None:
+    """The id a record written by :func:`encode_checkpoint` names, from its first bytes.
+
+    A store that keeps ids beside its records checks them against this without
+    decoding whole records. The id is not verified (only the whole record's digest
+    is): it says which record the bytes claim to be. None: ``head`` is too short,
+    or is not the start of a record of this format (decoding it says what is wrong).
+    """
+    at = len(_FRAME_HEAD) + _DIGEST_SIZE
+    if not head.startswith(_FRAME_HEAD) or len(head) <= at or head[at] not in _BIN_SIZES:
+        return None
+    at += 1 + _BIN_SIZES[head[at]]
+    if head[at : at + len(_BODY_HEAD)] != _BODY_HEAD:
+        return None
+    at += len(_BODY_HEAD)
+    tag = head[at] if at < len(head) else 0
+    if 0xA0 <= tag <= 0xBF:
+        size, at = tag & 0x1F, at + 1
+    elif tag == 0xD9 and at + 1 < len(head):
+        size, at = head[at + 1], at + 2
+    else:
+        return None
+    ident = head[at : at + size]
+    if len(ident) != size:
+        return None
+    try:
+        return ident.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 class _Rejected(ValueError):
     """Internal: a msgpack ext type appeared where only plain data is allowed."""
 

@@ -205,6 +205,14 @@ def read_pack_hints(path: str) -> tuple[PackHeader, list[str]]:
     return header, _parse_hints(body, size, crc)
 
 
+def hints_prefix(data: bytes) -> tuple[int, int] | None:
+    """The body length and crc32 a hints trailer starting ``data`` gives; None if it is none."""
+    if len(data) < _PREFIX.size:
+        return None
+    magic, size, crc = _PREFIX.unpack_from(data)
+    return (size, crc) if magic == HINT_MAGIC else None
+
+
 def _parse_hints(body: bytes, size: int, crc: int) -> list[str]:
     if len(body) != size or zlib.crc32(body) != crc:
         return []

@@ -50,6 +50,9 @@ class PackIndex:
         self._where: dict[str, str] = {}
         self.damaged: dict[str, tuple[int, str]] = {}
         """Pack name -> (inode, why): packs whose header cannot be read."""
+        # Segment name -> (inode, size) when last read: one ending in a torn tail is
+        # read again only once it changed (the search past a torn tail reads it all).
+        self._scanned: dict[str, tuple[int, int]] = {}
 
     @property
     def generation(self) -> bytes | None:
@@ -69,6 +72,7 @@ class PackIndex:
                 self._packs.clear()
                 self._where.clear()
                 self.damaged.clear()
+                self._scanned.clear()
 
     def bump(self, lock_fd: int) -> None:
         """Announce a collection to every handle. Caller holds the exclusive lock."""
@@ -88,6 +92,8 @@ class PackIndex:
                 del self._packs[name]
             for name in [n for n, (ino, _) in self.damaged.items() if listed.get(n) != ino]:
                 del self.damaged[name]
+            for name in [n for n, (ino, _) in self._scanned.items() if listed.get(n) != ino]:
+                del self._scanned[name]
             if gone:
                 self._rebuild_where()
             new = [n for n in sorted(listed) if n not in self._packs and n not in self.damaged]
@@ -178,6 +184,9 @@ class PackIndex:
             start = known.end if known is not None and known.inode == st.st_ino else 0
             if start == st.st_size and known is not None:
                 return
+            with self._lock:
+                if self._scanned.get(name) == (st.st_ino, st.st_size):
+                    return  # read at this size already: nothing was appended
             scan = scan_segment(fd, name, st.st_ino, st.st_size, start)
         finally:
             os.close(fd)
@@ -189,6 +198,7 @@ class PackIndex:
                 self._packs[name] = PackHeader(st.st_ino, (0, 0), {}, scan.end)
             if scan.damage:
                 self.damaged[name] = (st.st_ino, scan.damage)
+            self._scanned[name] = (st.st_ino, st.st_size)
 
     def locations(self, digests: AbstractSet[str]) -> set[str]:
         """The names of the indexed packs holding these digests (those it knows)."""

@@ -23,6 +23,21 @@ the file's reading and is damage (:attr:`SegmentScan.damage`), never a torn tail
 a pack header that does not check out is damage of that record (its id is known);
 records and blobs carry their own digests, as in packs.
 
+Where the next frame starts is what the prefix's pack length says, and its crc32
+only proves the prefix was written as it reads: a forged length (crc32 recomputed)
+or a writer's bug would move the next frame, and every frame it skipped would be
+a record silently gone. So the length is checked against the pack itself, which
+ends where its header's spans end plus its hints trailer (none, or one whose magic
+and length check out): a frame whose length says otherwise stops the reading, as
+damage. A frame that runs past the end of the file is a torn tail only if its pack,
+as far as it was written, agrees with its length, and no whole frame prefix follows
+anywhere after its start: a torn tail is the last thing ever written to its file.
+A frame whose pack header is damaged cannot be checked that way, so its bytes are
+searched for a frame prefix it would hide. A frame's id must be a file-name-safe
+checkpoint id seen once in its segment (one handle appends, and a save of a stored
+id is refused). A frame whose record names another id (:attr:`Frame.other_id`) is
+read on, but it is damage that may hide that record: listing refuses while it lives.
+
 Deleting a record appends its id to the store's ``deleted`` list (the records of
 a segment cannot be renamed away one by one); the collection then rewrites the
 segments holding deleted records (see ``_file_gc``).
@@ -31,21 +46,26 @@ segments holding deleted records (see ``_file_gc``).
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 import zlib
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
 from ._base import store_closed
+from ._format import RECORD_ID_SPAN, record_id
 from ._pack import (
+    MAX_HINTS_BYTES,
     TMP,
     PackHeader,
     encode_header,
     fsync_dir,
+    hints_prefix,
     mutate_pack_bytes,
     parse_header,
     write_all,
@@ -57,6 +77,10 @@ _FRAME = struct.Struct(">8sIQI")
 _LENGTHS = struct.Struct(">IQ")
 # Ids are file-name safe (see FileStore); the bound keeps a damaged length small.
 _MAX_ID = 255
+_SAFE_ID = re.compile(rb"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
+_HINTS_PREFIX = 16  # a hints trailer's magic, body length and crc32 (see _pack)
+# How much of a file one read covers while looking for a frame prefix a damaged frame hides.
+_SEARCH_READ = 1 << 20
 # One read usually covers a frame's prefix, id and pack header (more is read if not).
 _FIRST_READ = 2048
 
@@ -86,6 +110,8 @@ class Frame:
     """Why the pack header cannot be read ("" if it can)."""
     end: int
     """Offset just past the frame (where the next one starts)."""
+    other_id: str = ""
+    """The id its record names, if not ``checkpoint_id`` (the frame's id is damaged)."""
 
 
 @dataclass(slots=True)
@@ -99,7 +125,8 @@ class SegmentScan:
     torn: bool = False
     """A frame begins at ``end`` and runs past the end of the file."""
     damage: str = ""
-    """Non-empty: the frame prefix at ``end`` is damaged; nothing after it can be read."""
+    """Non-empty: the frame at ``end`` is damaged (its prefix, or its length disagrees
+    with its pack); nothing after it can be read."""
 
 
 def encode_frame_prefix(checkpoint_id: str, pack_length: int) -> bytes:
@@ -117,13 +144,24 @@ def shifted(header: PackHeader, base: int) -> PackHeader:
     return PackHeader(header.inode, (base + offset, length), blobs, base + header.end)
 
 
-def scan_segment(fd: int, name: str, inode: int, size: int, start: int = 0) -> SegmentScan:
+def scan_segment(
+    fd: int,
+    name: str,
+    inode: int,
+    size: int,
+    start: int = 0,
+    *,
+    seen: AbstractSet[str] = frozenset(),
+) -> SegmentScan:
     """Read the frames of an open segment from ``start`` (a frame boundary) to ``size``.
+
+    ``seen``: the ids of the frames before ``start`` (a second frame of one is damage).
 
     Raises:
         OSError: the file cannot be read.
     """
     scan = SegmentScan(inode, end=start)
+    ids = set(seen)
     offset = start
     while offset < size:
         data = os.pread(fd, min(_FIRST_READ, size - offset), offset)
@@ -142,22 +180,147 @@ def scan_segment(fd: int, name: str, inode: int, size: int, start: int = 0) -> S
         if zlib.crc32(_LENGTHS.pack(id_length, pack_length) + ident) != crc:
             scan.damage = f"segment {name}: the frame at offset {offset} is damaged (checksum)"
             break
-        base = offset + id_end
-        if pack_length > size - base:  # runs past the end: a save still writing, or a crash
-            scan.torn = True
-            break
-        try:
-            checkpoint_id = ident.decode("ascii")
-        except UnicodeDecodeError:
+        if not _SAFE_ID.fullmatch(ident):
             scan.damage = f"segment {name}: the frame at offset {offset} has a malformed id"
+            break
+        checkpoint_id = ident.decode("ascii")
+        if checkpoint_id in ids:
+            scan.damage = (
+                f"segment {name}: the frame at offset {offset} repeats the id {checkpoint_id}"
+            )
+            break
+        base = offset + id_end
+        where = f"segment {name}: the frame of {checkpoint_id} at offset {offset}"
+        if pack_length > size - base:  # runs past the end: a save still writing, or a crash
+            scan.damage = _torn_damage(
+                fd, where, data[id_end:], offset=offset, base=base, length=pack_length, size=size
+            )
+            scan.torn = not scan.damage
             break
         header, damage = _frame_header(
             fd, name, data[id_end:], inode=inode, base=base, length=pack_length
         )
-        scan.frames.append(Frame(checkpoint_id, offset, header, damage, base + pack_length))
+        if header is not None:
+            scan.damage = _length_damage(
+                fd, where, data[id_end:], base=base, length=pack_length, header=header
+            )
+        else:  # the length cannot be checked against the pack: look for what it would hide
+            hidden = _next_prefix(fd, offset + 1, base + pack_length)
+            if hidden is not None:
+                scan.damage = f"{where} is damaged and covers a frame at offset {hidden}"
+        if scan.damage:
+            break
+        named = _record_name(fd, data[id_end:], base, header) if header else None
+        other = named if named is not None and named != checkpoint_id else ""
+        ids.add(checkpoint_id)
+        frame = Frame(checkpoint_id, offset, header, damage, base + pack_length, other)
+        scan.frames.append(frame)
         offset = base + pack_length
         scan.end = offset
     return scan
+
+
+def _record_name(fd: int, data: bytes, base: int, header: PackHeader) -> str | None:
+    """The id the frame's record names (None if its first bytes do not say)."""
+    offset, length = header.record
+    want = min(length, RECORD_ID_SPAN)
+    start = offset - base
+    head = data[start : start + want]
+    if len(head) < want:
+        head = os.pread(fd, want, offset)
+    return record_id(head) if length else None
+
+
+def _length_damage(
+    fd: int, where: str, data: bytes, *, base: int, length: int, header: PackHeader
+) -> str:
+    """Why a whole frame's pack length is not where its pack ends ("" if it is).
+
+    ``data``: the first bytes of the pack, as read with the frame's prefix.
+    """
+    blobs_end = header.end - base
+    trailer = length - blobs_end
+    if trailer == 0:
+        return ""
+    if _HINTS_PREFIX <= trailer <= _HINTS_PREFIX + MAX_HINTS_BYTES:
+        tail = data[blobs_end:length] if len(data) >= length else os.pread(fd, trailer, header.end)
+        found = hints_prefix(tail)
+        if (
+            found is not None
+            and _HINTS_PREFIX + found[0] == trailer
+            and zlib.crc32(tail[_HINTS_PREFIX:]) == found[1]
+        ):
+            return ""
+    return (
+        f"{where} claims a pack of {length} bytes, but its pack ends after {blobs_end} bytes"
+        f" and the {trailer} bytes after that are not its hints: the frame's length is damaged"
+    )
+
+
+def _torn_damage(
+    fd: int, where: str, data: bytes, *, offset: int, base: int, length: int, size: int
+) -> str:
+    """Why a frame that runs past the end of the file is no torn tail ("" if it may be one).
+
+    A save cut short leaves a prefix of its frame: a pack whose header, if it was
+    written, agrees with the frame's length, and nothing after it.
+    """
+    available = size - base
+    try:
+        parsed = parse_header(where, data[:available], 0, length)
+        if not isinstance(parsed, PackHeader) and parsed <= available:
+            parsed = parse_header(where, os.pread(fd, parsed, base), 0, length)
+    except CheckpointCorrupt:
+        parsed = None  # what was written is no pack header: the search below decides
+    if isinstance(parsed, PackHeader):
+        trailer = length - parsed.end
+        if trailer != 0 and not _HINTS_PREFIX <= trailer <= _HINTS_PREFIX + MAX_HINTS_BYTES:
+            return (
+                f"{where} claims a pack of {length} bytes, past the end of the file, but its"
+                f" pack ends after {parsed.end} bytes: the frame's length is damaged"
+            )
+        if trailer and available >= parsed.end + _HINTS_PREFIX:
+            found = hints_prefix(os.pread(fd, _HINTS_PREFIX, base + parsed.end))
+            if found is None or _HINTS_PREFIX + found[0] != trailer:
+                return (
+                    f"{where} claims a pack of {length} bytes, past the end of the file, but"
+                    " its hints end elsewhere: the frame's length is damaged"
+                )
+    hidden = _next_prefix(fd, offset + 1, size)
+    if hidden is not None:
+        return (
+            f"{where} runs past the end of the file, but a frame follows at offset {hidden}:"
+            " the frame's length is damaged"
+        )
+    return ""
+
+
+def _next_prefix(fd: int, start: int, stop: int) -> int | None:
+    """The offset of the first whole frame prefix (magic, id, checksum) in ``[start, stop)``."""
+    overlap = _FRAME.size + _MAX_ID
+    offset = start
+    while offset < stop:
+        chunk = os.pread(fd, min(_SEARCH_READ, stop - offset) + overlap, offset)
+        at = chunk.find(FRAME_MAGIC)
+        while 0 <= at < min(_SEARCH_READ, stop - offset):
+            if _is_prefix(chunk[at : at + overlap]):
+                return offset + at
+            at = chunk.find(FRAME_MAGIC, at + 1)
+        offset += _SEARCH_READ
+    return None
+
+
+def _is_prefix(data: bytes) -> bool:
+    if len(data) < _FRAME.size:
+        return False
+    _, id_length, pack_length, crc = _FRAME.unpack_from(data)
+    ident = data[_FRAME.size : _FRAME.size + id_length]
+    return (
+        id_length <= _MAX_ID
+        and len(ident) == id_length
+        and zlib.crc32(_LENGTHS.pack(id_length, pack_length) + ident) == crc
+        and _SAFE_ID.fullmatch(ident) is not None
+    )
 
 
 def _frame_header(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import struct
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
-from actorflow.storage import FileStore, encode_checkpoint
-from actorflow.storage._segment import encode_frame_prefix, scan_segment
+from actorflow.storage import Checkpoint, FileStore, encode_checkpoint
+from actorflow.storage._segment import Frame, encode_frame_prefix, scan_segment
 from actorflow.storage.conformance import FileStoreFactory, make_checkpoint
 
 pytestmark = pytest.mark.timeout(60)
@@ -232,3 +235,188 @@ def test_layout_2_stays_layout_2_until_upgraded(tmp_path: Path) -> None:
         assert store.verify() == []
     with pytest.raises(ValueError, match="layout"):
         FileStore(tmp_path / "other", layout=1)
+
+
+def _eleven_in_one_segment(root: Path) -> list[Checkpoint]:
+    """Eleven records of one lineage in one segment; the odd ones reuse a blob (hints)."""
+    saved: list[Checkpoint] = []
+    with FileStore(root) as store:
+        parent = None
+        for i in range(11):
+            chunks = {"e": [b"shared" if i % 2 else os.urandom(8), f"own {i}".encode()]}
+            checkpoint, blobs = make_checkpoint(parent=parent, chunks=chunks)
+            store.save(checkpoint, {d: b for d, b in blobs.items() if not store.has_blobs({d})})
+            saved.append(checkpoint)
+            parent = checkpoint
+    return saved
+
+
+def _frames(segment: Path) -> list[Frame]:
+    with open(segment, "rb") as f:
+        scan = scan_segment(f.fileno(), segment.name, 0, segment.stat().st_size)
+    assert not scan.torn and not scan.damage
+    return scan.frames
+
+
+def _pack_length(frame: Frame) -> int:
+    return frame.end - frame.start - 24 - len(frame.checkpoint_id)
+
+
+# Forged pack lengths of a frame in the middle of a segment (the crc32 recomputed, so
+# the prefix checks out): each hides later frames unless the scanner catches it.
+_LENGTHS: dict[str, Callable[[list[Frame], int, int], int]] = {
+    "2**40": lambda frames, k, size: 1 << 40,
+    "2**64-1": lambda frames, k, size: (1 << 64) - 1,
+    "one past the end of the file": lambda frames, k, size: (
+        size - frames[k].end + _pack_length(frames[k]) + 1
+    ),
+    "to the end of the file": lambda frames, k, size: (
+        size - frames[k].end + _pack_length(frames[k])
+    ),
+    "over the next frame": lambda frames, k, size: (
+        frames[k + 1].end - frames[k].end + _pack_length(frames[k])
+    ),
+    "over two frames": lambda frames, k, size: (
+        frames[k + 2].end - frames[k].end + _pack_length(frames[k])
+    ),
+    "into the next frame's prefix": lambda frames, k, size: _pack_length(frames[k]) + 9,
+    "into the next frame's pack header": lambda frames, k, size: _pack_length(frames[k]) + 60,
+    "one byte short": lambda frames, k, size: _pack_length(frames[k]) - 1,
+    "short by its hints": lambda frames, k, size: _pack_length(frames[k]) - 16,
+    "half": lambda frames, k, size: _pack_length(frames[k]) // 2,
+    "zero": lambda frames, k, size: 0,
+}
+
+
+@pytest.mark.parametrize("forgery", list(_LENGTHS))
+@pytest.mark.parametrize("which", [4, 5])  # without hints, with hints
+def test_a_forged_frame_length_never_hides_later_records(
+    tmp_path: Path, forgery: str, which: int
+) -> None:
+    """A mid-segment frame whose pack length is forged (crc32 and all): listing and the
+    newest record raise, verify reports it, no save or collection proceeds on it."""
+    saved = _eleven_in_one_segment(tmp_path)
+    [segment] = segments(tmp_path)
+    frames = _frames(segment)
+    data = bytearray(segment.read_bytes())
+    length = _LENGTHS[forgery](frames, which, len(data))
+    prefix = encode_frame_prefix(frames[which].checkpoint_id, length)
+    data[frames[which].start : frames[which].start + len(prefix)] = prefix
+    segment.write_bytes(bytes(data))
+    with FileStore(tmp_path) as store:
+        for read in (store.latest, store.list, store.sessions, store.ids):
+            with pytest.raises(CheckpointCorrupt, match=segment.name):
+                read()
+        with pytest.raises(CheckpointCorrupt):
+            store.latest(session=saved[-1].session)
+        for hidden in saved[which + 1 :]:  # behind the damage: never "not found"
+            with pytest.raises(CheckpointCorrupt, match=segment.name):
+                store.load(hidden.id)
+        with pytest.raises(CheckpointCorrupt):
+            store.history(saved[-1].id)
+        assert [store.load(cp.id) for cp in saved[:which]] == saved[:which]
+        assert any(segment.name in p for p in store.verify())
+        another, blobs = make_checkpoint(parent=saved[2])
+        with pytest.raises(CheckpointCorrupt, match=segment.name):
+            store.save(another, blobs)  # it could not be listed, nor resumed from
+        with pytest.raises(CheckpointCorrupt):
+            store.prune(saved[0].session, keep=1)
+        store.delete(saved[0].id)  # listed in deleted; the segment is not collected
+    assert segment.read_bytes() == bytes(data)
+    segment.unlink()
+
+
+@pytest.mark.parametrize("id_shift", [-3, 1, 8, 9])
+def test_a_forged_id_length_never_hides_later_records(tmp_path: Path, id_shift: int) -> None:
+    """A frame's id length moved and its pack length moved back (so the frame still
+    ends where it did): a damaged record under a wrong id, which listing and verify
+    report; latest is still the newest."""
+    saved = _eleven_in_one_segment(tmp_path)
+    [segment] = segments(tmp_path)
+    frames = _frames(segment)
+    data = segment.read_bytes()
+    frame = frames[5]
+    ident = data[frame.start + 24 : frame.start + 24 + len(frame.checkpoint_id) + id_shift]
+    lengths = struct.pack(">IQ", len(ident), _pack_length(frame) - id_shift)
+    prefix = b"AFSEGF01" + lengths + struct.pack(">I", zlib.crc32(lengths + ident)) + ident
+    body = frame.start + 24 + len(frame.checkpoint_id) + id_shift
+    segment.write_bytes(data[: frame.start] + prefix + data[body:])
+    with FileStore(tmp_path) as store:
+        try:
+            latest = store.latest()
+        except CheckpointCorrupt as exc:
+            latest, why = None, str(exc)
+            assert segment.name in why
+        assert latest in (saved[-1], None)
+        with pytest.raises(CheckpointCorrupt):
+            store.list()
+        assert store.verify() != []
+
+
+def test_a_torn_tail_cut_anywhere_is_no_damage(tmp_path: Path) -> None:
+    """A real frame cut short at any point (inside its prefix, pack header, record, blobs,
+    just before or inside its hints) is a torn tail: no record, no problem."""
+    saved = _eleven_in_one_segment(tmp_path)
+    [segment] = segments(tmp_path)
+    data = segment.read_bytes()
+    last = _frames(segment)[-1]
+    cuts = sorted({*range(last.start + 1, last.end, 7), last.end - 16, last.end - 15, last.end - 1})
+    for cut in cuts:
+        segment.write_bytes(data[:cut])
+        with FileStore(tmp_path) as store:
+            assert store.latest() == saved[-2], cut
+            assert store.verify() == [], cut
+    segment.write_bytes(data)
+
+
+def test_a_torn_frame_followed_by_a_frame_is_damage(tmp_path: Path) -> None:
+    """A frame running past the end of the file while a whole frame follows it (its
+    length is damaged, the frames after it are real): reported, never a torn tail."""
+    saved = _eleven_in_one_segment(tmp_path)
+    [segment] = segments(tmp_path)
+    frames = _frames(segment)
+    data = segment.read_bytes()
+    # Frame 7's bytes cut out of the middle of its pack: what remains of it is a
+    # prefix that promises more than the file holds, and frames 8-10 follow it whole.
+    cut = data[: frames[7].start + 70] + data[frames[8].start :]
+    size = len(cut)
+    prefix = encode_frame_prefix(frames[7].checkpoint_id, size)
+    segment.write_bytes(cut[: frames[7].start] + prefix + cut[frames[7].start + len(prefix) :])
+    with FileStore(tmp_path) as store:
+        with pytest.raises(CheckpointCorrupt, match="follows"):
+            store.latest()
+        assert any("follows" in p for p in store.verify())
+    assert saved
+
+
+@pytest.mark.parametrize("name", ["older", "in another segment"])
+def test_a_frame_named_after_another_record_is_reported(tmp_path: Path, name: str) -> None:
+    """A frame whose id is forged (crc32 recomputed) to sort below the record it holds,
+    or to repeat a record of another segment: that record is never silently left out."""
+    with FileStore(tmp_path) as a, FileStore(tmp_path) as b:
+        first, blobs = make_checkpoint(session="s")
+        a.save(first, blobs)
+        other, blobs = make_checkpoint(session="t")
+        b.save(other, blobs)
+        newest, blobs = make_checkpoint(session="s", parent=first)
+        a.save(newest, blobs)
+        last, blobs = make_checkpoint(session="t", parent=other)
+        a.save(last, blobs)  # so that the forged frame is not its segment's last
+    [segment] = [s for s in segments(tmp_path) if _frames(s)[0].checkpoint_id == first.id]
+    frames = _frames(segment)
+    assert [f.checkpoint_id for f in frames] == [first.id, newest.id, last.id]
+    forged = {"older": first.id[:-1] + "0", "in another segment": other.id}[name]
+    assert forged < newest.id
+    data = segment.read_bytes()
+    frame = frames[1]
+    body = data[frame.start + 24 + len(frame.checkpoint_id) : frame.end]
+    prefix = encode_frame_prefix(forged, len(body))
+    segment.write_bytes(data[: frame.start] + prefix + body + data[frame.end :])
+    with FileStore(tmp_path) as store:
+        for read in (lambda: store.latest(session="s"), store.list, store.sessions):
+            with pytest.raises(CheckpointCorrupt, match=f"holds the record of {newest.id}"):
+                read()
+        with pytest.raises(CheckpointCorrupt, match=segment.name):
+            store.load(newest.id)  # hidden under another name: never "not found"
+        assert any(f"holds the record of {newest.id}" in p for p in store.verify())
+        assert store.load(last.id) == last  # frames after it are read on
