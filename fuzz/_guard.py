@@ -30,7 +30,7 @@ from pathlib import Path
 
 from actorflow.errors import ActorflowError
 
-__all__ = ["PLANTED", "Guard", "Outcome"]
+__all__ = ["PLANTED", "Guard", "Outcome", "SilentRollback"]
 
 PLANTED = ("tzdata", "tzdata.zoneinfo", "actorflow_planted", "evil")
 """Packages planted on ``sys.path``; importing any of them is a failure."""
@@ -64,13 +64,24 @@ RAN: list[str] = []
 """Names of planted modules whose code ran (appended by the planted code itself)."""
 
 
+class SilentRollback(Exception):
+    """A store returned an older record, or left a saved one out, without an error."""
+
+    def __init__(self, message: str, damage: str = "") -> None:
+        super().__init__(message)
+        self.damage = damage
+        """What was done to the store (the outcome's kind names it), if known."""
+
+
 @dataclass(slots=True)
 class Outcome:
     """What happened to one input."""
 
     kind: str = "ok"
     """``ok``, ``rejected`` (an ActorflowError), or a failure kind: ``exception:<type>``,
-    ``import``, ``exec``, ``subprocess``, ``planted``, ``memory``, ``slow``."""
+    ``import``, ``exec``, ``subprocess``, ``planted``, ``memory``, ``slow``, ``rollback``
+    or ``rollback:<damage>`` (a saved record neither returned nor reported:
+    :class:`SilentRollback`)."""
     detail: str = ""
     seconds: float = 0.0
     """Wall time."""
@@ -124,6 +135,9 @@ class Guard:
             yield outcome
         except ActorflowError as exc:
             outcome.kind, outcome.detail = "rejected", str(exc)[:200]
+        except SilentRollback as exc:
+            outcome.kind = f"rollback:{exc.damage}" if exc.damage else "rollback"
+            outcome.detail = str(exc)[:300]
         except MemoryError:
             outcome.kind, outcome.detail = "memory", "MemoryError"
         except RecursionError as exc:

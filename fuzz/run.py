@@ -30,9 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actorflow.storage import MemoryStore
+
 from ._guard import Guard, warm_up
 from ._mutate import mutate_bytes
-from .stores import ADAPTERS, store_target
+from .stores import ADAPTERS, check_answers, store_target
 from .targets import TARGETS, Target
 
 __all__ = ["all_targets", "main"]
@@ -179,6 +181,8 @@ def _self_test() -> int:
         "subprocess": lambda: subprocess.run(["true"], check=False),
         "exception:KeyError": lambda: {"y": 1}["x"],
         "slow": lambda: _spin(guard.slow_seconds + 0.05),
+        # A store that lost its one saved record without a word.
+        "rollback": lambda: check_answers(MemoryStore(), {"ids": ["x"], "latest": {"": "x"}}),
     }
     guard.slow_seconds = 0.05
     failures = 0

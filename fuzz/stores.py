@@ -4,7 +4,10 @@ An input is an *image* of a store (bytes, so a failing one can be saved and
 replayed): a SQLite file, a FileStore folder packed as msgpack, a MemoryStore's
 entries. :class:`StoreAdapter` says how to build one, damage it in ways that know
 its structure, and open a store on it; :func:`exercise` then calls every reading
-method (and a prune) and decodes what they return as a resume would. Adding a
+method (and a prune) and decodes what they return as a resume would. An adapter
+whose damage never legitimately removes a record (the segment one) also says what
+the healthy store answered, and :func:`check_answers` fails an input on which a
+saved record is neither returned nor reported (a silent rollback). Adding a
 store is adding an adapter (a PostgreSQL one would load the image into a
 temporary database and damage rows, as the SQLite adapter does).
 """
@@ -27,11 +30,13 @@ from actorflow.runtime._checkpointing import check_runtime
 from actorflow.storage import Checkpoint, CheckpointKind, FileStore, MemoryStore, SQLiteStore
 from actorflow.storage.conformance import make_checkpoint
 
+from ._guard import SilentRollback
 from ._mutate import mutate, mutate_bytes, mutate_tree, pack_tree, packb, parse_tree
 from ._values import random_value
+from .segments import damage_frame, frames_of
 from .targets import Target, runtime_seed, sign
 
-__all__ = ["ADAPTERS", "StoreAdapter", "exercise", "store_target"]
+__all__ = ["ADAPTERS", "StoreAdapter", "check_answers", "exercise", "store_target"]
 
 
 class StoreAdapter(Protocol):
@@ -97,6 +102,61 @@ def exercise(store: Any) -> None:
         store.latest(session="s1")
     finally:
         store.close()
+
+
+def check_answers(store: Any, expected: dict[str, Any], damage: str = "") -> None:
+    """Every saved record is returned or reported: a read may raise an ActorflowError
+    (it reports damage), but what it returns must be what the healthy store returned.
+
+    ``expected``: ``{"ids": every id, oldest first, "latest": {session or "": newest id}}``;
+    ``damage``: what was done to the store, for the failure's kind.
+
+    Raises:
+        SilentRollback: ``latest``, ``list`` or ``sessions`` answered without the newest
+            or a saved record; or a saved record is missing from ``ids``, "not found"
+            or unreadable while ``verify()`` reports nothing.
+    """
+
+    def fail(message: str) -> SilentRollback:
+        return SilentRollback(message, damage)
+
+    for session, newest in expected["latest"].items():
+        try:
+            got = store.latest(session=session or None)
+        except ActorflowError:
+            continue
+        if got is None or got.id != newest:
+            found = None if got is None else got.id
+            raise fail(f"latest(session={session!r}) gave {found!r}, not {newest!r}")
+    saved: list[str] = expected["ids"]
+    try:
+        listed = [cp.id for cp in store.list()]
+    except ActorflowError:
+        pass
+    else:
+        if sorted(listed) != sorted(saved):
+            lost, extra = sorted(set(saved) - set(listed)), sorted(set(listed) - set(saved))
+            raise fail(f"list() lost {lost[:3]} and added {extra[:3]}")
+    try:
+        sessions = store.sessions()
+    except ActorflowError:
+        pass
+    else:
+        if sessions != sorted(s for s in expected["latest"] if s):
+            raise fail(f"sessions() gave {sessions}")
+    # What a raw listing or a load misses is reported if verify() names a problem.
+    unreported: list[str] = []
+    try:
+        unreported += sorted(set(saved) - set(store.ids()))
+    except ActorflowError:
+        pass
+    for checkpoint_id in saved:
+        try:
+            store.load(checkpoint_id)
+        except ActorflowError:
+            unreported.append(checkpoint_id)
+    if unreported and store.verify() == []:
+        raise fail(f"{unreported[:3]} cannot be listed or loaded, and verify() reports nothing")
 
 
 def _fresh(work: Path) -> Path:
@@ -237,11 +297,76 @@ class FileAdapter:
 
 
 def _pack_folder(root: Path) -> bytes:
+    return packb(_folder(root))
+
+
+def _folder(root: Path) -> dict[str, bytes | None]:
     files: dict[str, bytes | None] = {}
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
         files[rel] = None if path.is_dir() else path.read_bytes()
-    return packb(files)
+    return files
+
+
+class SegmentAdapter:
+    """FileStore segments (layout 3): two handles' interleaved saves, one frame damaged.
+
+    The image is ``{"files": folder, "expected": answers}`` (see :func:`check_answers`).
+    No damage here removes a record legitimately (no file is deleted or cut short,
+    the last frame of a segment is left alone), so a record that was saved and is
+    neither returned nor reported is a failure.
+    """
+
+    name = "file-segments"
+
+    def build(self, rng: random.Random, work: Path) -> bytes:
+        root = _fresh(work) / "store"
+        handles = [FileStore(root), FileStore(root)]
+        for n, (cp, blobs) in enumerate(history(rng)):
+            handles[n % 2].save(cp, blobs)  # ids interleave across the two segments
+        store = handles[0]
+        expected = {
+            "ids": store.ids(),
+            "latest": {s: store.latest(session=s or None).id for s in ["", *store.sessions()]},
+        }
+        for handle in handles:
+            handle.close()
+        return packb({"files": _folder(root), "expected": expected})
+
+    def damage(self, image: bytes, rng: random.Random, work: Path) -> bytes:
+        body = msgpack.unpackb(image)
+        files: dict[str, bytes | None] = body["files"]
+        segments = {n: frames_of(d) for n, d in sorted(files.items()) if n.endswith(".seg") and d}
+        ids = [f.ident for frames in segments.values() for f in frames]
+        places = [(n, k) for n, frames in segments.items() for k in range(len(frames) - 1)]
+        done = []
+        for _ in range(1 if rng.random() < 0.85 else 2):
+            name, k = rng.choice(places)
+            data = files[name]
+            assert data is not None
+            if k < len(frames_of(data)) - 1:
+                files[name], what = damage_frame(
+                    data, k, ids, rng, lambda p: _damage_frame_pack(p, rng)
+                )
+                done.append(what)
+        body["damage"] = "+".join(done)
+        return packb(body)
+
+    def open(self, image: bytes, work: Path) -> FileStore:
+        return FileAdapter().open(packb(msgpack.unpackb(image)["files"]), work)
+
+    def expected(self, image: bytes) -> tuple[dict[str, Any], str]:
+        """What the healthy store answered (see :func:`check_answers`), and the damage done."""
+        body = msgpack.unpackb(image)
+        return body["expected"], str(body.get("damage", ""))
+
+
+def _damage_frame_pack(pack: bytes, rng: random.Random) -> bytes:
+    if rng.random() < 0.5:
+        return _damage_pack_header(pack, rng)
+    if rng.random() < 0.5:
+        return _replace_record(pack, rng)
+    return mutate_bytes(pack, rng)
 
 
 def _split_pack(data: bytes) -> tuple[int, list[Any], bytes]:
@@ -371,7 +496,7 @@ class SQLiteAdapter:
 
 
 ADAPTERS: dict[str, StoreAdapter] = {
-    a.name: a for a in (MemoryAdapter(), FileAdapter(), SQLiteAdapter())
+    a.name: a for a in (MemoryAdapter(), FileAdapter(), SegmentAdapter(), SQLiteAdapter())
 }
 
 
@@ -389,14 +514,23 @@ def store_target(adapter: StoreAdapter, work: Path | None = None) -> Target:
     def damage(image: bytes, rng: random.Random) -> bytes:
         return adapter.damage(image, rng, base / "damage")
 
+    answers = getattr(adapter, "expected", None)
+
     def check(image: bytes) -> None:
         try:
             store = adapter.open(image, base / "open")
+            expected = None if answers is None else answers(image)
         except (ValueError, TypeError, KeyError, msgpack.UnpackException):
             # Only the harness's own framing of a folder or memory image can fail this
             # way (a bytes-level mutant of it): no store to test. Store errors are
             # ActorflowErrors and pass through.
             return
+        if expected is not None:
+            try:
+                check_answers(store, *expected)
+            except BaseException:
+                store.close()
+                raise
         exercise(store)
 
     return Target(adapter.name, seed, damage, check)

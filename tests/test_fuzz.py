@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ["wire", "snapshot", "record", "runtime", "memory-store", "file-store", "sqlite-store"]
+TARGETS = [
+    "wire",
+    "snapshot",
+    "record",
+    "runtime",
+    "memory-store",
+    "file-store",
+    "file-segments",
+    "sqlite-store",
+]
 
 
 def _fuzz(*args: str) -> subprocess.CompletedProcess[str]:
@@ -46,7 +55,8 @@ def test_saved_failures_are_replayed() -> None:
 
 
 def test_the_guard_catches_each_kind_of_failure() -> None:
-    """Planted-package code, imports, exec, subprocesses, foreign exceptions and slow runs are caught."""
+    """Planted-package code, imports, exec, subprocesses, foreign exceptions, slow runs and
+    silent rollbacks are caught."""
     done = _fuzz("--self-test")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok ") == 6, done.stdout
+    assert done.stdout.count("ok ") == 7, done.stdout
