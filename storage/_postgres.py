@@ -405,7 +405,7 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
             q("INSERT INTO {s}.deleted (id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"),
             (ids,),
         )
-        candidates = sorted({b for (blob_ids,) in rows for b in blob_ids})
+        candidates = sorted({b for (blob_ids,) in rows for b in blob_ids if b is not None})
         if candidates:
             db.execute(
                 q(

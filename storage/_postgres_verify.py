@@ -49,7 +49,13 @@ class PostgresVerify:
                     q(f"SELECT {COLUMNS}, parent_id, blob_ids FROM {{s}}.checkpoints ORDER BY id")
                 )
                 for row in rows:
-                    checkpoint_id, parent, blob_ids = row[0], row[5], row[6]
+                    checkpoint_id, parent, listed = row[0], row[5], row[6]
+                    blob_ids = [b for b in listed if b is not None]
+                    if len(blob_ids) != len(listed):  # the column is NOT NULL, its items are not
+                        problems.append(
+                            f"checkpoint {checkpoint_id}: its blob_ids hold NULL; restore the"
+                            " row from a backup, or delete the checkpoint"
+                        )
                     named = {
                         blobs[b][0] if b in blobs else f"<missing blob #{b}>" for b in blob_ids
                     }

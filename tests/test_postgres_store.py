@@ -488,3 +488,31 @@ def test_refused_saves_roll_back_their_new_chunks(store: Any, size: int) -> None
 
     assert store.latest(session="s") == head
     assert store.verify() == []
+
+
+# --- damaged rows ----------------------------------------------------------------------
+
+
+def test_a_null_in_a_blob_id_array_is_a_problem_line(
+    store: Any, where: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """verify() reports a record whose blob_ids hold a NULL (the command prints it, exit 1);
+    the record can still be deleted."""
+    from actorflow.cli import main
+
+    dsn, schema = where
+    kept = save_new_chunk(store, b"kept")
+    damaged = save_new_chunk(store, b"damaged")
+    _sql(
+        dsn,
+        f"UPDATE {schema}.checkpoints SET blob_ids = array_append(blob_ids, NULL) WHERE id = %s",
+        damaged.id,
+    )
+    problems = store.verify()
+    assert any(damaged.id in p and "NULL" in p for p in problems), problems
+    assert not any(kept.id in p for p in problems)
+    assert main(["checkpoints", "verify", f"{dsn}?schema={schema}"]) == 1
+    assert "NULL" in capsys.readouterr().out
+    store.delete(damaged.id)
+    assert store.list() == [kept]
+    assert store.verify() == []
