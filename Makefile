@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit examples bench fuzz pictures clean
+.PHONY: demo test lint typecheck unit examples bench fuzz torture pictures clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy -p actorflow
-	$(BIN)/mypy --allow-any-generics examples bench fuzz  # examples write plain `af.Context`, as users do
+	$(BIN)/mypy --allow-any-generics examples bench fuzz torture  # examples write plain `af.Context`, as users do
 
 unit: $(STAMP)
 	bash .ci/chromium.sh
@@ -54,6 +54,15 @@ pictures: $(STAMP)
 FUZZ_INPUTS ?= 100000
 fuzz: $(STAMP)
 	nice $(BIN)/python -m fuzz.run --inputs $(FUZZ_INPUTS) --json fuzz-report.json
+
+# The torture harness (docs/torture.md) for as long as asked: random workflows, faults,
+# crashes and concurrency on every store; failing trials land in tests/torture_corpus/,
+# which `make test` replays. TORTURE_ARGS="--replay sqlite:12" runs one trial again.
+TORTURE_SECONDS ?= 900
+TORTURE_ARGS ?=
+torture: $(STAMP)
+	bash .ci/postgres.sh $(BIN)/python -m torture.run --seconds $(TORTURE_SECONDS) \
+		--corpus tests/torture_corpus $(TORTURE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,94 @@
+"""The torture harness's fixed budget, and every failing trial it ever kept.
+
+``make test`` runs the trials of :data:`BUDGET` (a fixed set of seeds over every store
+and both backends, about three minutes on two cores) and replays each entry of
+``tests/torture_corpus/`` (trials that once failed; ``make torture`` adds to it). A
+failure prints what the trial found and the command that replays it. See
+``torture/`` and ``docs/torture.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pg
+import pytest
+
+from torture.stores import KINDS
+from torture.trial import Failure, Trial
+
+CORPUS = Path(__file__).resolve().parent / "torture_corpus"
+
+SEEDS = range(10)
+"""Seeds every store runs in ``make test`` (each seed is a different kind of trial)."""
+RAY_SEEDS = (0, 1)
+"""Seeds run on Ray (a crash trial and a fault trial)."""
+
+BUDGET = [f"{store}:{seed}" for seed in SEEDS for store in KINDS] + [
+    f"file3:{seed}:ray" for seed in RAY_SEEDS
+]
+
+
+def _corpus() -> list[str]:
+    return sorted(json.loads(p.read_text())["trial"] for p in CORPUS.glob("*.json"))
+
+
+def _run(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    trial = Trial.parse(name)
+    if trial.store == "postgres":
+        pg.dsn()  # skips (fails under CI=true) without a server
+    if trial.backend == "ray":
+        ray = request.getfixturevalue("ray_cluster")
+        trial.ray_address = ray.get_runtime_context().gcs_address
+    try:
+        return trial.run(keep=tmp_path)
+    except Failure as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", BUDGET)
+def test_trial(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The trial's outputs along the lineage and final states equal the fault-free run's."""
+    summary = _run(name, tmp_path, request)
+    assert summary["sessions"] >= 1 or summary["kind"] == "close"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", _corpus() or ["(empty)"])
+def test_corpus_trial(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A trial that once failed passes now."""
+    if name == "(empty)":
+        assert not list(CORPUS.glob("*.json"))
+        return
+    _run(name, tmp_path, request)
+
+
+def test_a_trial_name_replays_the_same_trial() -> None:
+    """Everything a trial does is drawn from its name: the same name, the same plan."""
+    first, again = Trial.parse("sqlite:3"), Trial.parse("sqlite:3")
+    assert first.kind == again.kind
+    assert first._spec()[0] == again._spec()[0]
+    assert Trial.parse("sqlite:4")._spec()[0] != first._spec()[0]
+    assert "torture.run --replay sqlite:3" in first.replay_command()
+
+
+def test_the_budget_covers_every_store_and_kind() -> None:
+    """Each store runs every kind of trial its medium allows, within the budget."""
+    kinds: dict[str, set[str]] = {}
+    for name in BUDGET:
+        trial = Trial.parse(name)
+        kinds.setdefault(trial.store, set()).add(trial.kind)
+    for store in ("file2", "file3", "sqlite", "postgres"):
+        assert kinds[store] == {
+            "crash",
+            "faults",
+            "threads",
+            "asyncio",
+            "processes",
+            "takeover",
+            "close",
+        }
+    assert kinds["memory"] == {"faults", "threads", "asyncio", "close"}
