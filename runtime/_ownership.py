@@ -52,12 +52,14 @@ _RENEW_EVERY: Final = 1 / 3
 _RETRY_EVERY: Final = 1 / 10
 """After a failed renewal (the store unavailable), try again after this fraction."""
 
-LOCK_WAIT_FLOOR: Final = 2.0
-"""Seconds an open may always wait for a store's lock, also with ``wait=0``.
+LOCK_WAIT_FLOOR: Final = 1.0
+"""Seconds an open with ``wait=0`` may still wait for a store's lock.
 
 Saves hold those locks for milliseconds (a SQLite file's one write lock is taken
-by every save of every session: a grant may queue behind a few). Only a stalled
-holder keeps one longer; then the open fails after ``max(wait, LOCK_WAIT_FLOOR)``."""
+by every save of every session: a grant may queue behind a few), so "do not wait
+for the owner" must not mean "fail if a save is under way". Only a stalled holder
+keeps a lock longer; then the open fails after this long. With ``wait > 0`` the
+lock is waited for within ``wait``, as everything else is."""
 
 _log = get_logger("actorflow.ownership")
 
@@ -273,9 +275,9 @@ def acquire(
 
     While the holder's lease lives the call polls (every 50 ms at first, up to every
     0.5 s, never past the holder's expiry or the deadline). ``wait`` also bounds the
-    store's own locks (``acquire_lease(lock_wait=)``): what is left of it, and never
-    less than :data:`LOCK_WAIT_FLOOR`, so a grant queued behind ordinary saves is not
-    refused with ``wait=0``.
+    store's own locks (``acquire_lease(lock_wait=)``): what is left of it; with
+    ``wait=0``, :data:`LOCK_WAIT_FLOOR`, so a grant queued behind ordinary saves is
+    not refused.
 
     Raises:
         SessionOwned: the session is still held when ``wait`` runs out (at once if 0).
@@ -298,7 +300,7 @@ def acquire(
     while True:
         try:
             if bounded:
-                lock_wait = max(deadline - time.monotonic(), LOCK_WAIT_FLOOR)
+                lock_wait = max(deadline - time.monotonic(), 0.001) if wait > 0 else LOCK_WAIT_FLOOR
                 lease = store.acquire_lease(session, name, ttl, lock_wait=lock_wait)
             else:
                 lease = store.acquire_lease(session, name, ttl)

@@ -18,7 +18,7 @@ import pytest
 
 import actorflow as af
 from actorflow.errors import LeaseLost
-from actorflow.runtime._ownership import _RENEWER, LOCK_WAIT_FLOOR, ProcessIdentity, this_process
+from actorflow.runtime._ownership import _RENEWER, ProcessIdentity, this_process
 from actorflow.storage import CheckpointKind, CheckpointStore
 from actorflow.storage.conformance import make_checkpoint
 
@@ -403,8 +403,8 @@ def test_a_session_dropped_without_close_lets_go_of_its_lease() -> None:
 
 # --- wait= bounds the store's locks ----------------------------------------------------
 
-BOUND_S = 1.0 + LOCK_WAIT_FLOOR + 5.0
-"""An open with wait=1 must return within this (the lock wait, its floor, and slack)."""
+BOUND_S = 1.0 + 5.0
+"""An open with wait=1 must return within this (the lock wait and slack)."""
 
 LOCK_HOLDER = {
     "file": (
