@@ -213,6 +213,11 @@ class SegmentRecords:
     def _read(self, name: str) -> None:
         with self._lock:
             known = self._segments.get(name)
+            if known is not None:
+                # A copy: :meth:`note` extends the entry in place (its ids, then its end)
+                # while this reads the file, and the scan must start from the end that
+                # goes with the ids it is given, or it meets a noted frame a second time.
+                known = _Segment(known.inode, known.end, dict(known.ids), known.damage, known.size)
         try:
             fd, st = open_pack(self._packs / name)
         except FileNotFoundError:
@@ -233,7 +238,7 @@ class SegmentRecords:
             raise CheckpointError(f"cannot read segment {name}: {exc}") from exc
         finally:
             os.close(fd)
-        ids = dict(known.ids)
+        ids = known.ids  # this read's own copy (or a new entry's)
         for frame in scan.frames:
             ids.setdefault(frame.checkpoint_id, frame)
         with self._lock:

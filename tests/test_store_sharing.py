@@ -28,7 +28,7 @@ from held_runs import states_of
 from store_close_child import build, open_store
 
 import actorflow as af
-from actorflow.storage import CheckpointKind
+from actorflow.storage import CheckpointKind, _file_segments
 from actorflow.storage.conformance import make_checkpoint
 
 CHILD = Path(__file__).resolve().parent / "store_close_child.py"
@@ -244,3 +244,37 @@ def test_closing_a_sqlite_store_under_a_running_statement(tmp_path: Path) -> Non
     outcome, closing, ended = child.stdout.split()
     assert outcome == "StoreClosed"
     assert float(closing) < 1.0 and float(ended) < CLOSE_BOUND_S
+
+
+def test_a_file_store_frame_noted_while_another_thread_reads_its_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One thread's save notes its new frame while another thread's refresh is reading
+    the segment: the frame is counted once. (The refresh used to scan from the end it
+    read before the note with the ids as they were after it, took the frame for a
+    second one of its id, and reported the segment damaged: CheckpointCorrupt from
+    every later read of a handle that 20 sessions shared.)"""
+    store = af.FileStore(tmp_path / "store")
+    try:
+        first, blobs = make_checkpoint()
+        store.save(first, blobs)
+        pending: list[tuple[Any, ...]] = []
+        real_note = _file_segments.SegmentRecords.note
+        monkeypatch.setattr(
+            _file_segments.SegmentRecords, "note", lambda *args: pending.append(args)
+        )
+        second, blobs = make_checkpoint(parent=first)
+        store.save(second, blobs)  # its frame is in the file; its note waits
+        real_scan = _file_segments.scan_segment
+
+        def scan_as_the_note_lands(*args: Any, **kwargs: Any) -> Any:
+            while pending:  # the saving thread's note, between the refresh's two looks
+                real_note(*pending.pop())
+            return real_scan(*args, **kwargs)
+
+        monkeypatch.setattr(_file_segments, "scan_segment", scan_as_the_note_lands)
+        assert store.latest() == second
+        assert store.list() == [first, second]
+        assert store.verify() == []
+    finally:
+        store.close()
