@@ -30,6 +30,8 @@ from ._sqlite import SQLiteStore
 Mutation = Callable[[bytes], bytes]
 """Turns the stored bytes of a record or blob into damaged bytes."""
 
+_ROW_COLUMNS = frozenset({"id", "session", "workflow", "kind"})
+
 
 @dataclass(frozen=True)
 class MemoryStoreFactory:
@@ -160,6 +162,13 @@ class SQLiteStoreFactory:
             f.seek(0)
             f.write(mutate(header)[:100].ljust(100, b"\0"))
 
+    def corrupt_column(self, checkpoint_id: str, column: str, value: str) -> None:
+        """Set one column of a record's row (``id``, ``session``, ``workflow``, ``kind``)."""
+        if column not in _ROW_COLUMNS:
+            raise ValueError(f"not a column a record's row is found by: {column!r}")
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            db.execute(f"UPDATE checkpoints SET {column} = ? WHERE id = ?", (value, checkpoint_id))
+
     def _mutate(self, table: str, column: str, key: str, value: str, mutate: Mutation) -> None:
         with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
             (data,) = db.execute(
@@ -218,6 +227,16 @@ class PostgresStoreFactory:
                 (expires_at, session),
             )
         return True
+
+    def corrupt_column(self, checkpoint_id: str, column: str, value: str) -> None:
+        """Set one column of a record's row (``id``, ``session``, ``workflow``, ``kind``)."""
+        import psycopg  # noqa: PLC0415  # the extra is optional
+
+        if column not in _ROW_COLUMNS:
+            raise ValueError(f"not a column a record's row is found by: {column!r}")
+        where = f"{self._schema()}.checkpoints"
+        with psycopg.connect(self.dsn) as db:  # one transaction, committed on exit
+            db.execute(f"UPDATE {where} SET {column} = %s WHERE id = %s", (value, checkpoint_id))
 
     def _schema(self) -> str:
         return Statements(self.schema).schema  # validated: safe to place in SQL text

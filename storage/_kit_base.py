@@ -34,6 +34,9 @@ class StoreFactory(Protocol):
       because it is sent to ``spawn`` child processes (multi-process tests).
     - ``corrupt_record(checkpoint_id, mutate)`` / ``corrupt_blob(digest, mutate)``
       -- replace the stored bytes with ``mutate(stored bytes)`` (corruption tests).
+    - ``corrupt_column(checkpoint_id, column, value)`` -- for a store that keeps a
+      record's ``id``, ``session``, ``workflow`` and ``kind`` beside it (a row's
+      columns): set that one to ``value`` (damaged-row test).
     - ``set_lease_expiry(session, expires_at) -> bool`` -- overwrite the expiry of the
       session's lease row (damaged-lease test); False if the medium cannot hold it.
     """

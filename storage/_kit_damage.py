@@ -1,4 +1,5 @@
-"""Conformance kit, part four: saves racing prunes, writers killed mid-save, damaged headers.
+"""Conformance kit, part four: saves racing prunes, writers killed mid-save, damaged headers
+and rows.
 
 Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from actorflow.errors import ActorflowError, CheckpointError
+from actorflow.errors import ActorflowError, CheckpointCorrupt, CheckpointError
 
 from ._factories import Mutation
 from ._format import Checkpoint, blob_digest
@@ -119,8 +120,22 @@ def _reported_saves(results: Any) -> list[str]:
             saved.append(checkpoint_id)
 
 
+# A row's id or session changed, as a stray UPDATE or a damaged page would: to another
+# session, to empty or NULL-like text, to ids that sort before and after every id.
+_COLUMN_DAMAGE = [
+    ("session", "other"),
+    ("session", ""),
+    ("session", "null"),
+    ("id", ""),
+    ("id", "0"),
+    ("id", "zzzz"),
+    ("workflow", "other"),
+    ("kind", "final"),
+]
+
+
 class DamageTests(KitBase):
-    """Saves racing prunes and verify, crashes mid-save, and damaged headers."""
+    """Saves racing prunes and verify, crashes mid-save, damaged headers and rows."""
 
     def test_concurrent_saves_prunes_and_verify_threads(self, store: CheckpointStore) -> None:
         """Six threads save lineages sharing blobs while one prunes and one verifies:
@@ -275,6 +290,67 @@ class DamageTests(KitBase):
         for position in (0, 9, 13, 18, 21, 47, 56, 60):
             corrupt_header(flip(position))
             _reads_are_right_or_refused(store_factory, saved)
+
+    @pytest.mark.parametrize(("column", "value"), _COLUMN_DAMAGE)
+    def test_a_row_disagreeing_with_its_record_is_never_skipped(
+        self, store: CheckpointStore, store_factory: StoreFactory, column: str, value: str
+    ) -> None:
+        """The newest record's id, session, workflow or kind column changed (the record
+        still names its own): latest, list and load of the row raise CheckpointCorrupt
+        naming the record, never an older record or a shorter list; verify reports it;
+        deleting the row leaves a healthy store."""
+        corrupt_column: Callable[[str, str, str], None] | None = getattr(
+            store_factory, "corrupt_column", None
+        )
+        if corrupt_column is None:
+            pytest.skip(f"{type(store_factory).__name__} has no corrupt_column() hook")
+        other = save_new(store, session="other-lineage")
+        older = save_new(store, session="s")
+        newest = save_new(store, session="s", parent=older)
+        corrupt_column(newest.id, column, value)
+        row = value if column == "id" else newest.id
+        reads: list[tuple[str, Callable[[], object]]] = [
+            ("latest(session=...)", lambda: store.latest(session="s")),
+            ("latest()", store.latest),
+            ("list(session=...)", lambda: store.list(session="s")),
+            ("list()", store.list),
+            ("load() of the row", lambda: store.load(row)),
+        ]
+        for name, read in reads:
+            try:
+                got = read()
+            except CheckpointCorrupt as exc:
+                why = str(exc)
+            else:
+                pytest.fail(f"{name} gave {got!r} from a store whose newest row is damaged")
+            assert newest.id in why, f"{name} did not name the damaged record: {why}"
+        problems = store.verify()
+        assert any(newest.id in p for p in problems), problems
+        assert store.load(older.id) == older
+        store.delete(row)
+        assert store.latest(session="s") == older
+        assert store.list() == [other, older]
+        assert store.verify() == []
+
+    @pytest.mark.parametrize(("column", "value"), [("session", "other"), ("id", "0")])
+    def test_a_damaged_row_inside_a_lineage_is_never_left_out_of_a_list(
+        self, store: CheckpointStore, store_factory: StoreFactory, column: str, value: str
+    ) -> None:
+        """A record between two others of its session gets another session or id in its
+        row: latest still gives the newest, list of the session raises naming it."""
+        corrupt_column: Callable[[str, str, str], None] | None = getattr(
+            store_factory, "corrupt_column", None
+        )
+        if corrupt_column is None:
+            pytest.skip(f"{type(store_factory).__name__} has no corrupt_column() hook")
+        first = save_new(store, session="s")
+        middle = save_new(store, session="s", parent=first)
+        newest = save_new(store, session="s", parent=middle)
+        corrupt_column(middle.id, column, value)
+        assert store.latest(session="s") == newest
+        with pytest.raises(CheckpointCorrupt, match=middle.id):
+            store.list(session="s")
+        assert any(middle.id in p for p in store.verify())
 
 
 def _reads_are_right_or_refused(factory: StoreFactory, saved: list[Checkpoint]) -> None:

@@ -33,10 +33,12 @@ from ._base import (
     already_stored,
     check_cutoff,
     check_keep,
+    check_left_out,
     checked_blobs,
     dangling,
     not_found,
     prune_plan,
+    shown_filters,
     store_closed,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
@@ -300,11 +302,39 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
         where, params = sql.filters(workflow, session, kind)
-        query = self._sql(f"SELECT {COLUMNS} FROM {{s}}.checkpoints{where} ORDER BY id")
+        if not where:  # every row is returned, and decoded
+            query = self._sql(f"SELECT {COLUMNS} FROM {{s}}.checkpoints ORDER BY id")
+            rows = self._run(
+                lambda db: db.execute(query, binary=True).fetchall(), what="list checkpoints"
+            )
+            return [sql.decode_row(row) for row in rows]
+        # With a filter, the rows next to the matches in their lineages come along, in
+        # the same round trip: their parents, and the children of those with no child
+        # among them (the newest of each lineage). One whose columns disagree with its
+        # record may be a match whose session column, say, was changed (see
+        # check_left_out). As arrays, they are found through the primary key and the
+        # parent index; as subqueries they were planned as scans of the table.
+        query = self._sql(
+            f"WITH found AS (SELECT {COLUMNS}, parent_id FROM {{s}}.checkpoints{where}),"
+            " ids AS (SELECT array_agg(id) AS listed, array_agg(parent_id) FILTER (WHERE"
+            " parent_id NOT IN (SELECT id FROM found)) AS parents, array_agg(id) FILTER"
+            " (WHERE id NOT IN (SELECT parent_id FROM found WHERE parent_id IS NOT NULL))"
+            " AS leaves FROM found)"
+            f" SELECT 0, {COLUMNS} FROM found UNION ALL SELECT 1, {sql.prefixed('c')}"
+            " FROM {s}.checkpoints c, ids WHERE (c.parent_id = ANY(ids.leaves)"
+            " OR c.id = ANY(ids.parents)) AND NOT c.id = ANY(ids.listed) ORDER BY 1, 2"
+        )
         rows = self._run(
             lambda db: db.execute(query, params, binary=True).fetchall(), what="list checkpoints"
         )
-        return [sql.decode_row(row) for row in rows]
+        found = [sql.decode_row(row[1:]) for row in rows if row[0] == 0]
+        check_left_out(
+            sql.decode_row,
+            (row[1:] for row in rows if row[0] == 1),
+            read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
+            next_to="a parent or child of a listed record",
+        )
+        return found
 
     def latest(
         self, *, workflow: str | None = None, session: str | None = None
@@ -314,14 +344,28 @@ class PostgresStore(LeaseMethods, PostgresVerify, StoreBase):
         # max(id) is read from the end of an index ((session, id), or the primary key)
         # whatever the table's statistics say; ORDER BY id DESC LIMIT 1 was planned,
         # on a young table, as a scan and sort of every record of the session.
+        # The answer's children come along (the same round trip, through the parent
+        # index): one whose columns disagree with its record may be the newest record
+        # with its session or id column changed (see check_left_out).
         query = self._sql(
-            f"SELECT {COLUMNS} FROM {{s}}.checkpoints"
-            f" WHERE id = (SELECT max(id) FROM {{s}}.checkpoints{where})"
+            f"WITH newest AS (SELECT max(id) AS id FROM {{s}}.checkpoints{where})"
+            f" SELECT c.id = n.id, {sql.prefixed('c')} FROM {{s}}.checkpoints c, newest n"
+            " WHERE c.id = n.id OR c.parent_id = n.id"
         )
-        row = self._run(
-            lambda db: db.execute(query, params, binary=True).fetchone(), what="find latest"
+        rows = self._run(
+            lambda db: db.execute(query, params, binary=True).fetchall(), what="find latest"
         )
-        return None if row is None else sql.decode_row(row)
+        answer = [row[1:] for row in rows if row[0]]
+        if not answer:
+            return None
+        cp = sql.decode_row(answer[0])
+        check_left_out(
+            sql.decode_row,
+            (row[1:] for row in rows if not row[0]),
+            read=f"latest({shown_filters(workflow=workflow, session=session)})",
+            next_to=f"a child of {cp.id}, the newest match",
+        )
+        return cp
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""

@@ -23,11 +23,15 @@ def open_schema(db: Conn, q: sql.Statements, where: str) -> None:
     """
     version_of = q("SELECT max(version) FROM {s}.actorflow_schema")
     table = f"{q.schema}.actorflow_schema"
+    index = f"{q.schema}.checkpoints_by_parent"
     with db.transaction():
-        exists = db.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+        exists = db.execute("SELECT to_regclass(%s), to_regclass(%s)", (table, index)).fetchone()
         if exists is not None and exists[0] is not None:
             version = db.execute(version_of).fetchone()
             if version is not None and version[0] == sql.SCHEMA_VERSION:
+                if exists[1] is None:  # made by an older actorflow, of the same version
+                    db.execute(f"SELECT pg_advisory_xact_lock({sql.LOCK_INIT}, {q.key})")
+                    _parent_index(db, q)
                 return  # the common case: no lock, no DDL
         # Several processes may open a new database at once: one creates or
         # upgrades, the others wait here and then find it done.
@@ -49,6 +53,21 @@ def open_schema(db: Conn, q: sql.Statements, where: str) -> None:
             return
         row = db.execute(version_of).fetchone()
         upgrade(db, q, where, row[0] if row else None)
+        _parent_index(db, q)
+
+
+def _parent_index(db: Conn, q: sql.Statements) -> None:
+    """Add :data:`~._postgres_sql.PARENT_INDEX` to a schema an older actorflow made.
+
+    Building it holds a lock that makes saves wait, once, for as long as the build
+    takes. A role that may not create it leaves the schema without it: reads stay
+    right, and their check of children scans the table instead.
+    """
+    try:
+        with db.transaction():  # a savepoint: the role may lack the privilege
+            db.execute(q(sql.PARENT_INDEX))
+    except psycopg.errors.InsufficientPrivilege:
+        pass
 
 
 def upgrade(db: Conn, q: sql.Statements, where: str, version: object) -> None:

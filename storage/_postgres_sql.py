@@ -15,7 +15,7 @@ from typing import Any
 
 from actorflow.errors import CheckpointCorrupt
 
-from ._base import decode_stored
+from ._base import decode_row_record
 from ._format import Checkpoint, CheckpointKind, verify_blob
 
 SCHEMA_VERSION = 1
@@ -24,6 +24,12 @@ SCHEMA_VERSION = 1
 
 COLUMNS = "id, session, workflow, kind, record"
 """The columns a checkpoint row is decoded from (see ``decode_row``)."""
+
+
+def prefixed(alias: str) -> str:
+    """:data:`COLUMNS` of the table named ``alias`` in a query."""
+    return ", ".join(f"{alias}.{c.strip()}" for c in COLUMNS.split(","))
+
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 """Accepted schema names: unquoted PostgreSQL identifiers, so the name is safe to
@@ -36,6 +42,11 @@ LOCK_INIT = 0x6166_0001
 LOCK_DATA = 0x6166_0002
 """Shared by saves, exclusive for delete/prune: a collection never removes a blob
 that a concurrent save has found stored and is about to reference."""
+
+PARENT_INDEX = "CREATE INDEX IF NOT EXISTS checkpoints_by_parent ON {s}.checkpoints (parent_id)"
+"""Reads check the children of what they return (see ``_base.check_left_out``). Not a
+schema version of its own: older actorflow versions read and write the schema as they
+did, and opening a schema without it creates it (see ``_postgres_schema``)."""
 
 # ``checkpoints.blob_ids`` lists the blob rows a record references (integers: a
 # record names every chunk of every executor, and 64-character digests would cost
@@ -57,6 +68,7 @@ TABLES = (
         blob_ids   bigint[] NOT NULL
     )""",
     "CREATE INDEX checkpoints_by_session ON {s}.checkpoints (session, id)",
+    PARENT_INDEX,
     """CREATE TABLE {s}.blobs (
         id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         digest text NOT NULL UNIQUE,
@@ -130,12 +142,8 @@ def as_bytes(value: object, what: str) -> bytes:
 
 def decode_row(row: tuple[Any, ...]) -> Checkpoint:
     checkpoint_id, session, workflow, kind, record = row
-    cp = decode_stored(str(checkpoint_id), as_bytes(record, f"checkpoint {checkpoint_id}"))
-    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
-        raise CheckpointCorrupt(
-            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
-        )
-    return cp
+    data = as_bytes(record, f"checkpoint {checkpoint_id}")
+    return decode_row_record(checkpoint_id, (session, workflow, kind), data)
 
 
 def blob_state(digest: str, data: object) -> str:

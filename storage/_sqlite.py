@@ -26,10 +26,12 @@ from ._base import (
     already_stored,
     check_cutoff,
     check_keep,
+    check_left_out,
     checked_blobs,
     dangling,
     not_found,
     prune_plan,
+    shown_filters,
 )
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
 from ._lease import (
@@ -219,11 +221,22 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
         where, params = sql.filters(workflow, session, kind)
+        left_out: builtins.list[tuple[object, ...]] = []
         with self._read() as db:
             rows = db.execute(
-                f"SELECT {sql.COLUMNS} FROM checkpoints{where} ORDER BY id", params
+                f"SELECT rowid, parent_id, {sql.COLUMNS} FROM checkpoints{where} ORDER BY id",
+                params,
             ).fetchall()
-        return [sql.decode_row(row) for row in rows]
+            if where and rows:  # (without a filter every row is returned, and decoded)
+                left_out = sql.next_to(db, rows)
+        found = [sql.decode_row(row[2:]) for row in rows]
+        check_left_out(
+            sql.decode_row,
+            left_out,
+            read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
+            next_to="a parent or child of a listed record",
+        )
+        return found
 
     def latest(
         self, *, workflow: str | None = None, session: str | None = None
@@ -236,7 +249,9 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
         index, the table itself for an answer of the primary-key index. Both
         checks read only rows newer than the answer, so they cost next to nothing
         for the session a service resumes; finding no record at all for a session
-        scans the table once.
+        scans the table once. The answer's children (rows inserted after it) are
+        decoded too: one whose columns disagree with its record may be the newest,
+        its session or id column changed (see ``check_left_out``).
         """
         where, params = sql.filters(workflow, session, None)
         with self._read() as db:
@@ -245,6 +260,7 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
                 params,
             ).fetchone()
             newer = sql.newer_than(db, row, workflow, session)
+            children = sql.children(db, row) if row is not None else []
         if newer is not None:
             raise CheckpointCorrupt(
                 f"SQLite store {self._path} is damaged: its indexes miss checkpoint {newer!r}, "
@@ -262,6 +278,12 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
                 f"(session {cp.session!r}, workflow {cp.workflow!r}) for session {session!r}, "
                 f"workflow {workflow!r}; restore the file from a backup (or REINDEX it)"
             )
+        check_left_out(
+            sql.decode_row,
+            children,
+            read=f"latest({shown_filters(workflow=workflow, session=session)})",
+            next_to=f"a child of {cp.id}, the newest match",
+        )
         return cp
 
     def sessions(self) -> builtins.list[str]:

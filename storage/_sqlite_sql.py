@@ -8,10 +8,11 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 
-from ._base import decode_stored
+from ._base import decode_row_record
 from ._format import Checkpoint, CheckpointKind, verify_blob
 from ._lease import LeaseRow
 
@@ -166,12 +167,8 @@ def as_bytes(value: object, what: str) -> bytes:
 
 def decode_row(row: tuple[object, ...]) -> Checkpoint:
     checkpoint_id, session, workflow, kind, record = row
-    cp = decode_stored(str(checkpoint_id), as_bytes(record, f"checkpoint {checkpoint_id}"))
-    if (cp.session, cp.workflow, cp.kind.value) != (session, workflow, kind):
-        raise CheckpointCorrupt(
-            f"checkpoint {checkpoint_id}: the index columns disagree with the record"
-        )
-    return cp
+    data = as_bytes(record, f"checkpoint {checkpoint_id}")
+    return decode_row_record(checkpoint_id, (session, workflow, kind), data)
 
 
 def newer_than(
@@ -204,6 +201,46 @@ def newer_than(
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     found = db.execute(f"{query}{where} LIMIT 1", params).fetchone()
     return None if found is None else found[0]
+
+
+def children(db: sqlite3.Connection, row: tuple[object, ...]) -> builtins.list[tuple[object, ...]]:
+    """The rows naming ``row`` (rowid, then :data:`COLUMNS`) as their parent.
+
+    A child is inserted after its parent, so only rows with a greater rowid are read
+    (the table's own order: no index by parent is kept, see ``SCHEMA``).
+    """
+    found: builtins.list[tuple[object, ...]] = db.execute(
+        f"SELECT {COLUMNS} FROM checkpoints NOT INDEXED WHERE rowid > ? AND parent_id = ?",
+        (row[0], row[1]),
+    ).fetchall()
+    return found
+
+
+def next_to(db: sqlite3.Connection, rows: builtins.list[tuple[Any, ...]]) -> builtins.list[Any]:
+    """The rows (:data:`COLUMNS`) next to ``rows`` (rowid, parent_id, then :data:`COLUMNS`)
+    in their lineages without being one of them: their parents, and the children of
+    those with no child among them (the newest of each lineage).
+
+    The children are looked for among the rows inserted after the oldest such row (a
+    child is inserted after its parent; no index by parent is kept, see ``SCHEMA``).
+    """
+    ids = {row[2] for row in rows}
+    parents = {row[1] for row in rows if row[1] is not None}
+    found: builtins.list[Any] = []
+    query = f"SELECT {COLUMNS} FROM checkpoints WHERE id = ?"
+    for parent in sorted(parents - ids, key=str):
+        found += db.execute(query, (parent,)).fetchall()
+    leaves = [row for row in rows if row[2] not in parents]
+    first = min(row[0] for row in leaves)
+    for at in range(0, len(leaves), 500):  # under any build's limit of bound parameters
+        part = [row[2] for row in leaves[at : at + 500]]
+        marks = ", ".join("?" * len(part))
+        found += db.execute(
+            f"SELECT {COLUMNS} FROM checkpoints NOT INDEXED WHERE rowid > ?"
+            f" AND parent_id IN ({marks})",
+            (first, *part),
+        ).fetchall()
+    return found
 
 
 def filters(

@@ -59,5 +59,5 @@ class StoreConformance(
 
     Tests are named by the property they check. Those needing a capability the
     factory lacks (``durable``, ``multiprocess``, ``corrupt_record``,
-    ``corrupt_blob``, ``corrupt_header``) are skipped with the reason.
+    ``corrupt_blob``, ``corrupt_header``, ``corrupt_column``) are skipped with the reason.
     """

@@ -516,3 +516,58 @@ def test_a_null_in_a_blob_id_array_is_a_problem_line(
     store.delete(damaged.id)
     assert store.list() == [kept]
     assert store.verify() == []
+
+
+def test_a_schema_without_the_parent_index_gets_it_when_opened(where: tuple[str, str]) -> None:
+    """A schema an older actorflow made (no index by parent) is given it on opening,
+    with its version unchanged; reads check the children of what they return."""
+    dsn, schema = where
+    with af.PostgresStore(dsn, schema=schema) as store:
+        older = save_new_chunk(store, b"older")
+        newest, blobs = make_checkpoint(session="z", parent=older, chunks={"e": [b"newest"]})
+        store.save(newest, blobs)
+    _sql(dsn, f"DROP INDEX {schema}.checkpoints_by_parent")
+    with af.PostgresStore(dsn, schema=schema) as store:
+        assert store.latest(session="z") == newest
+    assert _sql(dsn, "SELECT to_regclass(%s) IS NOT NULL", f"{schema}.checkpoints_by_parent") == [
+        (True,)
+    ]
+    assert _sql(dsn, f"SELECT version FROM {schema}.actorflow_schema") == [(1,)]
+    _sql(dsn, f"UPDATE {schema}.checkpoints SET session = 'moved' WHERE id = %s", newest.id)
+    with (
+        af.PostgresStore(dsn, schema=schema) as store,
+        pytest.raises(af.CheckpointCorrupt, match=f"a child of {older.id}"),
+    ):
+        store.latest(session="z")
+
+
+def test_a_role_that_may_not_add_the_parent_index_still_opens_the_schema(
+    where: tuple[str, str],
+) -> None:
+    """A role with only data privileges opens a schema lacking the index by parent, and
+    its reads still check the children of what they return (scanning for them)."""
+    import psycopg.conninfo
+
+    dsn, schema = where
+    role = f"{schema}_app"
+    with af.PostgresStore(dsn, schema=schema) as store:
+        older = save_new_chunk(store, b"older")
+        newest, blobs = make_checkpoint(session="z", parent=older, chunks={"e": [b"newest"]})
+        store.save(newest, blobs)
+    _sql(dsn, f"DROP INDEX {schema}.checkpoints_by_parent")
+    _sql(dsn, f"CREATE ROLE {role}")
+    try:
+        _sql(dsn, f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        _sql(
+            dsn, f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"
+        )
+        as_role = psycopg.conninfo.make_conninfo(dsn, options=f"-c role={role}")
+        with af.PostgresStore(as_role, schema=schema) as store:
+            assert store.latest(session="z") == newest
+            _sql(dsn, f"UPDATE {schema}.checkpoints SET id = '0' WHERE id = %s", newest.id)
+            with pytest.raises(af.CheckpointCorrupt, match=f"a child of {older.id}"):
+                store.latest(session="z")
+        assert _sql(dsn, "SELECT to_regclass(%s)", f"{schema}.checkpoints_by_parent") == [(None,)]
+    finally:
+        _sql(dsn, f"DROP OWNED BY {role}")
+        _sql(dsn, f"DROP ROLE {role}")
