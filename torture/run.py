@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,24 +80,27 @@ def _trials(args: argparse.Namespace) -> Iterator[Trial]:
 
 
 class RayCluster:
-    """A local Ray cluster on 127.0.0.1 for the run's Ray trials, stopped at exit."""
+    """A local Ray (loopback only) for the run's Ray trials, shut down at exit.
+
+    This process is its first driver; each trial's processes connect to it as drivers
+    of their own (a SIGKILLed one takes only its own workers with it).
+    """
 
     def __enter__(self) -> str:
-        self._dir = tempfile.mkdtemp(prefix="torture-ray-")
-        env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-        ray = Path(sys.executable).parent / "ray"
-        port = "6391"
-        subprocess.run(
-            [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-             "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={self._dir}",
-             "--disable-usage-stats"],
-            check=True, env=env, capture_output=True,
-        )  # fmt: skip
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every socket on 127.0.0.1
+        import ray  # noqa: PLC0415 - the ray extra, only for --ray
+
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            configure_logging=False,
+            log_to_driver=False,
+        )
         self._ray = ray
-        return f"127.0.0.1:{port}"
+        return str(ray.get_runtime_context().gcs_address)
 
     def __exit__(self, *exc: object) -> None:
-        subprocess.run([str(self._ray), "stop", "--force"], check=False, capture_output=True)
+        self._ray.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:
