@@ -188,7 +188,7 @@ class Trial:
     def _spec(self) -> tuple[dict[str, Any], Oracle]:
         many = self.kind in ("threads", "asyncio", "close")
         for attempt in range(30):
-            spec = grammar.draw(self.seed, attempt, subflows=self.backend != "ray")
+            spec = grammar.draw(self.seed, attempt)
             if many:
                 # Many sessions on one handle: many runs each, and no time spent in
                 # handlers, so that their saves meet.
@@ -238,6 +238,8 @@ class _Runner:
         kinds = ["exception", "exception", "death"] + (
             ["timeout"] if self.spec.get("timeout") else []
         )
+        if self.trial.backend == "ray":
+            kinds.append("kill")  # the executor's worker process SIGKILLed mid-step
         pairs = sorted(set(self.oracle.invoked))
         faults = []
         for _ in range(count):
@@ -249,7 +251,7 @@ class _Runner:
         widths = {s: e for s, e in self.oracle.widths().items() if len(e) > 1}
         roll = self.rng.random()
         saves = max(self.oracle.supersteps, 2)
-        if widths and roll < 0.4:
+        if widths and roll < 0.4 and self.trial.backend != "ray":  # handlers run in this process
             superstep = self.rng.choice(sorted(widths))
             executors = widths[superstep]
             # Parts are stored as they finish only with sync checkpoints every superstep.
