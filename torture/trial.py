@@ -66,6 +66,7 @@ CHILD_BOUND = 90.0
 PLANNED = (
     "injected",  # an injected exception or store write failure
     "ActorDeadError",  # an injected dead actor, with no restart policy to absorb it
+    "HostLost",  # the same on Ray: a worker stopped or killed
     "timed out",  # an injected timeout, likewise
     "ExecutorTimedOut",
 )
