@@ -342,11 +342,16 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
         return len(doomed)
 
     def _init_schema(self) -> None:
-        with self._write() as db:
+        # An open that finds the schema in place (nearly every open) only reads it: the
+        # write lock may be held by a process stalled inside a save, for as long as it
+        # stays stalled, and opening a store must not wait for that.
+        with self._read() as db:
             self._page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
-            exists = db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'actorflow_schema'"
-            ).fetchone()
+            exists, version = _schema_version(db)
+        if exists and version == SCHEMA_VERSION:
+            return
+        with self._write() as db:
+            exists, version = _schema_version(db)  # again: another process may have been first
             if not exists:
                 db.execute("CREATE TABLE actorflow_schema (version INTEGER NOT NULL)")
                 for statement in sql.SCHEMA.split(";"):
@@ -354,8 +359,6 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
                         db.execute(statement)
                 db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
                 return
-            row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
-            version = row[0] if row else None
             if version in (2, 3):
                 # Upgrading in place keeps older processes' statements working (they run
                 # without the dropped indexes, only slower), but they ignore leases:
@@ -380,3 +383,14 @@ class SQLiteStore(SQLiteLeases, SQLiteVerify):
             raise CheckpointCorrupt(
                 f"SQLite store {self._path} has a damaged schema table (version {version!r})"
             )
+
+
+def _schema_version(db: sqlite3.Connection) -> tuple[bool, object]:
+    """(whether the schema table exists, the version it holds: None if it holds none)."""
+    exists = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'actorflow_schema'"
+    ).fetchone()
+    if not exists:
+        return False, None
+    row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
+    return True, row[0] if row else None

@@ -516,6 +516,45 @@ def test_wait_bounds_a_store_lock_held_by_another_process(
             assert [p.request_id for p in s.pending_requests] == ["desk:1:0"]
 
 
+def test_opening_a_sqlite_store_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    """Another process holds the file's write lock (as one stalled inside a save does):
+    opening a handle on the existing store and reading it does not wait for the lock."""
+    path = tmp_path / "store.db"
+    with af.SQLiteStore(path) as first, owners.build() as wf:
+        with wf.session("s1", store=first) as s:
+            s.run(Order(1))
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LOCK_HOLDER["sqlite"] + "print('LOCKED', flush=True)\nsys.stdin.read()\n",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    opened: list[object] = []
+
+    def open_and_read() -> None:
+        try:
+            with af.SQLiteStore(path) as store:
+                latest = store.latest(session="s1")
+                opened.append(latest.kind if latest is not None else None)
+        except BaseException as exc:  # handed to the test
+            opened.append(exc)
+
+    try:
+        assert _line(child) == "LOCKED"
+        reader = threading.Thread(target=open_and_read, daemon=True)
+        reader.start()
+        reader.join(timeout=BOUND_S)
+        assert not reader.is_alive(), "opening the store waited for the write lock"
+    finally:
+        _reap(child)
+    assert opened == ["final"], opened
+
+
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 def test_wait_bounds_an_owner_stopped_inside_a_save(tmp_path: Path, kind: str) -> None:
     """The owner is SIGSTOPped inside a save, holding the store's lock: wait=1 returns in
@@ -525,7 +564,6 @@ def test_wait_bounds_an_owner_stopped_inside_a_save(tmp_path: Path, kind: str) -
     owner = _spawn(kind, path, "s1", "stall", str(ttl))
     try:
         token = int(_line(owner).split()[1])
-        # Opened before the owner stalls: opening a SQLiteStore writes (its schema check).
         with STORES[kind](tmp_path) as store, owners.build() as wf:
             assert owner.stdin is not None
             owner.stdin.write("go\n")
