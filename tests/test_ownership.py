@@ -520,9 +520,8 @@ def test_opening_a_sqlite_store_does_not_wait_for_a_writer(tmp_path: Path) -> No
     """Another process holds the file's write lock (as one stalled inside a save does):
     opening a handle on the existing store and reading it does not wait for the lock."""
     path = tmp_path / "store.db"
-    with af.SQLiteStore(path) as first, owners.build() as wf:
-        with wf.session("s1", store=first) as s:
-            s.run(Order(1))
+    with af.SQLiteStore(path) as first, owners.build() as wf, wf.session("s1", store=first) as s:
+        s.run(Order(1))
     child = subprocess.Popen(
         [
             sys.executable,
