@@ -108,6 +108,10 @@ def _kill_now() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _stop_now() -> None:
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 class FaultyStore:
     """A store that fails, gates and kills on a plan, delegating everything else.
 
@@ -119,7 +123,7 @@ class FaultyStore:
             "n": k, "kind": kind or None, "when": "before" | "after" | "inside" |
             "stop"}`` (the k-th save, of that record kind if given; ``inside`` kills
             a random few microseconds into the write, ``stop`` SIGSTOPs the process
-            before it).
+            before it, ``stop_inside`` a few microseconds into it).
         progress: when given, each save waits until its session's consumer logged the
             events the record covers (so a stored cut's outputs are always in the log).
         logs: session id -> its log, which gets ``["saving", id, superstep, kind]``
@@ -168,7 +172,10 @@ class FaultyStore:
         if when == "before":
             _kill_now()
         if when == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # Sent to this thread, it stops the process before this thread goes on
+            # (sent to the process, another thread may take it while this one runs
+            # into the save and takes the store's lock first).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         failure = self._fail.get(number)
         if failure == "before":
             raise InjectedWriteFailure(
@@ -178,8 +185,9 @@ class FaultyStore:
         if log is not None:
             log("saving", checkpoint.id, checkpoint.superstep, kind)
         if when == "inside":
-            delay = self._rng.uniform(0, 0.002)
-            threading.Timer(delay, _kill_now).start()
+            threading.Timer(self._rng.uniform(0, 0.002), _kill_now).start()
+        if when == "stop_inside":  # stopped holding the store's lock, most often
+            threading.Timer(self._rng.uniform(0, 0.002), _stop_now).start()
         self.inner.save(checkpoint, blobs, lease=lease)
         if when == "after":
             _kill_now()

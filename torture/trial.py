@@ -15,9 +15,10 @@ The kinds of trial (chosen by the seed, in turn):
   faults of its own.
 - ``processes``: several processes at once on one store (a handle each), one of them
   SIGKILLed; a last process finishes what it left.
-- ``takeover``: a process is stopped (SIGSTOP) before a save; once its lease expired a
-  second process takes the session over and finishes it; then the first one continues,
-  and every save it tries must be refused.
+- ``takeover``: a process is stopped (SIGSTOP) before a save, or inside one; once its
+  lease expired a second process takes the session over and finishes it (or, when
+  the stopped one holds a lock of the store, gives up within its ``wait=``); then
+  the first one continues, and every save it tries after a takeover is refused.
 - ``close``: the store handle is closed under many running sessions; every call then
   succeeds or raises an actorflow error, and a later process finishes every session.
 
@@ -427,21 +428,27 @@ class _Runner:
     def takeover(self) -> None:
         session = "s0"
         n = self.rng.randint(2, max(self.oracle.supersteps, 2))
+        when = self.rng.choice(["stop", "stop", "stop_inside"])
         config = self._config(
             [self._session(session, [])],
-            kill={"at": "save", "kind": None, "n": n, "when": "stop"},
+            kill={"at": "save", "kind": None, "n": n, "when": when},
         )
         first = self._start(config)
-        stopped = _wait_stopped(first, timeout=CHILD_BOUND)
-        if stopped:
-            # Once its lease expires, a second process takes the session and finishes it,
-            # unless the stopped one holds a lock of the store: then the second gives up
-            # within its bound, and the first goes on once continued.
-            self._run_child([self._session(session, [])], attempts=2, resume_wait=5.0)
-            first.send_signal(signal.SIGCONT)
-        self._wait(first, config, may_be_killed=False)
+        try:
+            stopped = _wait_stopped(first, timeout=CHILD_BOUND)
+            if stopped:
+                # Once its lease expires, a second process takes the session and finishes
+                # it, unless the stopped one holds a lock of the store: then the second
+                # gives up within its wait, and the first goes on once continued.
+                self._run_child([self._session(session, [])], attempts=2, resume_wait=5.0)
+                first.send_signal(signal.SIGCONT)
+            self._wait(first, config, may_be_killed=False)
+        finally:
+            if first.poll() is None:  # never leave a stopped process behind
+                first.kill()
+                first.wait()
         self._finish_all()
-        self.summary["stopped"] = stopped
+        self.summary["stopped"] = f"{when} {stopped}"
 
     def close(self) -> None:
         count = self.rng.randint(4, 12)
