@@ -334,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=config.get("seed", 0),
     )
     _arm_kill(config.get("kill"), lambda superstep: counts.get(superstep, 0))
-    workflow = flows.build(config["spec"])
+    inners: list[af.Workflow] = []
+    workflow = flows.build(config["spec"], inners=inners)
     backend = _backend(config)
     openers = [
         Opener(workflow, config, s, store=store, inner=inner, backend=backend)
@@ -371,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = False
         _bug(next(iter(logs.values())), exc)
     finally:
-        workflow.close()
+        flows.close(workflow, inners)
         try:
             inner.close()
         except ActorflowError:

@@ -37,6 +37,7 @@ __all__ = [
     "Worker",
     "answer_for",
     "build",
+    "close",
 ]
 
 HOOK: Callable[[str, int], None] | None = None
@@ -259,7 +260,9 @@ def _without_work(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {**spec, "nodes": nodes}
 
 
-def _executor(node: Mapping[str, Any], timeout: float | None) -> af.Executor:
+def _executor(
+    node: Mapping[str, Any], timeout: float | None, inners: list[af.Workflow]
+) -> af.Executor:
     kind = node["kind"]
     options = dict(node.get("options", {}))
     if kind == "worker":
@@ -267,22 +270,32 @@ def _executor(node: Mapping[str, Any], timeout: float | None) -> af.Executor:
     if kind == "asker":
         return Asker(node["id"], timeout=timeout, **options)
     if kind == "sub":
-        inner = build(node["flow"])
+        inner = build(node["flow"], inners=inners)
+        inners.append(inner)
         return af.WorkflowExecutor(
             inner, node["id"], outputs=node.get("outputs", "send"), timeout=timeout
         )
     raise ValueError(f"unknown torture node kind {kind!r}")
 
 
-def build(spec: Mapping[str, Any], *, restart: af.RestartPolicy | None = None) -> af.Workflow:
+def build(
+    spec: Mapping[str, Any],
+    *,
+    restart: af.RestartPolicy | None = None,
+    inners: list[af.Workflow] | None = None,
+) -> af.Workflow:
     """The workflow ``spec`` describes (see :mod:`torture.grammar` for the shape).
 
     ``spec["fast"]``: every worker's handler takes no time (its results are the same).
+    ``inners`` receives the sub-workflows' inner workflows, which the caller closes
+    after the outer one (their actors are theirs, not the outer workflow's).
     """
+    if inners is None:
+        inners = []
     timeout = spec.get("timeout")
     if spec.get("fast"):
         spec = _without_work(spec)
-    nodes = {n["id"]: _executor(n, timeout) for n in spec["nodes"]}
+    nodes = {n["id"]: _executor(n, timeout, inners) for n in spec["nodes"]}
     builder = af.WorkflowBuilder(
         spec["name"], start=nodes[spec["start"]], restart=restart, max_supersteps=10_000
     )
@@ -313,3 +326,10 @@ def build(spec: Mapping[str, Any], *, restart: af.RestartPolicy | None = None) -
         else:
             raise ValueError(f"unknown torture edge type {kind!r}")
     return builder.build()
+
+
+def close(workflow: af.Workflow, inners: list[af.Workflow]) -> None:
+    """Close ``workflow``, then the inner workflows :func:`build` made for it."""
+    workflow.close()
+    for inner in reversed(inners):
+        inner.close()

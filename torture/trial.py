@@ -104,7 +104,8 @@ class Oracle:
 
 def oracle_of(spec: Mapping[str, Any]) -> Oracle:
     """Run ``spec`` without faults on a MemoryStore and observe it."""
-    workflow = flows.build(spec)
+    inners: list[af.Workflow] = []
+    workflow = flows.build(spec, inners=inners)
     store = af.MemoryStore()
     config = {"spec": spec, "policy": {}, "restart": None}
     log = Log(None)
@@ -119,7 +120,7 @@ def oracle_of(spec: Mapping[str, Any]) -> Oracle:
         outputs = lineage_outputs(store, "oracle", attempts)
         states = final_states(store, "oracle")
     finally:
-        workflow.close()
+        flows.close(workflow, inners)
         store.close()
     invoked = [(line[1], line[2]) for line in log.lines if line[0] == "inv"]
     return Oracle(_json(outputs), _json(states), invoked, states.get("superstep", 0), seconds)
