@@ -53,7 +53,7 @@ def _run(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str,
 def test_trial(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The trial's outputs along the lineage and final states equal the fault-free run's."""
     summary = _run(name, tmp_path, request)
-    assert summary["sessions"] >= 1 or summary["kind"] == "close"
+    assert summary.get("sessions", 0) >= 1 or summary["kind"] == "close"
 
 
 @pytest.mark.timeout(240)

@@ -294,9 +294,10 @@ def _arm_kill(kill: Mapping[str, Any] | None, partials: Callable[[int], int]) ->
         def hook(executor_id: str, superstep: int) -> None:
             if (executor_id, superstep) != target:
                 return
-            # Let the others of the superstep finish and store their parts first.
+            # Let the others of the superstep finish and store their parts first (they
+            # may store fewer: an injected fault re-runs this executor alone, say).
             with _PARTIALS:
-                _PARTIALS.wait_for(lambda: partials(superstep) >= wanted, timeout=10)
+                _PARTIALS.wait_for(lambda: partials(superstep) >= wanted, timeout=2)
             os.kill(os.getpid(), signal.SIGKILL)
 
         flows.HOOK = hook
