@@ -441,7 +441,7 @@ class _Runner:
                 # Once its lease expires, a second process takes the session and finishes
                 # it, unless the stopped one holds a lock of the store: then the second
                 # gives up within its wait, and the first goes on once continued.
-                self._run_child([self._session(session, [])], attempts=2, resume_wait=5.0)
+                self._run_child([self._session(session, [])], attempts=2, resume_wait=2.0)
                 first.send_signal(signal.SIGCONT)
             self._wait(first, config, may_be_killed=False)
         finally:
