@@ -325,9 +325,10 @@ class SegmentAdapter:
         for n, (cp, blobs) in enumerate(history(rng)):
             handles[n % 2].save(cp, blobs)  # ids interleave across the two segments
         store = handles[0]
+        latest = {s: store.latest(session=s or None) for s in ["", *store.sessions()]}
         expected = {
             "ids": store.ids(),
-            "latest": {s: store.latest(session=s or None).id for s in ["", *store.sessions()]},
+            "latest": {s: cp.id for s, cp in latest.items() if cp is not None},
         }
         for handle in handles:
             handle.close()
