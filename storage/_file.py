@@ -126,7 +126,7 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         # Layout 3 appends saves to a segment of this handle's own; layout 2 writes packs.
         self._writer = SegmentWriter(self._packs) if self._layout == 3 else None
         self._segments = SegmentRecords(self._packs, self._deleted) if self._writer else None
-        self._index = PackIndex(self._packs)
+        self._index = PackIndex(self._packs, self._segments.frames if self._segments else None)
         self._recent: collections.deque[str] = collections.deque(maxlen=_RECENT_RECORDS)
         self._leases = FileLeases(self._root)
 

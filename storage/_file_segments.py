@@ -91,6 +91,20 @@ class SegmentRecords:
                 known.ids.setdefault(frame.checkpoint_id, frame)
                 known.end = frame.end
 
+    def frames(self, segment: str, inode: int) -> tuple[list[Frame], int] | None:
+        """The frames read so far of ``segment`` at ``inode``, in file order, and where
+        they end; None if it was not read at that inode, or its reading stopped at damage.
+
+        They cover the file from its start to that end without a gap (a refresh reads
+        on from where the last stopped; :meth:`note` adds only a frame that starts
+        there), so a reader of the same file may take them instead of reading it.
+        """
+        with self._lock:
+            known = self._segments.get(segment)
+            if known is None or known.inode != inode or known.damage:
+                return None
+            return sorted(known.ids.values(), key=lambda f: f.start), known.end
+
     def ids(self, *, strict: bool = True) -> set[str]:
         """Every live id (damaged records included) as of the last refresh.
 

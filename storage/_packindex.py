@@ -23,13 +23,18 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt
 
 from ._pack import BLOBS_SUFFIX, RECORD_SUFFIX, PackHeader, open_pack, read_header
-from ._segment import SEGMENT_SUFFIX, scan_segment
+from ._segment import SEGMENT_SUFFIX, Frame, scan_segment
+
+ReadFrames = Callable[[str, int], tuple[list[Frame], int] | None]
+"""(segment, inode) -> its frames as another reader of the folder already read them, in
+file order from the start without a gap, and where they end; or None."""
 
 TOKEN_SIZE = 16
 
@@ -42,8 +47,12 @@ def is_pack_name(name: str) -> bool:
 class PackIndex:
     """Digest -> (pack, span) for the packs of one folder, plus packs that cannot be read."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, read_frames: ReadFrames | None = None) -> None:
         self._folder = folder
+        self._read_frames = read_frames
+        """The store's record index (layout 3), which reads every segment anyway: a
+        segment it read need not be scanned again here (a resume scanned each of W4's
+        segments twice, ~0.8 ms of it on a FileStore)."""
         self._lock = threading.Lock()
         self._generation: bytes | None = None
         self._packs: dict[str, PackHeader] = {}
@@ -187,7 +196,13 @@ class PackIndex:
             with self._lock:
                 if self._scanned.get(name) == (st.st_ino, st.st_size):
                     return  # read at this size already: nothing was appended
-            scan = scan_segment(fd, name, st.st_ino, st.st_size, start)
+            read = self._read_frames(name, st.st_ino) if self._read_frames else None
+            if read is not None and read[1] > start:
+                for frame in read[0]:
+                    if frame.start >= start and frame.header is not None:
+                        self.add_frame(name, frame.header, frame.end)
+                start = read[1]  # the rest, if anything was appended since, is read here
+            scan = scan_segment(fd, name, st.st_ino, st.st_size, start, record_names=False)
         finally:
             os.close(fd)
         for frame in scan.frames:

@@ -152,10 +152,15 @@ def scan_segment(
     start: int = 0,
     *,
     seen: AbstractSet[str] = frozenset(),
+    record_names: bool = True,
 ) -> SegmentScan:
     """Read the frames of an open segment from ``start`` (a frame boundary) to ``size``.
 
     ``seen``: the ids of the frames before ``start`` (a second frame of one is damage).
+    ``record_names``: read the id each frame's record names (``Frame.other``), which
+    costs a read of the record's head per frame; a reader of blobs alone leaves it
+    out (it halved what a resume's second scan of each segment costs, ~0.4 ms of W4
+    on a FileStore).
 
     Raises:
         OSError: the file cannot be read.
@@ -163,8 +168,10 @@ def scan_segment(
     scan = SegmentScan(inode, end=start)
     ids = set(seen)
     offset = start
+    ahead = b""  # the first bytes at ``offset``, when the last frame's check read them
     while offset < size:
-        data = os.pread(fd, min(_FIRST_READ, size - offset), offset)
+        data = ahead or os.pread(fd, min(_FIRST_READ, size - offset), offset)
+        ahead = b""
         if len(data) < _FRAME.size:
             scan.torn = True
             break
@@ -201,8 +208,8 @@ def scan_segment(
             fd, name, data[id_end:], inode=inode, base=base, length=pack_length
         )
         if header is not None:
-            scan.damage = _length_damage(
-                fd, where, data[id_end:], base=base, length=pack_length, header=header
+            scan.damage, ahead = _length_damage(
+                fd, where, data[id_end:], base=base, length=pack_length, header=header, size=size
             )
         else:  # the length cannot be checked against the pack: look for what it would hide
             hidden = _next_prefix(fd, offset + 1, base + pack_length)
@@ -210,7 +217,7 @@ def scan_segment(
                 scan.damage = f"{where} is damaged and covers a frame at offset {hidden}"
         if scan.damage:
             break
-        named = _record_name(fd, data[id_end:], base, header) if header else None
+        named = _record_name(fd, data[id_end:], base, header) if header and record_names else None
         other = named if named is not None and named != checkpoint_id else ""
         ids.add(checkpoint_id)
         frame = Frame(checkpoint_id, offset, header, damage, base + pack_length, other)
@@ -232,29 +239,38 @@ def _record_name(fd: int, data: bytes, base: int, header: PackHeader) -> str | N
 
 
 def _length_damage(
-    fd: int, where: str, data: bytes, *, base: int, length: int, header: PackHeader
-) -> str:
+    fd: int, where: str, data: bytes, *, base: int, length: int, header: PackHeader, size: int
+) -> tuple[str, bytes]:
     """Why a whole frame's pack length is not where its pack ends ("" if it is).
 
-    ``data``: the first bytes of the pack, as read with the frame's prefix.
+    ``data``: the first bytes of the pack, as read with the frame's prefix. Also
+    returns the first bytes of the next frame when the hints trailer had to be read
+    (one read for both: the scan then reads once per frame, as it did before this
+    check, ~0.3 ms less per scan of W3's segment), else ``b""``.
     """
     blobs_end = header.end - base
     trailer = length - blobs_end
     if trailer == 0:
-        return ""
+        return "", b""
+    ahead = b""
     if _HINTS_PREFIX <= trailer <= _HINTS_PREFIX + MAX_HINTS_BYTES:
-        tail = data[blobs_end:length] if len(data) >= length else os.pread(fd, trailer, header.end)
+        if len(data) >= length:
+            tail = data[blobs_end:length]
+        else:
+            after = base + length
+            read = os.pread(fd, trailer + min(_FIRST_READ, size - after), header.end)
+            tail, ahead = read[:trailer], read[trailer:]
         found = hints_prefix(tail)
         if (
             found is not None
             and _HINTS_PREFIX + found[0] == trailer
             and zlib.crc32(tail[_HINTS_PREFIX:]) == found[1]
         ):
-            return ""
+            return "", ahead
     return (
         f"{where} claims a pack of {length} bytes, but its pack ends after {blobs_end} bytes"
         f" and the {trailer} bytes after that are not its hints: the frame's length is damaged"
-    )
+    ), b""
 
 
 def _torn_damage(

@@ -187,6 +187,26 @@ def test_handles_append_to_segments_of_their_own(tmp_path: Path) -> None:
             a.save(saved[2], {})
 
 
+def test_blobs_appended_after_a_segment_was_read_for_its_records_are_found(
+    tmp_path: Path,
+) -> None:
+    """A handle reads another's segment for its records; more frames are appended to it;
+    the blobs of those frames (and of the first) are found, in one handle and a fresh one."""
+    with FileStore(tmp_path) as reader, FileStore(tmp_path) as writer:
+        first, first_blobs = make_checkpoint(chunks={"e": [b"one", b"two"]})
+        writer.save(first, first_blobs)
+        assert reader.latest() == first  # the reader's record index has read the segment
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"one", b"three"]})
+        writer.save(second, {d: more[d] for d in more if d not in first_blobs})
+        assert reader.load_blobs(more) == more  # a frame the record index has not read
+        assert reader.load_blobs(first_blobs) == first_blobs
+        assert reader.latest() == second
+    with FileStore(tmp_path) as fresh:
+        assert fresh.latest() == second
+        assert fresh.load_blobs({**first_blobs, **more}) == {**first_blobs, **more}
+        assert fresh.verify() == []
+
+
 def test_a_forked_child_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
     """A handle inherited through fork(2) never appends where the parent's handle does."""
     with FileStore(tmp_path) as store:
