@@ -71,6 +71,7 @@ class ReplyFuture(pykka.Future[Any]):
         self._value: Any = _PENDING
         self._error: tuple[BaseException, TracebackType | None] | None = None
         self._callbacks: list[Callable[[], None]] | None = []
+        self._completing = False
 
     def get(self, *, timeout: float | None = None) -> Any:
         """The answer, or raise what the call raised; :class:`ReplyTimeout` after ``timeout`` s."""
@@ -108,7 +109,7 @@ class ReplyFuture(pykka.Future[Any]):
     def set_get_hook(self, func: Any) -> None:
         """pykka's hook for derived futures (``ActorRef.stop`` uses it)."""
         with self._callbacks_lock:
-            if self._callbacks is None:
+            if self._completing:
                 raise queue.Full
             super().set_get_hook(func)
 
@@ -127,14 +128,19 @@ class ReplyFuture(pykka.Future[Any]):
         error: tuple[BaseException, TracebackType | None] | None,
     ) -> None:
         with self._callbacks_lock:
-            callbacks = self._callbacks
-            if callbacks is None or self._get_hook is not None:
+            if self._completing or self._get_hook is not None:
                 raise queue.Full  # pykka's contract: a future completes once
-            self._callbacks = None
+            self._completing = True
         self._error = error
         self._value = value  # last: a value other than _PENDING means the answer is complete
         self._done.release()  # publishes the answer: getters wake after the fields are set
-        for callback in callbacks:
+        # Only now is the callback list closed: a callback added while the answer was
+        # being published joins the list and runs below, one added later runs at once.
+        # Either way it runs after the answer is in (closed first, a callback added in
+        # between ran at once and met no answer: ReplyTimeout from get(timeout=0)).
+        with self._callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
             callback()
 
 

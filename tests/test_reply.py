@@ -85,6 +85,48 @@ def test_callbacks_fire_once_on_completion_or_at_once_if_complete() -> None:
     assert future.get(timeout=0) == 3
 
 
+class _LockThenAct:
+    """A lock that runs ``act`` (once, when armed) right after its holder lets go."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.act: Any = None
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+        act, self.act = self.act, None
+        if act is not None:
+            act()
+
+
+def test_a_callback_added_while_the_answer_is_set_sees_the_answer() -> None:
+    """A callback added on another thread at any moment of completing (here: right after
+    the completing thread first lets go of the callbacks' lock) runs once the answer is
+    published: ``get(timeout=0)`` in it returns the answer, never ReplyTimeout."""
+    future = ReplyFuture()
+    lock = _LockThenAct()
+    future._callbacks_lock = lock  # type: ignore[misc]  # this future only
+    seen: list[object] = []
+
+    def in_callback() -> None:
+        try:
+            seen.append(future.get(timeout=0))
+        except BaseException as exc:  # what the callback met, for the assertion
+            seen.append(exc)
+
+    def add_from_another_thread() -> None:
+        adder = threading.Thread(target=future.add_done_callback, args=(in_callback,))
+        adder.start()
+        adder.join(timeout=10)
+
+    lock.act = add_from_another_thread
+    future.set("answer")
+    assert seen == ["answer"]
+
+
 def test_a_future_completes_only_once() -> None:
     future = ReplyFuture()
     future.set(1)
