@@ -281,10 +281,13 @@ class _Runner:
     def _session(self, sid: str, faults: list[list[Any]]) -> dict[str, Any]:
         if sid not in self.sessions:
             self.sessions.append(sid)
-        return {"id": sid, "log": str(self.work / f"{sid}.log"), "faults": faults}
+        return {"id": sid, "faults": faults}
 
     def _config(self, sessions: list[dict[str, Any]], **extra: Any) -> Path:
         self._n += 1
+        # A log per session and process: processes that run at once (a stopped owner
+        # and the one that took over) must not mix the lines of their attempts.
+        sessions = [{**s, "log": str(self.work / f"{s['id']}.{self._n}.log")} for s in sessions]
         backend = "thread"
         if self.trial.backend == "ray":
             backend = f"ray:{self.trial.ray_address}"
@@ -462,11 +465,15 @@ class _Runner:
 
     # --- checking ---------------------------------------------------------------------
 
+    def _log_files(self, sid: str) -> list[Path]:
+        return sorted(self.work.glob(f"{sid}.*.log"), key=lambda p: int(p.suffixes[-2][1:]))
+
     def _logs(self, sid: str) -> list[list[Any]]:
-        path = self.work / f"{sid}.log"
-        if not path.exists():
-            return []
-        return AttemptLog.parse(path.read_text().splitlines()).events
+        """Every line the session's processes logged, process by process."""
+        return [line for path in self._log_files(sid) for line in _lines(path)]
+
+    def _attempts(self, sid: str) -> list[AttemptLog]:
+        return [a for path in self._log_files(sid) for a in split_attempts(_lines(path))]
 
     def _done(self, sid: str) -> bool:
         return any(line[0] == "done" for line in self._logs(sid))
@@ -501,7 +508,7 @@ class _Runner:
         try:
             observed: dict[str, Any] = {"verify": store.verify(), "sessions": {}}
             for sid in self.sessions:
-                attempts = split_attempts(self._logs(sid))
+                attempts = self._attempts(sid)
                 observed["sessions"][sid] = {
                     "outputs": _json(lineage_outputs(store, sid, attempts)),
                     "states": _json(final_states(store, sid)),
@@ -509,6 +516,10 @@ class _Runner:
             return observed
         finally:
             store.close()
+
+
+def _lines(path: Path) -> list[list[Any]]:
+    return AttemptLog.parse(path.read_text().splitlines()).events
 
 
 def _json(value: Any) -> Any:
