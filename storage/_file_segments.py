@@ -255,8 +255,15 @@ class SegmentRecords:
         ids = known.ids  # this read's own copy (or a new entry's)
         for frame in scan.frames:
             ids.setdefault(frame.checkpoint_id, frame)
+        end, size = scan.end, st.st_size
         with self._lock:
-            self._segments[name] = _Segment(st.st_ino, scan.end, ids, scan.damage, st.st_size)
+            current = self._segments.get(name)
+            if current is not None and current.inode == st.st_ino and current.end > end:
+                # This handle appended (and noted) frames past what this read saw, while
+                # it read: they describe the same file further on, and stay indexed.
+                ids.update(current.ids)
+                end, size = current.end, max(size, current.size)
+            self._segments[name] = _Segment(st.st_ino, end, ids, scan.damage, size)
 
     def _read_deleted(self) -> None:
         try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,6 +207,59 @@ def test_blobs_appended_after_a_segment_was_read_for_its_records_are_found(
         assert fresh.latest() == second
         assert fresh.load_blobs({**first_blobs, **more}) == {**first_blobs, **more}
         assert fresh.verify() == []
+
+
+def test_a_read_of_a_segment_never_drops_a_frame_noted_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One thread of a handle reads its segment (a save's frame appended, not noted yet)
+    while another notes that frame and saves one more: the read, ending before the last
+    frame, must not drop it from the handle's index (a listing would then miss a
+    record that a save of this very handle returned)."""
+    from actorflow.storage import _file_segments
+
+    with FileStore(tmp_path) as store:
+        records = store._segments
+        assert records is not None
+        first, first_blobs = make_checkpoint(chunks={"e": [b"one"]})
+        store.save(first, first_blobs)
+        assert store.latest() == first  # the index has read the segment
+        appended, go_note = threading.Event(), threading.Event()
+        scanning, go_scan = threading.Event(), threading.Event()
+        real_note, real_scan = records.note, _file_segments.scan_segment
+
+        def slow_note(segment: str, frame: Frame) -> None:
+            if not appended.is_set():
+                appended.set()
+                assert go_note.wait(10)
+            real_note(segment, frame)
+
+        def slow_scan(*args: Any, **kwargs: Any) -> Any:
+            scanning.set()
+            assert go_scan.wait(10)
+            return real_scan(*args, **kwargs)
+
+        monkeypatch.setattr(records, "note", slow_note)
+        monkeypatch.setattr(_file_segments, "scan_segment", slow_scan)
+        second, more = make_checkpoint(parent=first, chunks={"e": [b"two"]})
+        saver = threading.Thread(target=store.save, args=(second, more))
+        saver.start()
+        assert appended.wait(10)  # its frame is in the file, not in the index yet
+        reader = threading.Thread(target=records.refresh)
+        reader.start()
+        assert scanning.wait(10)  # reading the segment from where the index ended
+        go_note.set()
+        saver.join(10)
+        third, most = make_checkpoint(parent=second, chunks={"e": [b"three"]})
+        store.save(third, most)  # noted: the index is at the segment's end again
+        go_scan.set()
+        reader.join(10)
+        assert not saver.is_alive() and not reader.is_alive()
+        assert {first.id, second.id, third.id} <= records.ids()
+        assert records.find(third.id) is not None
+        monkeypatch.undo()
+        assert store.latest() == third
+        assert store.list() == [first, second, third]
 
 
 def test_a_forked_child_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
