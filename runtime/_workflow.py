@@ -13,13 +13,13 @@ import pykka
 
 from actorflow.actors import ActorBackend, HostPool, ThreadBackend
 from actorflow.errors import SessionClosed
-from actorflow.storage import CheckpointStore
+from actorflow.storage import CheckpointStore, bounded_waits
 
 from . import _events as ev
 from ._graph import GraphSpec
 from ._job import SupervisorActor
 from ._opening import IfExists, open_session, resume_session
-from ._ownership import DEFAULT_LEASE_TTL
+from ._ownership import DEFAULT_LEASE_TTL, LOCK_WAIT_FLOOR
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
 
@@ -201,17 +201,18 @@ class Workflow:
             SessionExists: ``session_id`` has checkpoints and ``if_exists="error"``.
         """
         self._check_open()
-        return open_session(
-            self,
-            session_id,
-            store=store,
-            checkpoint=checkpoint,
-            restart=restart,
-            if_exists=if_exists,
-            wait=wait,
-            lease_ttl=lease_ttl,
-            pool=self._pool_for(backend),
-        )
+        with bounded_waits(max(wait, LOCK_WAIT_FLOOR)):  # the store's locks too
+            return open_session(
+                self,
+                session_id,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                if_exists=if_exists,
+                wait=wait,
+                lease_ttl=lease_ttl,
+                pool=self._pool_for(backend),
+            )
 
     def resume(
         self,
@@ -255,18 +256,19 @@ class Workflow:
             SessionExists: ``as_session`` already has checkpoints.
         """
         self._check_open()
-        resumed = resume_session(
-            self,
-            store,
-            session=session,
-            checkpoint_id=checkpoint_id,
-            checkpoint=checkpoint,
-            restart=restart,
-            as_session=as_session,
-            wait=wait,
-            lease_ttl=lease_ttl,
-            pool=self._pool_for(backend),
-        )
+        with bounded_waits(max(wait, LOCK_WAIT_FLOOR)):  # the store's locks too
+            resumed = resume_session(
+                self,
+                store,
+                session=session,
+                checkpoint_id=checkpoint_id,
+                checkpoint=checkpoint,
+                restart=restart,
+                as_session=as_session,
+                wait=wait,
+                lease_ttl=lease_ttl,
+                pool=self._pool_for(backend),
+            )
         if responses:
             try:
                 resumed.queue_answers(responses)

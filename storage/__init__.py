@@ -19,6 +19,7 @@ from ._format import (
     new_checkpoint_id,
 )
 from ._lease import Lease
+from ._lock_wait import bounded_waits, lock_bound
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
 from ._sqlite import SQLiteStore
@@ -38,8 +39,10 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "blob_digest",
+    "bounded_waits",
     "decode_checkpoint",
     "encode_checkpoint",
+    "lock_bound",
     "new_checkpoint_id",
 ]
 

@@ -41,6 +41,7 @@ from ._file_lease import FileLeases, FileStoreLeases
 from ._file_segments import SegmentRecords, read_deleted, read_deleted_ids
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint
 from ._lease import Lease
+from ._lock_wait import flock_within, lock_bound, store_lock_held
 from ._pack import (
     RECORD_SUFFIX,
     BlobSource,
@@ -50,9 +51,6 @@ from ._pack import (
 )
 from ._packindex import PackIndex
 from ._segment import SEGMENT_SUFFIX, SegmentWriter
-
-if sys.platform != "win32":
-    import fcntl
 
 # Ids become file names: no separators, no leading dot, bounded length.
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
@@ -409,7 +407,14 @@ class FileStore(FileBlobReads, FileStoreLeases, StoreBase):
         try:
             try:
                 if fd is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                    bound = lock_bound(None)  # an open's wait=, if this is one
+                    if not flock_within(fd, bound, shared=not exclusive):
+                        raise store_lock_held(
+                            where=repr(self),
+                            lock=f"its store lock {self._lock_path}",
+                            path=str(self._lock_path),
+                            waited=bound or 0.0,
+                        )
                 self._index.sync(fd)
             except OSError as exc:  # e.g. a folder named .lock
                 raise CheckpointError(

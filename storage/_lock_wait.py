@@ -10,10 +10,13 @@ debugger inside a save) is told apart from a slow one.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from actorflow.errors import SessionOwned, StoreLocked
 
@@ -23,11 +26,14 @@ if sys.platform != "win32":
     import fcntl
 
 __all__ = [
+    "bounded_waits",
     "check_lock_wait",
     "describe_holders",
     "flock_within",
     "lease_lock_held",
+    "lock_bound",
     "lock_holders",
+    "store_lock_held",
 ]
 
 _FIRST_POLL = 0.001
@@ -43,6 +49,38 @@ _STATES = {
     "X": "exited",
     "I": "idle",
 }
+
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "actorflow_store_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def bounded_waits(seconds: float) -> Iterator[None]:
+    """Bound every wait for a built-in store's lock in this context (this thread or
+    task) by ``seconds`` from now.
+
+    What an open with ``wait=`` sets around its reads: a lock that only a stalled
+    process would keep (a FileStore collection stopped half-way holds the store
+    lock for as long as it stays stopped) then ends the open within its ``wait``
+    with :class:`~actorflow.errors.StoreLocked`, instead of blocking it for good.
+    """
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def lock_bound(default: float | None) -> float | None:
+    """Seconds a lock wait may take here: what is left of :func:`bounded_waits`' bound
+    (when one is set), never more than ``default`` (None: no bound of its own)."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return default
+    left = max(deadline - time.monotonic(), 0.0)
+    return left if default is None else min(left, default)
 
 
 def flock_within(fd: int, seconds: float | None, *, shared: bool = False) -> bool:
@@ -168,3 +206,17 @@ def lease_lock_held(
         "or open with a longer wait="
     )
     return StoreLocked(message, lock=lock, holder=holder)
+
+
+def store_lock_held(*, where: str, lock: str, path: str, waited: float) -> StoreLocked:
+    """The error of a store lock that stayed held past its bound (not a lease's lock)."""
+    holder = describe_holders(lock_holders(path))
+    return StoreLocked(
+        f"cannot use {where}: {lock} stayed held for {waited:.1f} s, "
+        + (f"by {holder}" if holder else "by a process this system cannot name")
+        + ". A process stalled inside a collection (delete, prune) of this store holds it "
+        "(stopped, paused by a debugger); nothing was changed. Let it go on or end it, "
+        "or open with a longer wait=",
+        lock=lock,
+        holder=holder,
+    )

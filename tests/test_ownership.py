@@ -19,7 +19,7 @@ import pytest
 import actorflow as af
 from actorflow.errors import LeaseLost
 from actorflow.runtime._ownership import _RENEWER, ProcessIdentity, this_process
-from actorflow.storage import CheckpointKind, CheckpointStore
+from actorflow.storage import CheckpointKind, CheckpointStore, bounded_waits
 from actorflow.storage.conformance import make_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -514,6 +514,47 @@ def test_wait_bounds_a_store_lock_held_by_another_process(
                 assert f"pid {child.pid}" in outcome.holder
         with wf.resume(store, session="s1", wait=WAIT_S) as s:  # the lock let go: it opens
             assert [p.request_id for p in s.pending_requests] == ["desk:1:0"]
+
+
+def test_wait_bounds_a_filestore_lock_held_by_a_stalled_collection(tmp_path: Path) -> None:
+    """Another process holds a FileStore's store lock exclusively (a delete or prune
+    stopped half-way): a resume with wait=1 returns within its bound (its reads rarely
+    need that lock), and a read that needs it under the bound of an open fails with
+    StoreLocked naming the lock and the holder, instead of blocking for good."""
+    root = tmp_path / "store"
+    with af.FileStore(root) as first, owners.build() as wf, wf.session("s1", store=first) as s:
+        s.run(Order(1))
+    holder = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(os.path.join(sys.argv[1], '.lock'), os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('LOCKED', flush=True)\nsys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", holder, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    with af.FileStore(root) as store, owners.build() as wf:
+        try:
+            assert _line(child) == "LOCKED"
+            outcome = _open_within(wf, store, BOUND_S, session="s1", wait=1)
+            if isinstance(outcome, af.Session):
+                outcome.close()
+            else:
+                assert isinstance(outcome, af.StoreLocked), outcome
+            digest = next(iter(store.latest(session="s1").blob_digests()))  # type: ignore[union-attr]
+            with bounded_waits(1.0), pytest.raises(af.StoreLocked) as locked:
+                store.has_blobs([digest])  # always under the store lock
+        finally:
+            _reap(child)
+        assert ".lock" in locked.value.lock
+        if os.path.exists("/proc/locks"):
+            assert f"pid {child.pid}" in locked.value.holder
+        with wf.resume(store, session="s1", wait=WAIT_S) as resumed:  # let go: it opens
+            assert [p.request_id for p in resumed.pending_requests] == ["desk:1:0"]
+            assert store.has_blobs([digest]) == {digest}
 
 
 def test_opening_a_sqlite_store_does_not_wait_for_a_writer(tmp_path: Path) -> None:
