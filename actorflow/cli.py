@@ -38,8 +38,7 @@ from typing import Any
 from actorflow.errors import ActorflowError, CheckpointError
 from actorflow.runtime import Workflow
 from actorflow.runtime._checkpointing import check_runtime
-from actorflow.storage import Checkpoint, CheckpointStore, FileStore, SQLiteStore
-from actorflow.storage._file_gc import MARKER
+from actorflow.storage import FILESTORE_MARKER, Checkpoint, CheckpointStore, FileStore, SQLiteStore
 
 from ._cli_show import describe_checkpoint, import_modules
 
@@ -71,9 +70,9 @@ def open_store(target: str, *, create: bool = False, upgrade: bool = False) -> C
         return _open_postgres(target)  # schema created or upgraded as the store opens
     path = Path(target)
     if path.is_dir():
-        if not create and not (path / MARKER).exists():
+        if not create and not (path / FILESTORE_MARKER).exists():
             raise CheckpointError(
-                f"{target} is a folder but not an actorflow FileStore (no {MARKER} file in "
+                f"{target} is a folder but not an actorflow FileStore (no {FILESTORE_MARKER} file in "
                 "it); give the folder a FileStore wrote, or a SQLite file"
             )
         if upgrade:

@@ -26,10 +26,7 @@ import from here, never the other way round.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from actorflow.storage._lease import Lease
+from typing import Any, Protocol
 
 __all__ = [
     "ActorflowError",
@@ -67,6 +64,30 @@ __all__ = [
     "WorkerImportFailed",
     "WorkflowError",
 ]
+
+
+class HeldLease(Protocol):
+    """What an error says of a session's lease (an :class:`actorflow.storage.Lease`).
+
+    Declared here, as what these errors read of it, so that this module imports
+    nothing of actorflow's: every other package imports from it.
+    """
+
+    @property
+    def session(self) -> str:
+        """The session held."""
+
+    @property
+    def token(self) -> int:
+        """The lease's fencing token."""
+
+    @property
+    def owner(self) -> str:
+        """Who holds it, for humans."""
+
+    @property
+    def expires_at(self) -> float:
+        """Epoch seconds by the store's clock when it expires unless renewed."""
 
 
 class ActorflowError(Exception):
@@ -369,7 +390,7 @@ class SessionOwned(LeaseError):
         holder: the live lease (its owner and ``expires_at``).
     """
 
-    def __init__(self, holder: Lease, *, doing: str = "cannot open it for writing"):
+    def __init__(self, holder: HeldLease, *, doing: str = "cannot open it for writing"):
         super().__init__(
             f"session {holder.session!r} is owned by {holder.owner} (lease token "
             f"{holder.token}, {_expiry(holder.expires_at)}); "
@@ -393,7 +414,7 @@ def _expiry(expires_at: float) -> str:
     return f"expires {when}, in {max(left, 0.0):.1f} s unless renewed"
 
 
-def _rebuild_owned(holder: Lease, doing: str) -> SessionOwned:
+def _rebuild_owned(holder: HeldLease, doing: str) -> SessionOwned:
     return SessionOwned(holder, doing=doing)
 
 
@@ -407,7 +428,7 @@ class LeaseLost(LeaseError):
         lease: the stale lease, when known.
     """
 
-    def __init__(self, message: str, *, lease: Lease | None = None):
+    def __init__(self, message: str, *, lease: HeldLease | None = None):
         super().__init__(message)
         self.lease = lease
 
@@ -415,7 +436,7 @@ class LeaseLost(LeaseError):
         return (_rebuild_lost, (str(self), self.lease))
 
 
-def _rebuild_lost(message: str, lease: Lease | None) -> LeaseLost:
+def _rebuild_lost(message: str, lease: HeldLease | None) -> LeaseLost:
     return LeaseLost(message, lease=lease)
 
 

@@ -20,12 +20,13 @@ from ._backend import (
     WaitAny,
     group_wait,
 )
-from ._chunks import decode_state, encode_state
+from ._chunks import check_state, decode_state, encode_state, state_names
 from ._codec import encode
 from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
+from ._naming import main_module_name, stable_name
 from ._ray import RayBackend
-from ._registry import is_registered, message, wire_name
+from ._registry import entry_named, has_registered_subclass, is_registered, message, wire_name
 from ._reply import LeanActor, ReplyFuture, ReplyTimeout, prefer_handoffs
 
 __all__ = [
@@ -45,13 +46,19 @@ __all__ = [
     "ReplyTimeout",
     "ThreadBackend",
     "WaitAny",
+    "check_state",
     "decode",
     "decode_state",
     "encode",
     "encode_state",
+    "entry_named",
     "group_wait",
+    "has_registered_subclass",
     "is_registered",
+    "main_module_name",
     "message",
     "prefer_handoffs",
+    "stable_name",
+    "state_names",
     "wire_name",
 ]

@@ -18,14 +18,17 @@ import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
 from actorflow.storage import (
+    EMPTY_METADATA,
     BlobBatchReader,
     Checkpoint,
     CheckpointKind,
     CheckpointStore,
+    Cut,
+    ExecutorDigests,
     Lease,
+    cut_saver,
     new_checkpoint_id,
 )
-from actorflow.storage._cut import EMPTY_METADATA, Cut, ExecutorDigests, cut_saver
 
 from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
@@ -188,7 +191,7 @@ class Checkpointer:
         """A new record of this lineage (its parent: the last cut written).
 
         ``metadata`` is the run's, packed when the run was submitted (see
-        :func:`~actorflow.storage._cut.packed_metadata`).
+        :func:`~actorflow.storage.packed_metadata`).
         """
         spec = self.spec
         return tuple.__new__(  # skips the NamedTuple's Python-level __new__

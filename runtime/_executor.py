@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
-from actorflow.actors import is_registered
-from actorflow.actors._registry import has_registered_subclass
+from actorflow.actors import has_registered_subclass, is_registered
 from actorflow.errors import GraphError
 
 from ._types import TypeSpec, parse_type_spec

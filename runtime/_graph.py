@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actorflow.actors._naming import stable_name
+from actorflow.actors import stable_name
 from actorflow.errors import GraphMismatch
 
 from ._edges import Accepts

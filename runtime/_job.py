@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actorflow.actors import LeanActor
-from actorflow.storage._cut import EMPTY_METADATA
+from actorflow.storage import EMPTY_METADATA
 
 __all__ = ["Fault", "Payload", "RunJob", "SupervisorActor", "new_run_id"]
 

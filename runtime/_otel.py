@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actorflow.storage._cut import metadata_with
+from actorflow.storage import metadata_with
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

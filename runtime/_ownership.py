@@ -316,7 +316,7 @@ def acquire(
                     owner=exc.holder.owner,
                     token=exc.holder.token,
                 )
-                store.release_lease(exc.holder)
+                store.release_lease(Lease.of(exc.holder))
                 continue
             left = deadline - time.monotonic()
             if left <= 0:

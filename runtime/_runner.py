@@ -19,8 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state
-from actorflow.actors._chunks import state_names
+from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state, state_names
 from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, UnroutableMessage
 
 from ._context import Context

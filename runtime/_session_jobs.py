@@ -20,7 +20,7 @@ import pykka
 
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken
-from actorflow.storage._cut import EMPTY_METADATA, packed_metadata
+from actorflow.storage import EMPTY_METADATA, packed_metadata
 
 from . import _events as ev
 from ._checkpointing import Restored

@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from actorflow.actors._chunks import check_state
-from actorflow.actors._naming import stable_name
+from actorflow.actors import check_state, stable_name
 from actorflow.errors import DecodeError, StateMigrationError
 
 from ._executor import Executor

@@ -27,9 +27,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from actorflow.actors import entry_named, main_module_name
+
 # Not re-exported by actorflow.actors: only the codec and this lookup need it.
-from actorflow.actors._naming import main_module_name
-from actorflow.actors._registry import entry_named
 from actorflow.errors import CheckpointCorrupt, DecodeError, RequestError
 from actorflow.storage import MemoryStore, blob_digest, decode_checkpoint, encode_checkpoint
 

@@ -13,8 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from actorflow.actors import wire_name
-from actorflow.actors._naming import stable_name
+from actorflow.actors import stable_name, wire_name
 
 __all__ = ["TypeSpec", "a_label", "parse_type_spec", "type_label"]
 

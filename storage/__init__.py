@@ -8,7 +8,16 @@ passes; see ``docs/storage.md``.
 
 from typing import TYPE_CHECKING
 
+from ._cut import (
+    EMPTY_METADATA,
+    Cut,
+    ExecutorDigests,
+    cut_saver,
+    metadata_with,
+    packed_metadata,
+)
 from ._file import FileStore
+from ._file_gc import MARKER as FILESTORE_MARKER
 from ._format import (
     FORMAT_VERSION,
     Checkpoint,
@@ -28,11 +37,15 @@ if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
 __all__ = [
+    "EMPTY_METADATA",
+    "FILESTORE_MARKER",
     "FORMAT_VERSION",
     "BlobBatchReader",
     "Checkpoint",
     "CheckpointKind",
     "CheckpointStore",
+    "Cut",
+    "ExecutorDigests",
     "FileStore",
     "Lease",
     "MemoryStore",
@@ -40,10 +53,13 @@ __all__ = [
     "SQLiteStore",
     "blob_digest",
     "bounded_waits",
+    "cut_saver",
     "decode_checkpoint",
     "encode_checkpoint",
     "lock_bound",
+    "metadata_with",
     "new_checkpoint_id",
+    "packed_metadata",
 ]
 
 

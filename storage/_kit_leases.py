@@ -313,7 +313,7 @@ class LeaseTests(KitBase):
                 start.wait(timeout=WAIT_S)
                 won.append(store.acquire_lease("s", f"thread {n}", LONG_TTL))
             except SessionOwned as exc:
-                refused.append(exc.holder)
+                refused.append(Lease.of(exc.holder))
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 

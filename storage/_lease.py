@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from actorflow.errors import LeaseLost, SessionOwned
+from actorflow.errors import HeldLease, LeaseLost, SessionOwned
 
 __all__ = [
     "MAX_TTL",
@@ -75,6 +75,13 @@ class Lease:
     def remaining(self, now: float | None = None) -> float:
         """Seconds until :attr:`expires_at` (negative once expired), by the local clock."""
         return self.expires_at - (time.time() if now is None else now)
+
+    @classmethod
+    def of(cls, held: HeldLease) -> Lease:
+        """The lease an error names (``SessionOwned.holder``, ``LeaseLost.lease``)."""
+        if isinstance(held, Lease):
+            return held
+        return cls(held.session, held.token, held.owner, held.expires_at)
 
 
 @dataclass(frozen=True, slots=True)
