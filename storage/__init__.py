@@ -8,16 +8,7 @@ passes; see ``docs/storage.md``.
 
 from typing import TYPE_CHECKING
 
-from ._cut import (
-    EMPTY_METADATA,
-    Cut,
-    ExecutorDigests,
-    cut_saver,
-    metadata_with,
-    packed_metadata,
-)
 from ._file import FileStore
-from ._file_gc import MARKER as FILESTORE_MARKER
 from ._format import (
     FORMAT_VERSION,
     Checkpoint,
@@ -28,38 +19,43 @@ from ._format import (
     new_checkpoint_id,
 )
 from ._lease import Lease
-from ._lock_wait import bounded_waits, lock_bound
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
 from ._sqlite import SQLiteStore
+
+# The runtime's seam into storage: the supervisor's write path (the cut record and its
+# saver), the bound on lock waits, the FileStore marker the CLI recognises. Importable
+# from the package so no one reaches into its private modules, but not in __all__:
+# they are not part of the public API.
+# isort: split
+from ._cut import EMPTY_METADATA as EMPTY_METADATA
+from ._cut import Cut as Cut
+from ._cut import ExecutorDigests as ExecutorDigests
+from ._cut import cut_saver as cut_saver
+from ._cut import metadata_with as metadata_with
+from ._cut import packed_metadata as packed_metadata
+from ._file_gc import FILESTORE_MARKER as FILESTORE_MARKER
+from ._lock_wait import bounded_waits as bounded_waits
+from ._lock_wait import lock_bound as lock_bound
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
 __all__ = [
-    "EMPTY_METADATA",
-    "FILESTORE_MARKER",
     "FORMAT_VERSION",
     "BlobBatchReader",
     "Checkpoint",
     "CheckpointKind",
     "CheckpointStore",
-    "Cut",
-    "ExecutorDigests",
     "FileStore",
     "Lease",
     "MemoryStore",
     "PostgresStore",
     "SQLiteStore",
     "blob_digest",
-    "bounded_waits",
-    "cut_saver",
     "decode_checkpoint",
     "encode_checkpoint",
-    "lock_bound",
-    "metadata_with",
     "new_checkpoint_id",
-    "packed_metadata",
 ]
 
 

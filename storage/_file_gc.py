@@ -34,7 +34,7 @@ from ._segment import SEGMENT_SUFFIX, Frame, scan_segment
 if os.name == "posix":
     import fcntl
 
-MARKER = "actorflow-store"
+FILESTORE_MARKER = "actorflow-store"
 PACKS = "packs"
 LAYOUT = b"actorflow FileStore layout 3\n"
 LAYOUT_2 = b"actorflow FileStore layout 2\n"
@@ -42,7 +42,7 @@ _LAYOUT_1 = b"actorflow FileStore layout 1\n"
 _LAYOUTS = {2: LAYOUT_2, 3: LAYOUT}
 _LAYOUT_PREFIX = b"actorflow FileStore layout "
 # "checkpoints" and "blobs" are layout 1's folders, left behind by an interrupted upgrade.
-_KNOWN = {MARKER, ".lock", "deleted", PACKS, "checkpoints", "blobs"}
+_KNOWN = {FILESTORE_MARKER, ".lock", "deleted", PACKS, "checkpoints", "blobs"}
 
 
 def open_layout(root: Path, new: int = 3) -> int:
@@ -56,7 +56,7 @@ def open_layout(root: Path, new: int = 3) -> int:
         UnsupportedFormat: another layout (layout 1: the message names the upgrade).
         CheckpointCorrupt: the marker is damaged.
     """
-    marker = root / MARKER
+    marker = root / FILESTORE_MARKER
     try:
         root.mkdir(parents=True, exist_ok=True)
         if not marker.exists():
@@ -253,11 +253,13 @@ def _frame_to_pack(packs: Path, segment: _SegmentFile, frame: Frame) -> None:
 
 def upgrade_layout(root: Path) -> None:
     """Convert a layout-1 or layout-2 folder to layout 3 in place (see ``FileStore.upgrade``)."""
-    marker = root / MARKER
+    marker = root / FILESTORE_MARKER
     try:
         layout = marker.read_bytes()
     except FileNotFoundError:
-        raise CheckpointError(f"{root} is not an actorflow FileStore (no {MARKER})") from None
+        raise CheckpointError(
+            f"{root} is not an actorflow FileStore (no {FILESTORE_MARKER})"
+        ) from None
     if layout not in (LAYOUT, LAYOUT_2, _LAYOUT_1):
         open_layout(root)  # raises the error that names what is wrong
     packs = root / PACKS
