@@ -32,9 +32,9 @@ from actorflow.runtime import (
     RunStatus,
     Session,
 )
-from actorflow.runtime._job import Fault
 from actorflow.runtime._runner import InjectedFault
 from actorflow.runtime._session import NO_INPUT
+from actorflow.runtime.supervisor import Fault
 
 __all__ = ["FaultKind", "InjectedFault", "RunOutcome", "inject_fault", "run_to_idle"]
 

@@ -26,11 +26,11 @@ from ._events import (
     SuperstepStartedEvent,
 )
 from ._executor import Executor, Resource, handler, resource, response_handler
-from ._job import Fault
 from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
 from ._session import Session
 from ._subworkflow import WorkflowExecutor
 from ._workflow import Workflow
+from .supervisor import Fault
 
 __all__ = [
     "RUN_INPUT",

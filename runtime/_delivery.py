@@ -14,7 +14,7 @@ from typing import Any
 from actorflow.actors import decode
 
 from . import _events as ev
-from ._job import Payload
+from .supervisor import Payload
 
 __all__ = [
     "AsyncSink",

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
     from ._checkpointing import Checkpointer
-    from ._job import RunJob
+    from .supervisor import RunJob
 
 __all__ = [
     "PREFIX",

@@ -30,13 +30,12 @@ from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._delivery import End, EventStream, QueueSink, pending_of
-from ._job import Fault, SupervisorActor
 from ._lineage import Lineage
 from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
 from ._session_jobs import RunJobs
-from ._supervisor import Driver
+from .supervisor import Driver, Fault, SupervisorActor
 
 if TYPE_CHECKING:
     from ._workflow import Workflow

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, Self
 import pykka
 
 from . import _events as ev
-from ._barrier import CANCEL_GRACE
 from ._delivery import AsyncSink, End, EndSink, materialize
-from ._job import RunJob, SupervisorActor
+from .supervisor import CANCEL_GRACE, RunJob, SupervisorActor
 
 if TYPE_CHECKING:
     from ._workflow import Workflow

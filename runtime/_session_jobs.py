@@ -26,12 +26,11 @@ from . import _events as ev
 from ._checkpointing import Restored
 from ._context import RUN_INPUT
 from ._delivery import End, collected, pending_of
-from ._job import RunJob, SupervisorActor, new_run_id
 from ._otel import capture_context
 from ._session_async import NO_INPUT, STOP_WAIT
-from ._supervisor import Driver
 from ._types import type_label
 from ._wire import SINGLE
+from .supervisor import Driver, RunJob, SupervisorActor, new_run_id
 
 if TYPE_CHECKING:
     from ._workflow import Workflow

@@ -17,11 +17,11 @@ from actorflow.storage import CheckpointStore, bounded_waits
 
 from . import _events as ev
 from ._graph import GraphSpec
-from ._job import SupervisorActor
 from ._opening import IfExists, open_session, resume_session
 from ._ownership import DEFAULT_LEASE_TTL, LOCK_WAIT_FLOOR
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
+from .supervisor import SupervisorActor
 
 __all__ = ["Workflow"]
 

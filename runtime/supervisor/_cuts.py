@@ -10,19 +10,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import actorflow.runtime._events as ev
 from actorflow.actors import HostFuture
 from actorflow.errors import CheckpointWriteFailed, ExecutorFailed, RunFailed
+from actorflow.runtime._checkpointing import Checkpointer
+from actorflow.runtime._graph import GraphSpec
+from actorflow.runtime._logging import Log
+from actorflow.runtime._otel import RunTelemetry
+from actorflow.runtime._pace import PACE
+from actorflow.runtime._state import RunState
+from actorflow.runtime._wire import unpack
 
-from . import _events as ev
-from ._checkpointing import Checkpointer
-from ._graph import GraphSpec
 from ._job import RunJob
-from ._lastgood import LastGood
-from ._logging import Log
-from ._otel import RunTelemetry
-from ._pace import PACE
-from ._state import RunState
-from ._wire import unpack
+from ._last_good import LastGood
 
 __all__ = ["CheckpointSteps", "qualname"]
 

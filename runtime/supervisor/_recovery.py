@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING
 
 import pykka
 
+import actorflow.runtime._events as ev
 from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import ExecutorFailed, RunCancelled, UnroutableMessage, _UnroutableRunFailure
+from actorflow.runtime._logging import Log
+from actorflow.runtime._pace import unpaced
+from actorflow.runtime._policy import Restarts
+from actorflow.runtime._wire import pack, restore_digests
 
-from . import _events as ev
 from ._barrier import TimedOut
-from ._checkpoint_steps import qualname
+from ._cuts import qualname
 from ._job import RunJob
-from ._lastgood import LastGood
-from ._logging import Log
-from ._pace import unpaced
-from ._policy import Restarts
-from ._wire import pack, restore_digests
+from ._last_good import LastGood
 
 __all__ = ["RecoverySteps", "StepFailure"]
 

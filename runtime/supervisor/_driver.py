@@ -19,29 +19,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import actorflow.runtime._events as ev
 from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import (
     RunCancelled,
     RunFailed,
     SuperstepLimitExceeded,
 )
+from actorflow.runtime._checkpointing import Checkpointer
+from actorflow.runtime._graph import GraphSpec
+from actorflow.runtime._logging import get_logger
+from actorflow.runtime._otel import SPAN_RESTART, SPAN_ROLLBACK, RunTelemetry, open_run
+from actorflow.runtime._pace import PACE
+from actorflow.runtime._policy import Durability, RestartPolicy, Restarts
+from actorflow.runtime._state import RunState
+from actorflow.runtime._wire import SINGLE, pack, unpack
 from actorflow.storage import BlobBatchReader
 
-from . import _events as ev
 from ._barrier import Interrupted, TimedOut, collect
-from ._checkpoint_steps import CheckpointSteps, qualname
-from ._checkpointing import Checkpointer
-from ._graph import GraphSpec
-from ._host_steps import HostSteps
+from ._cuts import CheckpointSteps, qualname
+from ._hosts import HostSteps
 from ._job import Fault, Payload, RunJob
-from ._lastgood import LastGood
-from ._logging import get_logger
-from ._otel import SPAN_RESTART, SPAN_ROLLBACK, RunTelemetry, open_run
-from ._pace import PACE
-from ._policy import Durability, RestartPolicy, Restarts
+from ._last_good import LastGood
 from ._recovery import RecoverySteps, StepFailure
-from ._state import RunState
-from ._wire import SINGLE, pack, unpack
 
 __all__ = ["Driver"]
 

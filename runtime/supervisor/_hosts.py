@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import ExecutorFailed
+from actorflow.runtime._checkpointing import Checkpointer
+from actorflow.runtime._graph import GraphSpec
+from actorflow.runtime._logging import Log, get_logger
+from actorflow.runtime._pace import PACE
+from actorflow.runtime._policy import Restarts
+from actorflow.runtime._state import RunState
 
-from ._checkpoint_steps import qualname
-from ._checkpointing import Checkpointer
-from ._graph import GraphSpec
+from ._cuts import qualname
 from ._job import Fault
-from ._lastgood import LastGood
-from ._logging import Log, get_logger
-from ._pace import PACE
-from ._policy import Restarts
-from ._state import RunState
+from ._last_good import LastGood
 
 __all__ = ["HostSteps"]
 

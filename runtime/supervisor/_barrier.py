@@ -18,8 +18,7 @@ from functools import partial
 
 from actorflow.actors import HostFuture, WaitAny, group_wait
 from actorflow.errors import ExecutorTimedOut
-
-from ._pace import PACE
+from actorflow.runtime._pace import PACE
 
 __all__ = ["CANCEL_GRACE", "Interrupted", "Outcome", "TimedOut", "collect"]
 
