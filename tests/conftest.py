@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import typing
 from collections.abc import Iterator
@@ -13,12 +12,8 @@ from typing import Any
 import pytest
 
 import actorflow as af
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import graphs  # tests/ is on sys.path
-import pg
-from held_runs import Gate
+from tests.support import graphs, pg, python_path
+from tests.support.held_runs import Gate
 
 
 @pytest.fixture(autouse=True)
@@ -59,8 +54,6 @@ def _ray_owned(thread: threading.Thread) -> bool:
 
 # --- backends -------------------------------------------------------------------------
 
-_TESTS = Path(__file__).resolve().parent
-
 # Ray reads it when first imported: every socket of a local Ray on 127.0.0.1.
 os.environ[af.RayBackend.LOOPBACK_ENV] = "0"
 
@@ -69,8 +62,8 @@ os.environ[af.RayBackend.LOOPBACK_ENV] = "0"
 def ray_cluster() -> Iterator[Any]:
     """One local Ray for the whole test session, loopback only, shut down at the end.
 
-    Workers find the test modules (their executor classes travel by reference) on
-    PYTHONPATH. Missing Ray is a skip, except under CI=true, where it is a failure.
+    Workers find the test modules (their executor classes travel by reference, as
+    ``tests.<folder>.<module>``) on PYTHONPATH, which names the repository root. Missing Ray is a skip, except under CI=true, where it is a failure.
     """
     try:
         import ray
@@ -78,14 +71,13 @@ def ray_cluster() -> Iterator[Any]:
         if os.environ.get("CI") == "true":
             pytest.fail("ray is not installed (pip install 'actorflow[ray]')")
         pytest.skip("ray is not installed")
-    path = os.pathsep.join(p for p in (str(_TESTS), os.environ.get("PYTHONPATH")) if p)
     ray.init(
         num_cpus=2,
         object_store_memory=256 * 2**20,
         include_dashboard=False,
         configure_logging=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        runtime_env={"env_vars": {"PYTHONPATH": python_path()}},
     )
     try:
         yield ray

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_file_store import write_layout_1  # tests/ is on sys.path
 
 import actorflow as af
 from actorflow.cli import main
 from actorflow.storage import FileStore, SQLiteStore, encode_checkpoint
 from actorflow.storage.conformance import make_checkpoint
+from tests.storage.test_file_store import write_layout_1
+from tests.support import ROOT
 
 
 class Count(af.Executor):
@@ -83,8 +84,8 @@ def test_verify_reports_damage_with_a_nonzero_exit(
 def test_graph_prints_mermaid(tmp_path: Path) -> None:
     """graph MODULE:ATTR prints a Mermaid flowchart of the workflow."""
     out = subprocess.run(
-        [sys.executable, "-m", "actorflow.cli", "graph", "test_cli:build"],
-        cwd=Path(__file__).parent,
+        [sys.executable, "-m", "actorflow.cli", "graph", "tests.test_cli:build"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
@@ -177,7 +178,7 @@ def test_postgres_uri_works_for_list_show_verify_prune(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Every checkpoints command takes a postgresql:// URI (schema as ?schema=NAME)."""
-    import pg
+    from tests.support import pg
 
     with pg.schema() as (dsn, schema):
         store = af.PostgresStore(dsn, schema=schema)

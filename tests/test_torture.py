@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pg
 import pytest
 
+from tests.support import pg
 from torture.stores import KINDS
 from torture.trial import Failure, Trial
 

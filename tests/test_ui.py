@@ -19,13 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ui_scenario  # beside the tests (pytest puts this folder on sys.path)
 
 import actorflow as af
 from actorflow.ui import Inspector
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+from tests.support import ui_scenario
 
 # Straight to 127.0.0.1: never through a proxy the environment may name.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

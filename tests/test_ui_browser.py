@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ui_scenario  # beside the tests (pytest puts this folder on sys.path)
 
 import actorflow as af
 from actorflow.ui import Inspector
+from tests.support import ui_scenario
 
 CHROMIUM = os.environ.get("ACTORFLOW_CHROMIUM", "/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -227,7 +227,7 @@ def test_cross_site_posts_and_foreign_hosts_are_refused_in_the_browser(
 def test_a_traced_run_drawn_for_the_readme(page: Any, tmp_path: Path) -> None:
     """The spans of a traced fan-out/fan-in run with a restart, drawn as a waterfall:
     saved as docs/trace.png, so the README's picture of a trace is a real one."""
-    import trace_page
+    from tests.support import trace_page
 
     spans = trace_page.traced_run()
     names = [s.name for s in spans]

@@ -1,0 +1,1 @@
+"""Tests of ``actorflow.actors``: the codec, the actor plumbing, chunked state, Ray."""

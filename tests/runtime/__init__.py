@@ -1,0 +1,1 @@
+"""Tests of ``actorflow.runtime``: supersteps, sessions, checkpoints, recovery, telemetry."""

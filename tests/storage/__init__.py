@@ -1,0 +1,1 @@
+"""Tests of ``actorflow.storage``: the record format, each store, the conformance kit."""
