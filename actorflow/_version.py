@@ -1,0 +1,3 @@
+"""The version of actorflow: the one place it is written."""
+
+__version__ = "0.1.0"
