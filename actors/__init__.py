@@ -20,14 +20,24 @@ from ._backend import (
     WaitAny,
     group_wait,
 )
-from ._chunks import check_state, decode_state, encode_state, state_names
-from ._codec import encode
-from ._decode import decode
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
-from ._naming import main_module_name, stable_name
-from ._ray import RayBackend
-from ._registry import entry_named, has_registered_subclass, is_registered, message, wire_name
 from ._reply import LeanActor, ReplyFuture, ReplyTimeout, prefer_handoffs
+from .codec import (
+    check_state,
+    decode,
+    decode_state,
+    encode,
+    encode_state,
+    entry_named,
+    has_registered_subclass,
+    is_registered,
+    main_module_name,
+    message,
+    stable_name,
+    state_names,
+    wire_name,
+)
+from .ray import RayBackend
 
 __all__ = [
     "ActorBackend",

@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 
 import pykka
 
-from ._host import ExecutorHost, HostedFactory
+from ._host import UNLOAD, Call, ExecutorHost, HostedFactory, HostMessage, LoadCall
 from ._reply import Raised, ReplyFuture
 
 __all__ = [
@@ -127,19 +127,19 @@ class _ThreadHost:
         self._lock = threading.Lock()
 
     def call(self, method: str, payload: bytes) -> HostFuture:
-        return self._ask(("call", method, payload))
+        return self._ask(Call(method, payload))
 
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
-        return self._ask(("load_call", factory, method, payload))
+        return self._ask(LoadCall(factory, method, payload))
 
     def unload(self) -> HostFuture:
         if self._ref is None and not self._stopped:
             done = ReplyFuture()  # never started: no program to unload
             done.set(None)
             return done
-        return self._ask(("unload",))
+        return self._ask(UNLOAD)
 
-    def _ask(self, message: tuple[Any, ...]) -> ReplyFuture:
+    def _ask(self, message: HostMessage) -> ReplyFuture:
         ref = self._ref
         if ref is None:
             with self._lock:

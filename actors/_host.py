@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ._reply import LeanActor, Raised
 
 __all__ = [
+    "UNLOAD",
+    "Call",
     "ExecutorHost",
     "HandlerAborted",
     "HostLoop",
+    "HostMessage",
     "Hosted",
     "HostedFactory",
+    "LoadCall",
     "ProgramSlot",
+    "Unload",
 ]
 
 T = TypeVar("T")
@@ -89,16 +94,42 @@ class Hosted(Protocol):
 HostedFactory = Callable[[], Hosted]
 
 
+# --- the host messages ---------------------------------------------------------------
+
+
+class Call(NamedTuple):
+    """Call the loaded program: ``method`` with ``payload``; answered with its bytes."""
+
+    method: str
+    payload: bytes
+
+
+class LoadCall(NamedTuple):
+    """Stop the current program, build ``factory()``, start it on the host's thread,
+    then :class:`Call` it: a run's first call to a host, one round trip for both."""
+
+    factory: HostedFactory
+    method: str
+    payload: bytes
+
+
+class Unload(NamedTuple):
+    """Stop the current program; the host stays alive for reuse."""
+
+
+UNLOAD = Unload()
+"""The one :class:`Unload` message (it carries nothing)."""
+
+HostMessage = Call | LoadCall | Unload
+"""What :meth:`ProgramSlot.receive` answers. Built in the host's own process (a
+pykka ask, or a Ray worker from its call's arguments), so never decoded."""
+
+
 class ProgramSlot:
     """The place one :class:`Hosted` program lives in a host, whatever the host is.
 
-    ``receive`` answers the host messages (tuples):
-
-    - ``("call", method, payload)``: forward to the program; returns bytes.
-    - ``("load_call", factory, method, payload)``: stop the current program, build
-      ``factory()``, start it on this thread, then ``call`` it: a run's first call
-      to a host, one round trip for both.
-    - ``("unload",)``: stop the current program; the host stays alive for reuse.
+    ``receive`` answers the host messages (:data:`HostMessage`): :class:`Call`,
+    :class:`LoadCall` and :class:`Unload`.
 
     A ``BaseException`` the program raises fails only its call, as
     :class:`HandlerAborted`. Used by the thread host (:class:`ExecutorHost`) and the
@@ -111,19 +142,17 @@ class ProgramSlot:
         self._program: Hosted | None = None
         self._loop = HostLoop()
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: HostMessage) -> Any:
         """Dispatch one host message."""
-        kind = message[0]
         try:
-            if kind == "call":
+            if type(message) is Call:
                 program = self._program
                 if program is None:
                     raise RuntimeError("host has no program loaded; load one first")
-                return program.call(message[1], message[2])
-            if kind == "load_call":
-                self._load(message[1])
-                return self._program.call(message[2], message[3])  # type: ignore[union-attr]  # just loaded
-            if kind == "unload":
+                return program.call(message.method, message.payload)
+            if type(message) is LoadCall:
+                return self._load(message.factory).call(message.method, message.payload)
+            if type(message) is Unload:
                 self._unload()
                 return None
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
@@ -132,18 +161,19 @@ class ProgramSlot:
             aborted = HandlerAborted(f"a hosted program raised {type(exc).__name__}: {exc}")
             aborted.__cause__ = exc
             return Raised(aborted)
-        return Raised(ValueError(f"unknown host message {kind!r}"))
+        return Raised(ValueError(f"unknown host message {message!r}"))
 
     def close(self) -> None:
         """Stop the program and close the loop (the host is going away)."""
         self._unload()
         self._loop.close()
 
-    def _load(self, factory: HostedFactory) -> None:
+    def _load(self, factory: HostedFactory) -> Hosted:
         self._unload()
         program = factory()
         program.start(self._loop)
         self._program = program
+        return program
 
     def _unload(self) -> None:
         program, self._program = self._program, None
@@ -154,7 +184,7 @@ class ProgramSlot:
 class ExecutorHost(LeanActor):
     """A pykka actor that hosts one :class:`Hosted` program at a time.
 
-    Messages are the tuples of :class:`ProgramSlot`, answered by ``ask``.
+    Messages are the :data:`HostMessage` of :class:`ProgramSlot`, answered by ``ask``.
     Daemon thread: a forgotten host never keeps the interpreter alive.
     """
 
@@ -163,7 +193,7 @@ class ExecutorHost(LeanActor):
         self._slot = ProgramSlot()
         self.on_receive = self._slot.receive  # type: ignore[method-assign]  # one call less per message
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: HostMessage) -> Any:
         """Dispatch one request (runs on the host's thread)."""
         return self._slot.receive(message)
 

@@ -2,7 +2,7 @@
 
 Submits the same call to one bare Ray actor with one ``bytes`` argument and with
 five (the shape ``load_call`` had before its program digest, pickle, label and
-method became one head: ``actors/_ray_worker.load_head``), without waiting for the
+method became one head: ``actors/ray/_worker.LoadHead``), without waiting for the
 answers, alternating rounds. Ray checks each argument against the method's
 signature as it submits a call, so the gap is what the extra arguments cost the
 driver on every call. Printed: ms per submitted call for each shape, median over

@@ -25,7 +25,7 @@ def packb(value: Any) -> bytes:
     return data
 
 
-# Ext codes whose payload is msgpack (see actorflow.actors._codec); 4, 9, 10 are raw.
+# Ext codes whose payload is msgpack (see actorflow.actors.codec._encode); 4, 9, 10 are raw.
 _NESTED_EXTS = frozenset({1, 2, 3, 5, 6, 7, 8, 11, 12})
 _P = (1 << 61) - 1
 _BOUNDARY_INTS = [

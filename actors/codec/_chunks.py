@@ -26,8 +26,8 @@ from typing import Any
 
 from actorflow.errors import DecodeError, EncodeError
 
-from ._codec import array_header, encode, encode_at
 from ._decode import decode
+from ._encode import array_header, encode, encode_at
 from ._registry import qualified_name
 
 STATE_FORMAT = 1

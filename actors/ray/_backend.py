@@ -1,7 +1,8 @@
 """The Ray backend: every executor host is a Ray actor, a process of its own.
 
-Only the host protocol crosses the process boundary: ``("call", method, bytes)``
-and friends (:class:`~._host.ProgramSlot`), answered with bytes. A program (the
+Only the host protocol crosses the process boundary: a
+:class:`~actorflow.actors._host.Call` and friends (:class:`~actorflow.actors.ProgramSlot`),
+answered with bytes. A program (the
 :class:`~._host.Hosted` factory: executor class, blueprint bytes, out-edges) is
 pickled once on the driver with Ray's cloudpickle (classes of ``__main__`` and
 of modules registered with ``ray.cloudpickle.register_pickle_by_value`` travel
@@ -22,28 +23,17 @@ cannot be.
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Collection, Hashable, Mapping
 from typing import Any
 
+from actorflow.actors._backend import HostRef, ThreadBackend
+from actorflow.actors._host import HostedFactory
 from actorflow.errors import WorkerImportFailed
 
-from ._backend import HostRef, ThreadBackend
-from ._host import HostedFactory
-from ._ray_host import RayHost
-from ._ray_runtime import (
-    LOOPBACK_ENV,
-    actor_class,
-    check_task,
-    class_of,
-    kill,
-    label,
-    ray_module,
-)
-from ._ray_worker import PRELOADED, Shipped
-from ._registry import registered
+from ._host import RayHost
+from ._programs import Programs
+from ._reserve import Reserve
+from ._runtime import LOOPBACK_ENV, actor_class, check_task, kill, label, ray_module
 
 __all__ = ["RayBackend"]
 
@@ -162,13 +152,10 @@ class RayBackend:
             )
         self._threads = ThreadBackend()
         self._init = dict(init or {})
-        self._reserve = reserve
+        self._reserve_size = reserve
         self._spares = spares
-        self._lock = threading.Lock()
-        self._parked: dict[Hashable, list[tuple[Any, Any]]] = {}
-        self._recent: dict[Hashable, OrderedDict[str, tuple[bytes, str]]] = {}
-        self._blobs: OrderedDict[int, tuple[object, str, bytes]] = OrderedDict()
-        self._checked: set[tuple[type, Hashable]] = set()
+        self._programs = Programs(self._init)
+        self._reserve = Reserve(reserve)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shipped inside a sub-workflow's program: the settings travel, the live state does not.
@@ -176,7 +163,7 @@ class RayBackend:
             "options": self._options,
             "executors": self._executors,
             "init": self._init,
-            "reserve": self._reserve,
+            "reserve": self._reserve_size,
             "spares": self._spares,
             "on_driver": self._on_driver,
         }
@@ -214,10 +201,8 @@ class RayBackend:
         if executor in self._on_driver:
             return self._threads.spawn(executor)
         key = self.placement(executor)
-        with self._lock:
-            parked = self._parked.get(key)
-            taken = parked.pop(0) if parked else None  # the oldest: the most likely running
-            missing = self._spares - len(parked or ())
+        taken, left = self._reserve.take(key)
+        missing = self._spares - left
         options = self.options_for(executor)
         if _reserves(options):
             missing = 0  # a spare would hold CPUs, GPUs or memory that running workers need
@@ -228,9 +213,10 @@ class RayBackend:
             # ahead: the next spawn (a replacement after a crash, most likely) finds a
             # running process that restores at once.
             spare = actor.remote()
-            self._park(spare, key, spare=True, known=self._preload(spare, key))
+            preload = spare.preload.remote(self._programs.recent(key))
+            self._reserve.park(spare, key, spare=True, known=preload)
         if taken is None:
-            return RayHost(self, actor.remote(), key)
+            return RayHost(actor.remote(), key, programs=self._programs, reserve=self._reserve)
         handle, known = taken
         if not isinstance(known, tuple):
             # The spare's preload: waited for here, as the first call would wait for it.
@@ -238,7 +224,7 @@ class RayBackend:
                 known = tuple(ray.get(known, timeout=120))
             except Exception:  # noqa: BLE001 - a spare that died is found out by its first call
                 known = ()
-        return RayHost(self, handle, key, known)
+        return RayHost(handle, key, programs=self._programs, reserve=self._reserve, known=known)
 
     def check(self, factories: Mapping[str, HostedFactory]) -> None:
         """Unpickle every program on a worker of its placement, once per class and placement.
@@ -250,18 +236,10 @@ class RayBackend:
         for executor, factory in sorted(factories.items()):
             if executor in self._on_driver:
                 continue  # the driver's own code: nothing to check
-            key = (class_of(factory), self.placement(executor))
-            digest, blob = self._pickled(factory)
-            with self._lock:
-                # What spares of this placement unpickle ahead (see spawn).
-                recent = self._recent.setdefault(key[1], OrderedDict())
-                recent[digest] = (blob, label(factory))
-                recent.move_to_end(digest)
-                if len(recent) > PRELOADED:
-                    recent.popitem(last=False)
-                if key in self._checked:
-                    continue
-            todo.setdefault(key[1], []).append((executor, label(factory), blob))
+            placement = self.placement(executor)
+            blob = self._programs.to_check(placement, factory)
+            if blob is not None:
+                todo.setdefault(placement, []).append((executor, label(factory), blob))
         if not todo:
             return
         ray = ray_module(self._init)
@@ -281,67 +259,15 @@ class RayBackend:
                 if isinstance(cause, WorkerImportFailed):
                     raise WorkerImportFailed(str(cause), type_name=cause.type_name) from None
                 raise
-        with self._lock:
-            for executor, factory in factories.items():
-                if executor not in self._on_driver:
-                    self._checked.add((class_of(factory), self.placement(executor)))
-
-    # --- internals ----------------------------------------------------------------
-
-    def _pickled(self, factory: HostedFactory) -> tuple[str, bytes]:
-        """(digest, bytes) of ``factory`` with the by-value message types it may need."""
-        ident = id(factory)
-        with self._lock:
-            cached = self._blobs.get(ident)
-            if cached is not None and cached[0] is factory:
-                self._blobs.move_to_end(ident)
-                return cached[1], cached[2]
-        ray = ray_module(self._init)
-        blob = ray.cloudpickle.dumps(Shipped(factory, _by_value_messages(ray)))
-        digest = hashlib.sha256(blob).hexdigest()
-        with self._lock:
-            # The factory is held, so its id is never reused while the entry lives.
-            self._blobs[ident] = (factory, digest, blob)
-            if len(self._blobs) > 512:
-                self._blobs.popitem(last=False)
-        return digest, blob
-
-    def _preload(self, spare: Any, key: Hashable) -> Any:
-        """Have a new worker unpickle the programs last checked for its placement; the
-        reference to the digests it then holds, in its cache's order."""
-        with self._lock:
-            programs = [(d, blob, name) for d, (blob, name) in self._recent.get(key, {}).items()]
-        return spare.preload.remote(programs)
-
-    def _park(self, handle: Any, key: Hashable, *, spare: bool = False, known: Any = ()) -> bool:
-        """Keep an idle worker for the next spawn with this placement; False if full.
-
-        ``known``: the digests of the programs it holds, in its cache's order (or
-        the reference to them, from :meth:`_preload`).
-        """
-        with self._lock:
-            if not spare and sum(len(v) for v in self._parked.values()) >= self._reserve:
-                return False
-            self._parked.setdefault(key, []).append((handle, known))
-            return True
+        for executor, factory in factories.items():
+            if executor not in self._on_driver:
+                self._programs.checked(self.placement(executor), factory)
 
     def shutdown(self) -> None:
         """Kill the reserve's idle workers (hosts lent to sessions stop with them)."""
-        with self._lock:
-            parked = [h for handles in self._parked.values() for h, _known in handles]
-            self._parked = {}
-        for handle in parked:
+        for handle in self._reserve.drain():
             kill(handle)
 
 
 def _rebuild(settings: dict[str, Any]) -> RayBackend:
     return RayBackend(**settings)
-
-
-def _by_value_messages(ray: Any) -> list[tuple[str, type]]:
-    by_value = set(ray.cloudpickle.list_registry_pickle_by_value())
-    return [
-        (name, cls)
-        for name, cls in registered()
-        if cls.__module__ == "__main__" or cls.__module__ in by_value
-    ]

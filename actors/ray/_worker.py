@@ -1,31 +1,32 @@
 """The worker side of the Ray backend: what runs inside a Ray actor process.
 
-Kept apart from :mod:`._ray` (the driver side) because it is the only code a
-worker runs: a :class:`Worker` holds one :class:`~._host.ProgramSlot` and a cache
-of unpickled programs; :func:`check_programs` is the task that tells, at session
-start, whether a worker can import what the programs need.
+Kept apart from the driver side (:mod:`._backend`, :mod:`._host`) because it is
+the only code a worker runs: a :class:`Worker` holds one
+:class:`~actorflow.actors.ProgramSlot` and a cache of unpickled programs;
+:func:`check_programs` is the task that tells, at session start, whether a worker
+can import what the programs need. :class:`LoadHead` is the one frame both sides
+encode themselves.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
-from actorflow.errors import WorkerImportFailed
-
-from ._host import HostedFactory, ProgramSlot
-from ._registry import message
+from actorflow.actors._host import UNLOAD, Call, HostedFactory, LoadCall, ProgramSlot
+from actorflow.actors.codec import message
+from actorflow.errors import BackendError, WorkerImportFailed
 
 __all__ = [
     "CACHED_PROGRAMS",
     "PRELOADED",
+    "LoadHead",
     "Shipped",
     "Worker",
     "check_programs",
-    "load_head",
 ]
 
 CACHED_PROGRAMS = 256
@@ -69,16 +70,60 @@ def _unpickle(blob: bytes, label: str) -> HostedFactory:
     return shipped.install()
 
 
-def load_head(digest: str, blob: bytes, label: str, method: str) -> bytes:
+class LoadHead(NamedTuple):
     """The first argument of :meth:`Worker.load_call`: which program, and which method.
 
-    One ``bytes`` rather than four: Ray checks and moves every argument of a call
-    one by one, on the driver as it submits it and on the worker, and every call
-    of a fresh run is a ``load_call``. Measured: W2 on Ray went from 0.74-0.76x its
+    On the wire a msgpack array of the four fields, in this order. One ``bytes``
+    rather than four arguments: Ray checks and moves every argument of a call one
+    by one, on the driver as it submits it and on the worker, and every call of a
+    fresh run is a ``load_call``. Measured: W2 on Ray went from 0.74-0.76x its
     bare-call floor to 0.79-0.87x (``bench/README.md``, "Ray").
     """
-    head: bytes = msgpack.packb((digest, blob, label, method), use_bin_type=True)
-    return head
+
+    digest: str
+    """The program's digest: the key of the worker's cache."""
+    blob: bytes
+    """The pickled :class:`Shipped` program, or empty: the worker has it cached."""
+    label: str
+    """How errors name the program (empty with an empty ``blob``)."""
+    method: str
+    """The method of the program's first call."""
+
+    def pack(self) -> bytes:
+        """The head's bytes (driver side)."""
+        head: bytes = msgpack.packb(self, use_bin_type=True)
+        return head
+
+    @classmethod
+    def unpack(cls, head: bytes) -> LoadHead:
+        """The head in ``head``, its shape and field types checked (worker side).
+
+        Raises:
+            BackendError: the bytes are no head, as when the driver and the worker
+                run different versions of actorflow.
+        """
+        try:
+            fields = msgpack.unpackb(head)
+        except Exception as exc:  # noqa: BLE001 - any msgpack failure is a malformed head
+            raise _malformed(f"{type(exc).__name__}: {exc}") from None
+        if (
+            type(fields) is not list
+            or len(fields) != len(cls._fields)
+            or type(fields[0]) is not str
+            or type(fields[1]) is not bytes
+            or type(fields[2]) is not str
+            or type(fields[3]) is not str
+        ):
+            raise _malformed(f"got {fields!r:.200}")
+        return cls(*fields)
+
+
+def _malformed(detail: str) -> BackendError:
+    return BackendError(
+        f"a Ray worker got a load_call head it cannot read ({detail}): the driver and "
+        "the workers must run the same version of actorflow; install it on every node "
+        "or ship it with RayBackend(options={'runtime_env': ...})"
+    )
 
 
 class Worker:
@@ -95,14 +140,14 @@ class Worker:
     # ~0.1 ms a call.
 
     def call(self, method: bytes, payload: bytes) -> Any:
-        """``("call", method, payload)``: a step, a snapshot or a restore."""
-        return self._slot.receive(("call", method.decode(), payload))
+        """A :class:`~actorflow.actors._host.Call`: a step, a snapshot or a restore."""
+        return self._slot.receive(Call(method.decode(), payload))
 
     def load_call(self, head: bytes, payload: bytes) -> Any:
-        """``("load_call", ...)``: ``head`` (:func:`load_head`) names the program by its
-        digest, with its pickle (``blob``) or, ``blob`` empty, the one this worker
-        cached under that digest; its label names it in errors."""
-        key, blob, label, method = msgpack.unpackb(head)
+        """A :class:`~actorflow.actors._host.LoadCall`: ``head`` (:class:`LoadHead`) names the
+        program by its digest, with its pickle (``blob``) or, ``blob`` empty, the one
+        this worker cached under that digest; its label names it in errors."""
+        key, blob, label, method = LoadHead.unpack(head)
         programs = self._programs
         if blob:
             factory = programs[key] = _unpickle(blob, label)
@@ -111,10 +156,10 @@ class Worker:
         else:
             factory = programs[key]
             programs.move_to_end(key)
-        return self._slot.receive(("load_call", factory, method, payload))
+        return self._slot.receive(LoadCall(factory, method, payload))
 
     def unload(self) -> Any:
-        return self._slot.receive(("unload",))
+        return self._slot.receive(UNLOAD)
 
     def preload(self, programs: list[tuple[str, bytes, str]]) -> list[str]:
         """Unpickle ``programs`` (digest, blob, label) ahead of their first call, as a

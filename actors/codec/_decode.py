@@ -1,6 +1,6 @@
 """Decoding: bytes back into values, rebuilding only registered types.
 
-The wire layout is described in :mod:`._codec`. Decoding never imports a module
+The wire layout is described in :mod:`._encode`. Decoding never imports a module
 and never calls anything but the constructors of types registered with
 ``@actorflow.message``; anything else is a :class:`~actorflow.errors.DecodeError`.
 """
@@ -23,7 +23,7 @@ import msgpack
 
 from actorflow.errors import DecodeError
 
-from ._codec import (
+from ._encode import (
     _C_DEPTH,
     _ZONE_KEY,
     EXT_BIGINT,
@@ -161,7 +161,7 @@ def _unpackb(unpackb: Callable[..., Any], data: bytes, pairs_hook: Any) -> Any:
 
 
 def check_hashes(keys: Iterable[object], what: str) -> None:
-    """Refuse keys of which more than MAX_SHARED_HASH share one hash (see ._codec).
+    """Refuse keys of which more than MAX_SHARED_HASH share one hash (see ._encode).
 
     Raises:
         DecodeError: they do (or one is unhashable).

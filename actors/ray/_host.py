@@ -1,7 +1,9 @@
 """The driver's handle on one Ray worker (:class:`RayHost`) and its pending answers.
 
-Kept apart from :mod:`._ray` (the backend: placement, spawning, the reserve)
-because it is the per-call path. Every call goes out with ``bytes``
+Kept apart from :mod:`._backend` (placement, spawning, checks) because it is the
+per-call path. A host is given what it shares with the backend, the pickled
+programs (:class:`~._programs.Programs`) and the reserve it parks its worker in
+(:class:`~._reserve.Reserve`), never the backend itself. Every call goes out with ``bytes``
 arguments only, which Ray passes raw (it pickles anything else).
 The barrier waits for a superstep's answers with :meth:`RayFuture.wait_any`
 (one ``ray.wait`` on the supervisor's thread) instead of a callback per answer,
@@ -14,18 +16,17 @@ import concurrent.futures
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from actorflow.actors._backend import HostFuture
+from actorflow.actors._host import HostedFactory
+from actorflow.actors._reply import Raised
 from actorflow.errors import HostLost
 
-from ._host import HostedFactory
-from ._ray_runtime import kill, label, ray_module, running
-from ._ray_worker import CACHED_PROGRAMS, load_head
-from ._reply import Raised
-
-if TYPE_CHECKING:
-    from ._backend import HostFuture
-    from ._ray import RayBackend
+from ._programs import Programs
+from ._reserve import Reserve
+from ._runtime import kill, label, ray_module, running
+from ._worker import CACHED_PROGRAMS, LoadHead
 
 __all__ = ["RayFuture", "RayHost"]
 
@@ -35,12 +36,28 @@ _UNREAD: Any = object()
 class RayHost:
     """A handle on one worker. Driver side; thread-safe."""
 
-    __slots__ = ("_backend", "_handle", "_in_flight", "_key", "_known", "_lock", "_state")
+    __slots__ = (
+        "_handle",
+        "_in_flight",
+        "_key",
+        "_known",
+        "_lock",
+        "_programs",
+        "_reserve",
+        "_state",
+    )
 
     def __init__(
-        self, backend: RayBackend, handle: Any, key: Hashable, known: Sequence[str] = ()
+        self,
+        handle: Any,
+        key: Hashable,
+        *,
+        programs: Programs,
+        reserve: Reserve,
+        known: Sequence[str] = (),
     ) -> None:
-        self._backend = backend
+        self._programs = programs
+        self._reserve = reserve
         self._handle = handle
         self._key = key
         self._lock = threading.Lock()
@@ -55,7 +72,7 @@ class RayHost:
         return RayFuture(self, self._handle.call.remote(method.encode(), payload))
 
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> RayFuture:
-        digest, blob = self._backend._pickled(factory)
+        digest, blob = self._programs.pickled(factory)
         with self._lock:
             # The worker's cache sees the same sequence of digests as this mirror.
             if digest in self._known:
@@ -67,8 +84,8 @@ class RayHost:
                     self._known.popitem(last=False)
         if not self._enter():
             return self._refused()
-        head = load_head(digest, blob, label(factory) if blob else "", method)
-        ref = self._handle.load_call.remote(head, payload)
+        head = LoadHead(digest, blob, label(factory) if blob else "", method)
+        ref = self._handle.load_call.remote(head.pack(), payload)
         return RayFuture(self, ref)
 
     def unload(self) -> RayFuture:
@@ -104,7 +121,7 @@ class RayHost:
             idle = self._in_flight == 0
         if idle and running() is not None:
             self._handle.unload.remote()
-            if self._backend._park(self._handle, self._key, known=tuple(self._known)):
+            if self._reserve.park(self._handle, self._key, known=tuple(self._known)):
                 return
         kill(self._handle)
 
@@ -118,7 +135,7 @@ class RayHost:
 
 
 class RayFuture:
-    """A pending answer from a worker, a :class:`~._backend.HostFuture`.
+    """A pending answer from a worker, a :class:`~actorflow.actors.HostFuture`.
 
     ``get`` waits with ``ray.get`` itself, and :meth:`wait_any` for several at
     once; a ``concurrent.futures`` twin (a thread hop per answer) is made only

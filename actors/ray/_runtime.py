@@ -1,6 +1,6 @@
 """Ray itself, for the Ray backend's driver side: imported and started on first use.
 
-Kept apart from :mod:`._ray` (the backend) and :mod:`._ray_host` (the handle on
+Kept apart from :mod:`._backend` (the backend) and :mod:`._host` (the handle on
 one worker), which both need it: ``import ray`` happens here, on the first
 :func:`ray_module` call, never when actorflow is imported. Also the remote
 classes the backend starts (built once per process) and the labels that name a
@@ -15,8 +15,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ._host import HostedFactory
-from ._ray_worker import Worker, check_programs
+from actorflow.actors._host import HostedFactory
+
+from ._worker import Worker, check_programs
 
 __all__ = [
     "LOOPBACK_ENV",

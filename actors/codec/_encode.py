@@ -1,4 +1,4 @@
-"""The wire codec: every value in actorflow crosses a boundary as these bytes.
+"""The wire format and its encoder: every value in actorflow crosses a boundary as these bytes.
 
 Decoding is the isolation boundary. It never imports a module and never calls
 anything but the constructors of classes registered with :func:`message` (plus
