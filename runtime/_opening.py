@@ -19,20 +19,18 @@ the head of a lineage nobody else can extend meanwhile. Then:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from actorflow.actors import HostPool
 from actorflow.errors import CheckpointNotFound, SessionExists
 from actorflow.storage import Checkpoint, CheckpointStore
 
 from ._checkpointing import Restored, load_for_resume
+from ._engine import Engine
 from ._lineage import Lineage
 from ._ownership import Ownership, acquire
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
-
-if TYPE_CHECKING:
-    from ._workflow import Workflow
 
 __all__ = ["IfExists", "open_private", "open_session", "resume_session"]
 
@@ -43,7 +41,7 @@ _IF_EXISTS = ("error", "resume", "fresh")
 
 
 def open_session(
-    wf: Workflow,
+    engine: Engine[Session],
     session_id: str | None,
     *,
     store: CheckpointStore | None,
@@ -58,14 +56,14 @@ def open_session(
     if if_exists not in _IF_EXISTS:
         raise ValueError(f"if_exists= must be one of {', '.join(_IF_EXISTS)}; got {if_exists!r}")
     if store is None:
-        return Session(wf, session_id, checkpoint=checkpoint, restart=restart, pool=pool)
+        return Session(engine, session_id, checkpoint=checkpoint, restart=restart, pool=pool)
     sid = session_id or os.urandom(16).hex()
     ownership = acquire(store, sid, ttl=lease_ttl, wait=wait)
     try:
         head = store.latest(session=sid) if session_id is not None else None
         if head is None:
             return Session(
-                wf,
+                engine,
                 sid,
                 store=store,
                 checkpoint=checkpoint,
@@ -74,9 +72,9 @@ def open_session(
                 pool=pool,
             )
         if if_exists == "resume":
-            restored = load_for_resume(store, wf._spec, session=sid, checkpoint_id=None)
+            restored = load_for_resume(store, engine.spec, session=sid, checkpoint_id=None)
             return _session_on(
-                wf,
+                engine,
                 session_id=sid,
                 store=store,
                 checkpoint=checkpoint,
@@ -88,7 +86,7 @@ def open_session(
             )
         if if_exists == "fresh":
             return Session(
-                wf,
+                engine,
                 sid,
                 store=store,
                 checkpoint=checkpoint,
@@ -104,7 +102,7 @@ def open_session(
 
 
 def resume_session(
-    wf: Workflow,
+    engine: Engine[Session],
     store: CheckpointStore,
     *,
     session: str | None,
@@ -122,10 +120,10 @@ def resume_session(
         if checkpoint_id is not None:
             source = store.load(checkpoint_id).session
         else:
-            latest = store.latest(workflow=wf.name)
+            latest = store.latest(workflow=engine.name)
             if latest is None:
                 raise CheckpointNotFound(
-                    f"no checkpoint of workflow {wf.name!r} in the store; run a session with "
+                    f"no checkpoint of workflow {engine.name!r} in the store; run a session with "
                     "this store first, or pass session= or checkpoint_id="
                 )
             source = latest.session
@@ -142,7 +140,7 @@ def resume_session(
             head = store.latest(session=as_session)
             if head is not None:
                 raise _exists(as_session, head, store, fork=True)
-        restored = load_for_resume(store, wf._spec, session=source, checkpoint_id=checkpoint_id)
+        restored = load_for_resume(store, engine.spec, session=source, checkpoint_id=checkpoint_id)
         if restored.checkpoint.session != source:
             raise ValueError(
                 f"checkpoint {restored.checkpoint.id} belongs to session "
@@ -156,7 +154,7 @@ def resume_session(
             if head is not None and checkpoint_id not in (head.id, head.parent_id):
                 branch = True  # time travel: a new branch of this session
         return _session_on(
-            wf,
+            engine,
             session_id=target,
             store=store,
             checkpoint=checkpoint,
@@ -172,7 +170,7 @@ def resume_session(
 
 
 def open_private(
-    wf: Workflow,
+    engine: Engine[Session],
     store: CheckpointStore,
     session_id: str,
     checkpoint_id: str | None,
@@ -180,10 +178,10 @@ def open_private(
 ) -> Session:
     """A session on a store nobody else sees (a sub-workflow's): no lease, no checks."""
     if checkpoint_id is None:
-        return Session(wf, session_id, store=store, checkpoint=policy)
-    restored = load_for_resume(store, wf._spec, session=None, checkpoint_id=checkpoint_id)
+        return Session(engine, session_id, store=store, checkpoint=policy)
+    restored = load_for_resume(store, engine.spec, session=None, checkpoint_id=checkpoint_id)
     return _session_on(
-        wf,
+        engine,
         session_id=restored.checkpoint.session,
         store=store,
         checkpoint=policy,
@@ -195,7 +193,7 @@ def open_private(
 
 
 def _session_on(
-    wf: Workflow,
+    engine: Engine[Session],
     *,
     session_id: str,
     store: CheckpointStore,
@@ -208,7 +206,7 @@ def _session_on(
 ) -> Session:
     lineage = Lineage.of(restored.extra)
     return Session(
-        wf,
+        engine,
         session_id,
         store=store,
         checkpoint=checkpoint,

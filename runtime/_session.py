@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pykka
 
-from actorflow.actors import ActorBackend, HostPool
+from actorflow.actors import ActorBackend, HostedFactory, HostPool, HostRef
 from actorflow.errors import (
     SessionBusy,
     SessionClosed,
@@ -30,15 +30,13 @@ from . import _events as ev
 from ._answers import queue_answers
 from ._checkpointing import Checkpointer, Restored
 from ._delivery import End, EventStream, QueueSink, pending_of
+from ._engine import Engine
 from ._lineage import Lineage
 from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
 from ._session_jobs import RunJobs
-from .supervisor import Driver, Fault, SupervisorActor
-
-if TYPE_CHECKING:
-    from ._workflow import Workflow
+from .supervisor import Driver, SupervisorActor
 
 __all__ = ["NO_INPUT", "Session"]
 
@@ -53,7 +51,7 @@ class Session(RunJobs, AsyncRuns):
 
     def __init__(
         self,
-        workflow: Workflow,
+        engine: Engine[Session],
         session_id: str | None = None,
         *,
         store: CheckpointStore | None = None,
@@ -64,13 +62,13 @@ class Session(RunJobs, AsyncRuns):
         lineage: Lineage | None = None,
         pool: HostPool | None = None,
     ) -> None:
-        self._workflow = workflow
-        self._pool = pool if pool is not None else workflow._pool
+        self._engine = engine
+        self._pool = pool if pool is not None else engine.pool
         self._ownership = ownership
         self._lineage = lineage if lineage is not None else Lineage()
         if ownership is not None:
             ownership.release_with(self)
-        self._restart = restart if restart is not None else workflow._restart
+        self._restart = restart if restart is not None else engine.restart
         self._id = session_id or os.urandom(16).hex()  # the shape of uuid4().hex, cheaper
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
@@ -228,9 +226,18 @@ class Session(RunJobs, AsyncRuns):
         """
         self._cancel.set()
 
-    def inject_fault(self, fault: Fault) -> None:
-        """Fail ``fault.executor`` once at ``fault.superstep`` (see :mod:`actorflow.testing`)."""
-        self._driver.faults[(fault.executor, fault.superstep)] = fault
+    def wrap_host(
+        self, executor: str, wrapper: Callable[[HostRef, HostedFactory], HostRef]
+    ) -> None:
+        """Send this session's later calls to ``executor``'s host through
+        ``wrapper(host, program)``, on every host that serves it, until the session is
+        reset: the seam where testing tools wrap a host (see
+        :func:`actorflow.testing.inject_fault`).
+
+        Raises:
+            KeyError: the workflow has no executor ``executor``.
+        """
+        self._driver.wrap_host(executor, wrapper)
 
     def reset(self) -> None:
         """Rebuild every actor from its blueprint; drop everything in flight.
@@ -294,7 +301,7 @@ class Session(RunJobs, AsyncRuns):
         if self._driver.checkpointer is not None:
             self._driver.checkpointer.close()
         if self._supervisor is not None:
-            self._workflow._release_supervisor(self._supervisor)
+            self._engine.release_supervisor(self._supervisor)
             self._supervisor = None
         if self._ownership is not None:
             self._ownership.release()  # after the checkpointer drained its writes
@@ -306,12 +313,12 @@ class Session(RunJobs, AsyncRuns):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Session {self._id!r} of workflow {self._workflow.name!r}>"
+        return f"<Session {self._id!r} of workflow {self._engine.name!r}>"
 
     # --- internals ----------------------------------------------------------------
 
     def _new_driver(self, restored: Restored | None) -> Driver:
-        spec = self._workflow._spec
+        spec = self._engine.spec
         checkpointer = None
         if self._store is not None:
             checkpointer = Checkpointer(
@@ -328,14 +335,23 @@ class Session(RunJobs, AsyncRuns):
             self._pool,
             session=self._id,
             restart=self._restart,
-            restart_overrides=self._workflow._restart_overrides,
+            restart_overrides=self._engine.restart_overrides,
             checkpointer=checkpointer,
         )
         if restored is not None:
             driver.state = restored.state
-            driver.completed = dict(restored.completed)
-        driver.request_suffix = (self._lineage.suffix,) if self._lineage.suffix else ()
+            driver.resume_parts(restored.completed)
+        driver.request_suffix = self._lineage.suffix
         return driver
+
+    def _give_back(self, completed: bool) -> None:
+        """After a one-off run: kept warm by the engine if the run completed cleanly
+        and the engine has room (see ``_recycle``), else closed without awaiting unloads
+        (a one-off run's programs are its own). Caller: the workflow, which owns this
+        session alone."""
+        if completed and self._recyclable() and self._engine.keep_warm(self):
+            return
+        self._close(wait=False)
 
     def _recyclable(self) -> bool:
         """Whether this idle one-off session can serve another one-off run (see ``_recycle``)."""

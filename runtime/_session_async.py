@@ -16,10 +16,8 @@ import pykka
 
 from . import _events as ev
 from ._delivery import AsyncSink, End, EndSink, materialize
+from ._engine import Engine
 from .supervisor import CANCEL_GRACE, RunJob, SupervisorActor
-
-if TYPE_CHECKING:
-    from ._workflow import Workflow
 
 __all__ = ["NO_INPUT", "STOP_WAIT", "AsyncRuns"]
 
@@ -59,7 +57,7 @@ class AsyncRuns:
 
         _supervisor: pykka.ActorRef[SupervisorActor] | None
         _started: bool
-        _workflow: Workflow
+        _engine: Engine[Any]
 
     async def arun(
         self,
@@ -170,7 +168,7 @@ class AsyncRuns:
             # without this yield, 10-16 ms with it (bench.loop_lag).
             await asyncio.sleep(0)
             # Starting an actor thread takes a few hundred microseconds: not on the loop.
-            self._adopt(await asyncio.to_thread(self._workflow._acquire_supervisor))
+            self._adopt(await asyncio.to_thread(self._engine.acquire_supervisor))
         job = self._begin(value, max_supersteps, metadata, sink, answers=answers)
         self._submit(job)
         return job
@@ -179,7 +177,7 @@ class AsyncRuns:
         if self._supervisor is None and not self._closed:
             self._supervisor = ref
         else:  # another task of this session got one meanwhile, or it was closed
-            self._workflow._release_supervisor(ref)
+            self._engine.release_supervisor(ref)
 
     async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncGenerator[Any, None]:
         finished = False

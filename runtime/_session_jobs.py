@@ -26,14 +26,12 @@ from . import _events as ev
 from ._checkpointing import Restored
 from ._context import RUN_INPUT
 from ._delivery import End, collected, pending_of
+from ._engine import Engine
 from ._otel import capture_context
 from ._session_async import NO_INPUT, STOP_WAIT
 from ._types import type_label
 from ._wire import SINGLE
 from .supervisor import Driver, RunJob, SupervisorActor, new_run_id
-
-if TYPE_CHECKING:
-    from ._workflow import Workflow
 
 __all__ = ["RunJobs"]
 
@@ -41,7 +39,7 @@ __all__ = ["RunJobs"]
 class RunJobs:
     """The steps of a run for the session (which provides the attributes declared here)."""
 
-    _workflow: Workflow
+    _engine: Engine[Any]
     _id: str
     _driver: Driver
     _restored: Restored | None
@@ -75,7 +73,7 @@ class RunJobs:
         *,
         answers: Mapping[str, Any] | None = None,
     ) -> RunJob:
-        spec = self._workflow._spec
+        spec = self._engine.spec
         payload = None
         if value is not NO_INPUT:
             if not spec.accepts[spec.start].single(value):
@@ -122,7 +120,7 @@ class RunJobs:
     def _submit(self, job: RunJob) -> pykka.Future[Any]:
         """Hand the job to the supervisor actor; its last event is an :class:`End`."""
         if self._supervisor is None:
-            self._supervisor = self._workflow._acquire_supervisor()
+            self._supervisor = self._engine.acquire_supervisor()
 
         def work() -> End:
             end = End(ev.RunStatus.FAILED, None)
@@ -147,7 +145,7 @@ class RunJobs:
     def _drive(self, job: RunJob) -> ev.RunStatus:
         """Supervisor thread: start actors if needed, queue the input, run."""
         driver = self._driver
-        spec = self._workflow._spec
+        spec = self._engine.spec
         if not self._started:
             driver.start_hosts(self._restored.snapshots if self._restored is not None else None)
             self._started = True

@@ -25,7 +25,7 @@ import builtins
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from actorflow.actors import entry_named, main_module_name
 
@@ -40,11 +40,9 @@ from ._graph import explain_mismatch
 from ._migration import prepare_snapshots
 from ._opening import open_private
 from ._policy import CheckpointPolicy
+from ._session import Session
 from ._wire import unpack
-
-if TYPE_CHECKING:
-    from ._session import Session
-    from ._workflow import Workflow
+from ._workflow import Workflow
 
 __all__ = ["OutputMode", "WorkflowExecutor"]
 
@@ -253,10 +251,10 @@ class WorkflowExecutor(Executor):
         inner = self._af_code.workflow
         inner._check_open()
         if self._af_nested is None:
-            return open_private(inner, store, self.id, None, _INNER_POLICY)
+            return open_private(inner._engine, store, self.id, None, _INNER_POLICY)
         checkpoint = decode_checkpoint(self._af_nested)
         store.save(checkpoint, self._af_blobs)
-        return open_private(inner, store, self.id, checkpoint.id, _INNER_POLICY)
+        return open_private(inner._engine, store, self.id, checkpoint.id, _INNER_POLICY)
 
 
 def _type_named(label: str) -> type:

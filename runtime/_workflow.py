@@ -4,29 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import threading
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-import pykka
-
-from actorflow.actors import ActorBackend, HostPool, ThreadBackend
-from actorflow.errors import SessionClosed
+from actorflow.actors import ActorBackend, ThreadBackend
 from actorflow.storage import CheckpointStore, bounded_waits
 
 from . import _events as ev
+from ._engine import Engine
 from ._graph import GraphSpec
 from ._opening import IfExists, open_session, resume_session
 from ._ownership import DEFAULT_LEASE_TTL, LOCK_WAIT_FLOOR
 from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
-from .supervisor import SupervisorActor
 
 __all__ = ["Workflow"]
-
-_MAX_WARM_SESSIONS = 8
-"""Idle one-off sessions a workflow keeps (each holds a supervisor and a host per executor)."""
 
 
 class Workflow:
@@ -47,15 +40,12 @@ class Workflow:
         backend: ActorBackend | None = None,
     ) -> None:
         self._spec = spec
-        self._restart = restart
-        self._restart_overrides = dict(restart_overrides or {})
-        self._backend: ActorBackend = backend if backend is not None else ThreadBackend()
-        self._pool = self._new_pool(self._backend)
-        self._other_pools: list[tuple[ActorBackend, HostPool]] = []
-        self._supervisors: list[pykka.ActorRef[SupervisorActor]] = []
-        self._warm: list[Session] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._engine: Engine[Session] = Engine(
+            spec,
+            restart=restart,
+            restart_overrides=restart_overrides or {},
+            backend=backend if backend is not None else ThreadBackend(),
+        )
 
     @property
     def name(self) -> str:
@@ -65,7 +55,7 @@ class Workflow:
     @property
     def backend(self) -> ActorBackend:
         """Where this workflow's executors are hosted unless a session says otherwise."""
-        return self._backend
+        return self._engine.backend
 
     @property
     def signature(self) -> str:
@@ -117,7 +107,7 @@ class Workflow:
             completed = recyclable and result.status is ev.RunStatus.COMPLETED
             return result
         finally:
-            self._give_back(s, completed)
+            s._give_back(completed)
 
     def stream(self, input: Any, *, max_supersteps: int | None = None) -> Iterator[ev.Event]:
         """Run once, yielding events as they happen (see :meth:`Session.stream`)."""
@@ -141,9 +131,9 @@ class Workflow:
             return result
         finally:
             if completed:
-                self._give_back(s, completed)  # the run is over: nothing to wait for
+                s._give_back(completed)  # the run is over: nothing to wait for
             else:
-                await asyncio.to_thread(self._give_back, s, completed)
+                await asyncio.to_thread(s._give_back, completed)
 
     async def astream(
         self, input: Any, *, max_supersteps: int | None = None
@@ -203,7 +193,7 @@ class Workflow:
         self._check_open()
         with bounded_waits(max(wait, LOCK_WAIT_FLOOR)):  # the store's locks too
             return open_session(
-                self,
+                self._engine,
                 session_id,
                 store=store,
                 checkpoint=checkpoint,
@@ -211,7 +201,7 @@ class Workflow:
                 if_exists=if_exists,
                 wait=wait,
                 lease_ttl=lease_ttl,
-                pool=self._pool_for(backend),
+                pool=self._engine.pool_for(backend),
             )
 
     def resume(
@@ -258,7 +248,7 @@ class Workflow:
         self._check_open()
         with bounded_waits(max(wait, LOCK_WAIT_FLOOR)):  # the store's locks too
             resumed = resume_session(
-                self,
+                self._engine,
                 store,
                 session=session,
                 checkpoint_id=checkpoint_id,
@@ -267,7 +257,7 @@ class Workflow:
                 as_session=as_session,
                 wait=wait,
                 lease_ttl=lease_ttl,
-                pool=self._pool_for(backend),
+                pool=self._engine.pool_for(backend),
             )
         if responses:
             try:
@@ -306,18 +296,7 @@ class Workflow:
 
     def close(self) -> None:
         """Stop the warm actor pool. Open sessions keep their actors until closed."""
-        with self._lock:
-            self._closed = True
-            supervisors, self._supervisors = self._supervisors, []
-            warm, self._warm = self._warm, []
-            others, self._other_pools = self._other_pools, []
-        for s in warm:
-            s.close()
-        self._pool.close()
-        for _backend, pool in others:
-            pool.close()
-        for ref in supervisors:
-            ref.stop(block=False)
+        self._engine.close()
 
     async def aclose(self) -> None:
         """Async :meth:`close`: the actors are stopped off the event loop."""
@@ -341,26 +320,11 @@ class Workflow:
     def __reduce__(self) -> tuple[Any, ...]:
         # A sub-workflow's inner workflow travels inside its program to a remote host
         # as code: the graph and policies, never the pools or warm sessions.
-        return (_rebuild, (self._spec, self._restart, self._restart_overrides, self._backend))
-
-    def _new_pool(self, backend: ActorBackend) -> HostPool:
-        return HostPool(backend, max_idle=max(4 * len(self._spec.programs), 16))
-
-    def _pool_for(self, backend: ActorBackend | None) -> HostPool:
-        """The pool of ``backend``'s hosts (the workflow's own for None), made on first use."""
-        if backend is None or backend is self._backend:
-            return self._pool
-        with self._lock:
-            for known, pool in self._other_pools:
-                if known is backend:
-                    return pool
-            pool = self._new_pool(backend)
-            self._other_pools.append((backend, pool))
-            return pool
+        engine = self._engine
+        return (_rebuild, (self._spec, engine.restart, engine.restart_overrides, engine.backend))
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise SessionClosed(f"workflow {self.name!r} is closed; build it again")
+        self._engine.check_open()
 
     def _take_warm(self) -> Session:
         """A session for one blocking one-off run: a recycled one when one is idle.
@@ -368,40 +332,14 @@ class Workflow:
         A one-off run without a store needs nothing from its session but the warm
         actors, and building a session, borrowing its hosts and giving them back
         cost a tenth of a small run's CPU (W2: ~16 of ~170 us); so a session whose
-        run completed cleanly is kept (see :meth:`Session._recycle`) for the next one.
+        run completed cleanly is kept (see :meth:`Session._give_back`) for the next one.
         """
-        self._check_open()
-        with self._lock:
-            s = self._warm.pop() if self._warm else None
+        self._engine.check_open()
+        s = self._engine.take_warm()
         if s is None:
             return self.session()
         s._recycle()
         return s
-
-    def _give_back(self, s: Session, completed: bool) -> None:
-        """Keep ``s`` for the next one-off run if its run completed cleanly, else close it."""
-        if completed and s._recyclable():
-            with self._lock:
-                if not self._closed and len(self._warm) < _MAX_WARM_SESSIONS:
-                    self._warm.append(s)
-                    return
-        # A one-off run's programs are its own: their unloads need not be awaited.
-        s._close(wait=False)
-
-    def _acquire_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
-        with self._lock:
-            while self._supervisors:
-                ref = self._supervisors.pop()
-                if ref.is_alive():
-                    return ref
-        return SupervisorActor.start()
-
-    def _release_supervisor(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
-        with self._lock:
-            if not self._closed and len(self._supervisors) < 16:
-                self._supervisors.append(ref)
-                return
-        ref.stop(block=False)
 
 
 def _rebuild(
