@@ -167,10 +167,10 @@ def fencing_check_seconds(store: af.CheckpointStore, lease: af.Lease, count: int
                 pass
     else:
         assert isinstance(store, af.SQLiteStore)
-        from actorflow.storage import _sqlite_sql as sql
+        from actorflow.storage.sqlite import _sql as sql
 
         for _ in range(count):
-            with store._write() as db:
+            with store._connections.write() as db:
                 sql.lease_row(db, lease.session)
     return (time.perf_counter() - started) / count
 

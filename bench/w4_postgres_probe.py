@@ -40,7 +40,7 @@ import psycopg
 import psycopg_pool
 
 import actorflow as af
-from actorflow.storage._postgres_pool import check_idle
+from actorflow.storage.postgres._pool import check_idle
 from bench._common import median, parse_options
 from bench.w3 import build_ring, ring_members
 from bench.w_postgres import DSN_VARIABLE, drop, resume_and_step, run_w3, undo_step

@@ -31,7 +31,7 @@ def _build(path: Path) -> tuple[str, str]:
             if session == "a":
                 parent, newest = cp, cp.id
             last = cp.id
-    store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store._connections.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     return newest, last
 

@@ -1,4 +1,4 @@
-"""Damage to FileStore segments that knows their frames (see ``actorflow.storage._segment``).
+"""Damage to FileStore segments that knows their frames (see ``actorflow.storage.file._segment``).
 
 A frame is a prefix (magic, id length, pack length, crc32 of both lengths and the
 id), the id, then a pack. The crc32 only proves that a prefix reads as it was

@@ -451,8 +451,8 @@ class SQLiteAdapter:
         for cp, blobs in saved:
             store.save(cp, blobs)
         store.delete(saved[0][0].id)
-        store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        store._conn().execute("PRAGMA journal_mode = DELETE")  # one file: the image
+        store._connections.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._connections.conn().execute("PRAGMA journal_mode = DELETE")  # one file: the image
         store.close()
         return path.read_bytes()
 

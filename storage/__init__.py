@@ -8,7 +8,6 @@ passes; see ``docs/storage.md``.
 
 from typing import TYPE_CHECKING
 
-from ._file import FileStore
 from ._format import (
     FORMAT_VERSION,
     Checkpoint,
@@ -21,7 +20,8 @@ from ._format import (
 from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
-from ._sqlite import SQLiteStore
+from .file import FileStore
+from .sqlite import SQLiteStore
 
 # The runtime's seam into storage: the supervisor's write path (the cut record and its
 # saver), the bound on lock waits, the FileStore marker the CLI recognises. Importable
@@ -34,12 +34,12 @@ from ._cut import ExecutorDigests as ExecutorDigests
 from ._cut import cut_saver as cut_saver
 from ._cut import metadata_with as metadata_with
 from ._cut import packed_metadata as packed_metadata
-from ._file_gc import FILESTORE_MARKER as FILESTORE_MARKER
 from ._lock_wait import bounded_waits as bounded_waits
 from ._lock_wait import lock_bound as lock_bound
+from .file import FILESTORE_MARKER as FILESTORE_MARKER
 
 if TYPE_CHECKING:
-    from ._postgres import PostgresStore
+    from .postgres import PostgresStore
 
 __all__ = [
     "FORMAT_VERSION",
@@ -64,7 +64,7 @@ def __getattr__(name: str) -> object:
     # so `import actorflow` never imports psycopg.
     if name == "PostgresStore":
         try:
-            from ._postgres import PostgresStore  # noqa: PLC0415  # the extra is optional
+            from .postgres import PostgresStore  # noqa: PLC0415  # the extra is optional
         except ImportError as exc:
             raise ImportError(
                 f"PostgresStore needs psycopg 3 and psycopg_pool ({exc}); "

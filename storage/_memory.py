@@ -6,12 +6,11 @@ import builtins
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Self
 
 from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedFormat
 
-from ._base import (
-    StoreBase,
+from ._common import (
     age_plan,
     already_stored,
     check_cutoff,
@@ -19,8 +18,10 @@ from ._base import (
     checked_blobs,
     dangling,
     decode_stored,
+    lineage,
     not_found,
     prune_plan,
+    store_closed,
 )
 from ._cut import Cut, ExecutorDigests
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
@@ -62,7 +63,7 @@ _DIGESTS: Final = 5
 _CREATED: Final = 6
 
 
-class MemoryStore(StoreBase):
+class MemoryStore:
     """A checkpoint store in process memory, for tests, short-lived runs and restarts.
 
     Every read decodes bytes: records are encoded on :meth:`save` (the runtime's own
@@ -91,6 +92,25 @@ class MemoryStore(StoreBase):
         self._last_cut_digests = ((), frozenset(), ())
         self._leases: dict[str, LeaseRow] = {}
         """Session -> its lease row; kept after release so tokens are never reused."""
+        self._closed = False
+
+    def close(self) -> None:
+        """End the store: its data is gone, and every later call raises StoreClosed. Idempotent."""
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise store_closed(self)
+
+    def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
+        """This record and its stored ancestors, newest first (see CheckpointStore.history)."""
+        return lineage(self, checkpoint_id)
 
     def save(
         self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None

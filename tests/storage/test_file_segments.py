@@ -216,7 +216,7 @@ def test_a_read_of_a_segment_never_drops_a_frame_noted_meanwhile(
     while another notes that frame and saves one more: the read, ending before the last
     frame, must not drop it from the handle's index (a listing would then miss a
     record that a save of this very handle returned)."""
-    from actorflow.storage import _file_segments
+    from actorflow.storage.file import _segments as _file_segments
 
     with FileStore(tmp_path) as store:
         records = store._segments

@@ -25,7 +25,7 @@ def _build(path: Path, steps: int = 12) -> list[Checkpoint]:
                 saved.append(cp)
                 parent = cp
     # Everything in the main file: the WAL folded in, so flipping the file flips the data.
-    store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store._connections.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     return saved
 
@@ -166,7 +166,7 @@ def test_schema_text_that_is_not_utf8_is_corrupt(tmp_path: Path) -> None:
 
 def test_only_busy_errors_are_retried(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Switching to WAL retries "database is locked" alone: a read-only file fails at once."""
-    from actorflow.storage import _sqlite_sql as sql
+    from actorflow.storage.sqlite import _sql as sql
 
     calls: list[str] = []
 

@@ -218,12 +218,12 @@ def test_a_call_waiting_for_a_connection_when_the_store_closes_raises_store_clos
     CheckpointError); the call holding a connection keeps it."""
     dsn, schema = where
     store = af.PostgresStore(dsn, schema=schema, pool_size=1)
-    held = store._pool.getconn()  # the one connection: in flight elsewhere
+    held = store._connections.pool.getconn()  # the one connection: in flight elsewhere
     try:
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(store.latest)
             deadline = time.monotonic() + WAIT_S
-            while store._pool.get_stats().get("requests_waiting", 0) < 1:
+            while store._connections.pool.get_stats().get("requests_waiting", 0) < 1:
                 assert time.monotonic() < deadline and not waiting.done()
                 time.sleep(0.01)
             store.close()
@@ -233,7 +233,7 @@ def test_a_call_waiting_for_a_connection_when_the_store_closes_raises_store_clos
             store.sessions()
         assert not held.closed  # not closed under its holder
     finally:
-        store._pool.putconn(held)
+        store._connections.pool.putconn(held)
         store.close()
     assert held.closed  # closed once given back
 
@@ -376,7 +376,7 @@ def test_older_schema_is_upgraded_in_place(
     where: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Opening a schema of an older version applies the upgrades in order and keeps the data."""
-    from actorflow.storage import _postgres_sql
+    from actorflow.storage.postgres import _sql as _postgres_sql
 
     dsn, schema = where
     with af.PostgresStore(dsn, schema=schema) as store:

@@ -15,8 +15,9 @@ import pytest
 import actorflow as af
 from actorflow.errors import CheckpointCorrupt
 from actorflow.runtime._wire import pack, unpack
-from actorflow.storage import Checkpoint, FileStore, _packindex, blob_digest
+from actorflow.storage import Checkpoint, FileStore, blob_digest
 from actorflow.storage.conformance import FileStoreFactory, make_checkpoint
+from actorflow.storage.file import _packindex
 from actorflow.storage.file._pack import HINT_MAGIC, encode_hints, read_pack_hints
 
 pytestmark = pytest.mark.timeout(60)

@@ -24,8 +24,9 @@ from types import SimpleNamespace
 import pytest
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
-from actorflow.storage import SQLiteStore, _sqlite_wal, blob_digest
+from actorflow.storage import SQLiteStore, blob_digest
 from actorflow.storage.conformance import make_checkpoint
+from actorflow.storage.sqlite import _wal as _sqlite_wal
 from actorflow.storage.sqlite._wal import WalCheckpointer
 
 
@@ -114,7 +115,7 @@ def test_a_rolled_back_save_leaves_no_remembered_blob(tmp_path: Path) -> None:
         _save_with(store, os.urandom(64), give=True)
         # A temporary trigger (this connection only: no other connection commits) makes
         # the reference rows fail, after the new blob's row went in.
-        conn = store._conn()
+        conn = store._connections.conn()
         conn.execute(
             "CREATE TEMP TRIGGER refuse BEFORE INSERT ON main.refs"
             " BEGIN SELECT RAISE(ABORT, 'refused by a test'); END"
@@ -176,8 +177,10 @@ def test_new_files_get_2k_pages_and_old_files_keep_theirs(tmp_path: Path) -> Non
     with SQLiteStore(tmp_path / "new.db") as store:
         assert _pragma(tmp_path / "new.db", "page_size") == 2048
         # SQLite's own checkpoint, inline in a commit, only at twice the thread's mark.
-        assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 256
-        assert store._conn().execute("PRAGMA journal_size_limit").fetchone()[0] == 262_144
+        assert store._connections.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 256
+        assert (
+            store._connections.conn().execute("PRAGMA journal_size_limit").fetchone()[0] == 262_144
+        )
     with contextlib.closing(sqlite3.connect(tmp_path / "old.db")) as db:
         db.execute("PRAGMA page_size = 4096")
         db.execute("CREATE TABLE placeholder (x)")  # fixes the page size
@@ -185,7 +188,7 @@ def test_new_files_get_2k_pages_and_old_files_keep_theirs(tmp_path: Path) -> Non
     with SQLiteStore(tmp_path / "old.db") as store:
         _save_with(store, os.urandom(64), give=True)
         assert _pragma(tmp_path / "old.db", "page_size") == 4096
-        assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 128
+        assert store._connections.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 128
 
 
 def test_checkpoints_run_on_a_thread_and_keep_the_log_small(tmp_path: Path) -> None:

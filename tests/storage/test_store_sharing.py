@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 import actorflow as af
-from actorflow.storage import CheckpointKind, _file_segments
+from actorflow.storage import CheckpointKind
 from actorflow.storage.conformance import make_checkpoint
+from actorflow.storage.file import _segments as _file_segments
 from tests.support import child_env, pg
 from tests.support.held_runs import states_of
 from tests.support.store_close_child import build, open_store
@@ -155,9 +156,15 @@ def test_closing_a_store_under_running_sessions(kind: str, mode: str, tmp_path: 
 class _ClosesMidSave(af.FileStore):
     """Closes itself in the middle of a save, as another thread's close() can."""
 
-    def _stored(self, digests: Any, also: Any = frozenset()) -> set[str]:
-        self.close()
-        return super()._stored(digests, also)
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        stored = self._blobs.stored
+
+        def closing(digests: Any, also: Any = frozenset()) -> set[str]:
+            self.close()
+            return stored(digests, also)
+
+        self._blobs.stored = closing  # type: ignore[method-assign]
 
 
 def test_a_file_store_save_that_close_overtook_raises_store_closed(tmp_path: Path) -> None:
@@ -192,7 +199,7 @@ def test_a_sqlite_save_that_close_overtook_finishes_or_raises_store_closed(
         store.save(checkpoint, blobs)
     except af.StoreClosed:
         pass
-    assert store._conns == []
+    assert store._connections._conns == []
     with pytest.raises(af.StoreClosed):
         store.load(checkpoint.id)
 
@@ -204,7 +211,7 @@ store = af.SQLiteStore(sys.argv[1])
 running, box = threading.Event(), {}
 def long_read():
     try:
-        with store._read() as db:
+        with store._connections.read() as db:
             db.set_progress_handler(lambda: running.set() or 0, 1000)
             db.execute(
                 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c"

@@ -102,7 +102,7 @@ def test_file_store_refuses_ids_unsafe_as_file_names(tmp_path: Path) -> None:
 def test_sqlite_store_pragmas(tmp_path: Path) -> None:
     """The store uses WAL, synchronous=FULL and a 30 s busy timeout."""
     with SQLiteStore(tmp_path / "s.db") as store:
-        conn = store._conn()
+        conn = store._connections.conn()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
@@ -111,16 +111,16 @@ def test_sqlite_store_pragmas(tmp_path: Path) -> None:
 def test_sqlite_lease_changes_skip_the_fsync_and_saves_keep_it(tmp_path: Path) -> None:
     """Lease transactions commit at synchronous=NORMAL, and leave the connection at FULL."""
     with SQLiteStore(tmp_path / "s.db") as store:
-        conn = store._conn()
+        conn = store._connections.conn()
         seen: list[int] = []
-        with store._write(durable=False) as db:
+        with store._connections.write(durable=False) as db:
             seen.append(db.execute("PRAGMA synchronous").fetchone()[0])
         lease = store.acquire_lease("s", "me", 30.0)
         store.renew_lease(lease, 30.0)
         store.release_lease(lease)
         assert seen == [1]  # NORMAL inside the lease transaction
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again after
-        with pytest.raises(RuntimeError), store._write(durable=False):
+        with pytest.raises(RuntimeError), store._connections.write(durable=False):
             raise RuntimeError("a failed lease transaction")
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # also after a failure
         checkpoint, blobs = make_checkpoint(session="s")
@@ -216,7 +216,7 @@ def test_sqlite_store_closes_connections_of_finished_threads(tmp_path: Path) -> 
             worker.start()
             worker.join(timeout=30)
             assert not worker.is_alive()
-        assert len(store._conns) <= 2
+        assert len(store._connections._conns) <= 2
 
 
 def test_kit_skips_damage_tests_for_factories_without_hooks(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 
 import actorflow as af
 from actorflow.storage import Checkpoint, Lease
-from actorflow.storage import _segment as segment
+from actorflow.storage.file import _segment as segment
 from tests.support import graphs, python_path
 
 _STUCK_SECONDS = 60.0  # the parent kills us long before this; it only bounds a lost parent

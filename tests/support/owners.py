@@ -92,7 +92,7 @@ def stall_inside_saves(store: af.CheckpointStore) -> None:
 
         store._leases.fenced = stalled  # type: ignore[method-assign]
     else:
-        from actorflow.storage import _sqlite_sql
+        from actorflow.storage.sqlite import _sql as _sqlite_sql
 
         lease_row = _sqlite_sql.lease_row
 

@@ -1,0 +1,63 @@
+"""The conformance kit: one pytest suite that every CheckpointStore passes.
+
+Requires pytest (a test dependency, never a runtime one of actorflow). A backend,
+built-in or third-party, is certified by one subclass and one fixture::
+
+    import pytest
+    from actorflow.storage.conformance import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        def store_factory(self, tmp_path):
+            return MyStoreFactory(str(tmp_path / "db"))
+
+The factory (see :class:`StoreFactory`) opens the same store again on each call.
+Optional capabilities switch on more tests; without them those tests are skipped
+with the reason shown. ``docs/storage.md`` explains each one. Session leases are
+not optional: a store without them fails every lease test.
+"""
+
+from __future__ import annotations
+
+try:
+    import pytest  # noqa: F401 - the kit's modules need it; say what to install before they do
+except ImportError:
+    raise ImportError(
+        "actorflow.storage.conformance is a pytest suite, and pytest is not installed: "
+        "install the test extra (pip install 'actorflow[test]'), or pytest itself"
+    ) from None
+
+from ._base import StoreFactory, make_checkpoint
+from ._concurrency import SharingTests
+from ._contract import ContractTests
+from ._damage import DamageTests
+from ._factories import (
+    FileStoreFactory,
+    MemoryStoreFactory,
+    PostgresStoreFactory,
+    SQLiteStoreFactory,
+)
+from ._leases import LeaseTests
+from ._retention import RetentionTests
+from ._stress import StressTests
+
+__all__ = [
+    "FileStoreFactory",
+    "MemoryStoreFactory",
+    "PostgresStoreFactory",
+    "SQLiteStoreFactory",
+    "StoreConformance",
+    "StoreFactory",
+    "make_checkpoint",
+]
+
+
+class StoreConformance(
+    ContractTests, StressTests, SharingTests, LeaseTests, RetentionTests, DamageTests
+):
+    """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
+
+    Tests are named by the property they check. Those needing a capability the
+    factory lacks (``durable``, ``multiprocess``, ``corrupt_record``,
+    ``corrupt_blob``, ``corrupt_header``, ``corrupt_column``) are skipped with the reason.
+    """

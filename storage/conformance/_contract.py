@@ -1,0 +1,265 @@
+"""Conformance kit, part one: round trips, ownership, queries and saving.
+
+Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import pytest
+
+from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound
+from actorflow.storage._format import (
+    Checkpoint,
+    CheckpointKind,
+    blob_digest,
+    decode_checkpoint,
+    encode_checkpoint,
+    new_checkpoint_id,
+)
+from actorflow.storage._protocol import CheckpointStore
+
+from ._base import (
+    RICH_METADATA,
+    KitBase,
+    make_checkpoint,
+    save_new,
+    scribble,
+    scribble_checkpoint,
+)
+
+
+class ContractTests(KitBase):
+    """What every single-threaded caller relies on."""
+
+    # --- round trips and ownership ---------------------------------------------
+
+    def test_is_a_checkpoint_store(self, store: CheckpointStore) -> None:
+        """The store satisfies the CheckpointStore protocol, and each method behaves as
+        one: the types it returns, its keyword filters, and what a save makes visible."""
+        assert isinstance(store, CheckpointStore)
+        assert store.list() == [] and store.sessions() == [] and store.verify() == []
+        assert store.latest() is None
+        first = save_new(store, session="s", workflow="w", chunks={"e": [b"one"]})
+        loaded = store.load(first.id)
+        assert type(loaded) is Checkpoint and loaded == first
+        listed = store.list(workflow="w", session="s", kind=first.kind)
+        assert type(listed) is list and listed == [first]
+        assert store.latest(workflow="w", session="s") == first
+        assert store.sessions() == ["s"] and type(store.sessions()[0]) is str
+        digest = blob_digest(b"one")
+        found = store.has_blobs([digest, "0" * 64])
+        assert type(found) is set and found == {digest}
+        assert type(store.load_blob(digest)) is bytes and store.load_blob(digest) == b"one"
+        assert store.history(first.id) == [first]
+        problems = store.verify()
+        assert type(problems) is list and problems == []
+        removed = store.prune("s", keep=0)
+        assert type(removed) is int and removed == 1
+        assert store.list() == [] and store.has_blobs([digest]) == set()
+
+    def test_roundtrip_every_field(self, store: CheckpointStore) -> None:
+        """Every field of every kind of record comes back equal and correctly typed."""
+        first = save_new(store, kind=CheckpointKind.ENTRY, chunks={})
+        saved = [first]
+        for kind in (CheckpointKind.STEP, CheckpointKind.RESPONSE, CheckpointKind.FINAL):
+            chunks = {"a": [b"a1", b"a2"], "b": [os.urandom(8)], "c": [b"a1"]}
+            saved.append(
+                save_new(
+                    store,
+                    parent=saved[-1],
+                    kind=kind,
+                    chunks=chunks,
+                    metadata=RICH_METADATA,
+                    runtime=os.urandom(64),
+                )
+            )
+        for original in saved:
+            loaded = store.load(original.id)
+            assert loaded == original
+            assert isinstance(loaded.kind, CheckpointKind)
+            assert all(isinstance(v, tuple) for v in loaded.executors.values())
+            assert type(loaded.runtime) is bytes
+            assert encode_checkpoint(loaded) == encode_checkpoint(original)
+
+    def test_load_returns_callers_own_copy(self, store: CheckpointStore) -> None:
+        """Mutating everything reachable from a loaded record changes no later load."""
+        original = save_new(store, metadata=RICH_METADATA)
+        scribble_checkpoint(store.load(original.id))
+        assert store.load(original.id) == original
+
+    def test_list_and_latest_return_callers_own_copies(self, store: CheckpointStore) -> None:
+        """Records from list() and latest() are the caller's own too (MAF #7683)."""
+        original = save_new(store, metadata=RICH_METADATA)
+        for checkpoint in store.list():
+            scribble_checkpoint(checkpoint)
+        latest = store.latest()
+        assert latest is not None
+        scribble_checkpoint(latest)
+        assert store.list() == [original]
+        assert store.latest() == original
+        assert store.history(original.id) == [original]
+
+    def test_mutating_saved_object_after_save_changes_nothing(self, store: CheckpointStore) -> None:
+        """What was saved is fixed at save(): later changes to the caller's objects do not leak."""
+        metadata = {"items": ["a"], "nested": {"k": [1]}}
+        checkpoint, blobs = make_checkpoint(metadata=metadata)
+        expected = decode_checkpoint(encode_checkpoint(checkpoint))
+        store.save(checkpoint, blobs)
+        scribble(metadata)
+        scribble_checkpoint(checkpoint)
+        blobs.clear()
+        assert store.load(checkpoint.id) == expected
+
+    def test_two_loads_independent(self, store: CheckpointStore) -> None:
+        """Two loads of one record are equal but share no container."""
+        original = save_new(store, metadata=RICH_METADATA)
+        a, b = store.load(original.id), store.load(original.id)
+        assert a == b
+        assert a is not b
+        assert a.metadata is not b.metadata
+        assert a.metadata["nested"] is not b.metadata["nested"]
+        assert a.metadata["nested"]["list"] is not b.metadata["nested"]["list"]
+        assert a.executors is not b.executors
+
+    # --- queries -------------------------------------------------------------------
+
+    def test_list_order_and_filters(self, store: CheckpointStore) -> None:
+        """list() is oldest-first by id whatever the save order, and every filter applies."""
+        kinds = list(CheckpointKind)
+        made = [
+            make_checkpoint(workflow=f"wf-{i % 2}", session=f"s-{i % 3}", kind=kinds[i % 4])
+            for i in range(12)
+        ]
+        shuffled = list(made)
+        random.Random(7).shuffle(shuffled)
+        for checkpoint, blobs in shuffled:
+            store.save(checkpoint, blobs)
+        ids = [cp.id for cp, _ in made]
+        assert [cp.id for cp in store.list()] == ids
+        for workflow in ("wf-0", "wf-1", "wf-9"):
+            for session in ("s-0", "s-2", None):
+                for kind in (CheckpointKind.STEP, None):
+                    expected = [
+                        cp.id
+                        for cp, _ in made
+                        if cp.workflow == workflow
+                        and (session is None or cp.session == session)
+                        and (kind is None or cp.kind == kind)
+                    ]
+                    got = store.list(workflow=workflow, session=session, kind=kind)
+                    assert [cp.id for cp in got] == expected
+
+    def test_latest_none_when_empty(self, store: CheckpointStore) -> None:
+        """latest() on an empty store, or with no match, is None."""
+        assert store.latest() is None
+        save_new(store, session="s", workflow="w")
+        assert store.latest(session="other") is None
+        assert store.latest(workflow="other") is None
+
+    def test_latest_is_newest_match(self, store: CheckpointStore) -> None:
+        """latest() returns the highest-id record matching the filters."""
+        a1 = save_new(store, session="a", workflow="w1")
+        b1 = save_new(store, session="b", workflow="w2")
+        a2 = save_new(store, session="a", parent=a1, workflow="w2")
+        assert store.latest() == a2
+        assert store.latest(session="b") == b1
+        assert store.latest(session="a", workflow="w1") == a1
+        assert store.latest(workflow="w2") == a2
+
+    def test_sessions_sorted_and_unique(self, store: CheckpointStore) -> None:
+        """sessions() lists each session with a record once, sorted."""
+        assert store.sessions() == []
+        for session in ("zeta", "alpha", "zeta", "mid"):
+            save_new(store, session=session)
+        assert store.sessions() == ["alpha", "mid", "zeta"]
+
+    def test_missing_id_raises_not_found(self, store: CheckpointStore) -> None:
+        """Unknown ids and digests raise CheckpointNotFound, even odd-looking ones."""
+        save_new(store)
+        for bad in (new_checkpoint_id(), "nope", "../../etc/passwd", ""):
+            with pytest.raises(CheckpointNotFound):
+                store.load(bad)
+            with pytest.raises(CheckpointNotFound):
+                store.history(bad)
+            with pytest.raises(CheckpointNotFound):
+                store.delete(bad)
+        with pytest.raises(CheckpointNotFound):
+            store.load_blob(blob_digest(b"never stored"))
+        with pytest.raises(CheckpointNotFound):
+            store.load_blob("../x")
+
+    def test_history_follows_parents(self, store: CheckpointStore) -> None:
+        """history() walks parent ids newest first and stops where the lineage was pruned."""
+        chain = [save_new(store, session="s")]
+        for _ in range(3):
+            chain.append(save_new(store, session="s", parent=chain[-1]))
+        save_new(store, session="other")
+        assert store.history(chain[3].id) == chain[::-1]
+        assert store.history(chain[1].id) == [chain[1], chain[0]]
+        assert store.prune("s", 2) == 2
+        assert store.history(chain[3].id) == [chain[3], chain[2]]
+        assert store.verify() == []
+
+    # --- saving --------------------------------------------------------------------
+
+    def test_save_existing_id_raises(self, store: CheckpointStore) -> None:
+        """A second save of an id fails and leaves the first record as it was."""
+        original = save_new(store, metadata={"v": 1})
+        clash_digest = blob_digest(b"clash")
+        clash = dataclasses.replace(original, metadata={"v": 2}, executors={"e": (clash_digest,)})
+        with pytest.raises(CheckpointError):
+            store.save(clash, {clash_digest: b"clash"})
+        assert store.load(original.id) == original
+        assert store.has_blobs([clash_digest]) == set()
+
+    def test_save_refuses_dangling_blob_reference(self, store: CheckpointStore) -> None:
+        """A record naming a blob that is neither given nor stored is refused, atomically."""
+        checkpoint, blobs = make_checkpoint(chunks={"e": [b"given", b"withheld"]})
+        withheld = blob_digest(b"withheld")
+        del blobs[withheld]
+        with pytest.raises(CheckpointCorrupt, match=withheld):
+            store.save(checkpoint, blobs)
+        assert store.list() == []
+        assert store.has_blobs([blob_digest(b"given"), withheld]) == set()
+        with pytest.raises(CheckpointNotFound):
+            store.load(checkpoint.id)
+
+    def test_save_refuses_blob_with_wrong_digest(self, store: CheckpointStore) -> None:
+        """A blob whose bytes do not hash to its key is refused and nothing is stored."""
+        checkpoint, _ = make_checkpoint(chunks={"e": [b"right"]})
+        digest = blob_digest(b"right")
+        with pytest.raises(CheckpointCorrupt):
+            store.save(checkpoint, {digest: b"wrong"})
+        assert store.list() == []
+        assert store.has_blobs([digest]) == set()
+
+    def test_save_skips_blobs_already_stored(self, store: CheckpointStore) -> None:
+        """A record may reference stored blobs without passing them again."""
+        first = save_new(store, chunks={"e": [b"chunk"]})
+        second, _ = make_checkpoint(parent=first, chunks={"e": [b"chunk"]})
+        store.save(second, {})
+        assert store.load(second.id) == second
+        assert store.load_blob(blob_digest(b"chunk")) == b"chunk"
+
+    def test_save_ignores_unreferenced_blobs(self, store: CheckpointStore) -> None:
+        """Blobs the record does not reference are not stored: no orphan from day one."""
+        checkpoint, blobs = make_checkpoint()
+        stray = blob_digest(b"stray")
+        store.save(checkpoint, {**blobs, stray: b"stray"})
+        assert store.has_blobs([stray, *blobs]) == set(blobs)
+
+    def test_64mb_blob_roundtrip(self, store: CheckpointStore) -> None:
+        """A 64 MiB snapshot chunk is stored, verified, returned whole and collected."""
+        big = os.urandom(1 << 20) * 64
+        digest = blob_digest(big)
+        checkpoint = save_new(store, chunks={"big": [big]})
+        loaded = store.load_blob(digest)
+        assert len(loaded) == len(big)
+        assert blob_digest(loaded) == digest
+        del loaded
+        store.delete(checkpoint.id)
+        assert store.has_blobs([digest]) == set()

@@ -1,0 +1,156 @@
+"""Conformance kit, retention by age: ``prune_older_than`` on every store.
+
+Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from actorflow.storage._format import Checkpoint, CheckpointKind, blob_digest
+from actorflow.storage._protocol import CheckpointStore
+
+from ._base import WAIT_S, KitBase, make_checkpoint
+
+DAY = 86_400.0
+
+
+def save_aged(
+    store: CheckpointStore,
+    age: float,
+    *,
+    now: float,
+    parent: Checkpoint | None = None,
+    **kwargs: Any,
+) -> Checkpoint:
+    """Save a record whose ``created_at`` is ``age`` seconds before ``now``."""
+    checkpoint, blobs = make_checkpoint(parent=parent, **kwargs)
+    checkpoint = dataclasses.replace(checkpoint, created_at=now - age)
+    store.save(checkpoint, blobs)
+    return checkpoint
+
+
+class RetentionTests(KitBase):
+    """Removal by age never drops what a resume needs and never orphans a blob."""
+
+    def test_prune_older_than_keeps_each_sessions_newest_cut(self, store: CheckpointStore) -> None:
+        """Cuts older than the cut-off go, except each session's newest cut; shared blobs stay."""
+        now = time.time()
+        chunks = {"e": [b"everywhere"]}
+        s0 = save_aged(store, 10 * DAY, now=now, session="s", chunks={"e": [b"s0"]})
+        s0p = save_aged(
+            store, 10 * DAY, now=now, session="s", parent=s0, kind=CheckpointKind.PARTIAL
+        )
+        s1 = save_aged(store, 9 * DAY, now=now, session="s", parent=s0, chunks=chunks)
+        s2 = save_aged(store, 1 * DAY, now=now, session="s", parent=s1, chunks={"e": [b"s2"]})
+        o0 = save_aged(store, 20 * DAY, now=now, session="old", chunks={"e": [b"o0"]})
+        o1 = save_aged(store, 8 * DAY, now=now, session="old", parent=o0, chunks=chunks)
+        assert store.prune_older_than(now - 7 * DAY) == 4
+        assert store.list(session="s") == [s2]
+        assert store.list(session="old") == [o1], "a session's newest cut stays, whatever its age"
+        assert store.sessions() == ["old", "s"]
+        digests = {v: blob_digest(v) for v in (b"s0", b"s2", b"o0", b"everywhere")}
+        assert store.has_blobs(digests.values()) == {digests[b"s2"], digests[b"everywhere"]}
+        assert store.history(s2.id) == [s2]
+        assert s0p.id not in {cp.id for cp in store.list()}
+        assert store.verify() == []
+        assert store.prune_older_than(now - 7 * DAY) == 0
+
+    def test_prune_older_than_whole_sessions(self, store: CheckpointStore) -> None:
+        """With whole_sessions, sessions whose newest record is older go whole; others are untouched."""
+        now = time.time()
+        shared = {"e": [b"shared by both"]}
+        a0 = save_aged(store, 30 * DAY, now=now, session="abandoned", chunks=shared)
+        save_aged(store, 29 * DAY, now=now, session="abandoned", parent=a0, chunks={"e": [b"a1"]})
+        l0 = save_aged(store, 30 * DAY, now=now, session="live", chunks=shared)
+        l1 = save_aged(store, 1 * DAY, now=now, session="live", parent=l0)
+        assert store.prune_older_than(now - 7 * DAY, whole_sessions=True) == 2
+        assert store.sessions() == ["live"]
+        assert store.list(session="live") == [l0, l1], "an active session keeps even old records"
+        assert store.load_blob(blob_digest(b"shared by both")) == b"shared by both"
+        assert store.has_blobs([blob_digest(b"a1")]) == set()
+        assert store.verify() == []
+
+    def test_prune_older_than_partial_records_follow_their_cut(
+        self, store: CheckpointStore
+    ) -> None:
+        """A partial record stays exactly when its parent cut does, whatever its own age."""
+        now = time.time()
+        early = save_aged(store, 10 * DAY, now=now, session="s")
+        stale = save_aged(store, 1, now=now, session="s", parent=early, kind=CheckpointKind.PARTIAL)
+        cut = save_aged(store, 9 * DAY, now=now, session="s", parent=early)
+        parts = [
+            save_aged(store, age, now=now, session="s", parent=cut, kind=CheckpointKind.PARTIAL)
+            for age in (8 * DAY, 1)
+        ]
+        assert store.prune_older_than(now - DAY) == 2  # ``early`` and ``stale``
+        assert store.list(session="s") == [cut, *parts]
+        assert store.latest(session="s") == parts[-1]
+        assert stale.id not in {cp.id for cp in store.list()}
+        assert store.verify() == []
+
+    def test_prune_older_than_cutoff_is_exclusive(self, store: CheckpointStore) -> None:
+        """A record created exactly at the cut-off is kept; one created just before is not."""
+        now = time.time()
+        at = save_aged(store, 0, now=now - 5.0, session="s")
+        before = save_aged(store, 0.5, now=now - 5.0, session="t")
+        save_aged(store, 0, now=now, session="t", parent=before)
+        assert store.prune_older_than(now - 5.0) == 1
+        assert store.list(session="s") == [at]
+        assert before.id not in {cp.id for cp in store.list()}
+
+    @pytest.mark.parametrize("cutoff", [math.nan, math.inf, -math.inf, "7d", None, True])
+    def test_prune_older_than_rejects_a_bad_cutoff(
+        self, store: CheckpointStore, cutoff: Any
+    ) -> None:
+        """A cut-off that is not finite epoch seconds raises ValueError and deletes nothing."""
+        now = time.time()
+        kept = [save_aged(store, 30 * DAY, now=now, session="s")]
+        kept.append(save_aged(store, 20 * DAY, now=now, session="s", parent=kept[0]))
+        with pytest.raises(ValueError, match="epoch seconds"):
+            store.prune_older_than(cutoff)
+        with pytest.raises(ValueError, match="epoch seconds"):
+            store.prune_older_than(cutoff, whole_sessions=True)
+        assert store.list() == kept
+
+    def test_prune_older_than_racing_saves_orphans_nothing(self, store: CheckpointStore) -> None:
+        """Removal by age running beside saves that reuse its blobs never strands one of them."""
+        shared = b"contended by age"
+        now = time.time()
+        barrier = threading.Barrier(2, timeout=WAIT_S)
+
+        def keep() -> list[Checkpoint]:
+            barrier.wait()
+            saved: list[Checkpoint] = []
+            for _ in range(20):
+                parent = saved[-1] if saved else None
+                saved.append(
+                    save_aged(
+                        store, 0, now=now, session="keep", parent=parent, chunks={"e": [shared]}
+                    )
+                )
+            return saved
+
+        def expire() -> int:
+            barrier.wait()
+            removed = 0
+            for n in range(20):
+                save_aged(store, 30 * DAY, now=now, session=f"old-{n}", chunks={"e": [shared]})
+                removed += store.prune_older_than(now - DAY, whole_sessions=True)
+            return removed
+
+        with ThreadPoolExecutor(2) as pool:
+            kept, removed = pool.submit(keep), pool.submit(expire)
+            lineage = kept.result(timeout=WAIT_S)
+            assert removed.result(timeout=WAIT_S) == 20
+        assert store.list(session="keep") == lineage
+        assert store.sessions() == ["keep"]
+        assert store.load_blob(blob_digest(shared)) == shared
+        assert store.verify() == []

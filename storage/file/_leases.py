@@ -1,0 +1,204 @@
+"""FileStore's session leases: one small file per session, changed under a per-session lock.
+
+Layout, inside the store's folder::
+
+    leases/<key>.lock     flock(2) target: held exclusively by every lease change and
+                          every save of the session, so the fencing check and the
+                          record's commit are one step
+    leases/<key>.lease    the lease row as JSON, replaced by rename (never torn)
+
+``<key>`` is a digest of the session id (ids may hold any character). The row
+outlives release, so the next grant's token is greater: tokens are never reused.
+A row is fsynced before it is renamed into place; a grant also fsyncs the folder,
+so a token once handed out survives power loss.
+
+:class:`FileLeases` owns them; :class:`~._store.FileStore` holds one, delegates
+the protocol's lease methods to it, and does the fencing step of a save through
+:meth:`FileLeases.fenced`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from actorflow.errors import CheckpointCorrupt, CheckpointError, SessionOwned, StoreLocked
+from actorflow.storage._lease import (
+    Lease,
+    LeaseRow,
+    check_owner,
+    check_ttl,
+    fence,
+    grant,
+    leaseless_check,
+    renewed,
+)
+from actorflow.storage._lock_wait import (
+    check_lock_wait,
+    describe_holders,
+    flock_within,
+    lease_lock_held,
+    lock_holders,
+)
+
+LEASES = "leases"
+
+__all__ = ["LEASES", "FileLeases", "lease_key"]
+
+
+class FileLeases:
+    """The lease rows of one FileStore folder (thread- and process-safe)."""
+
+    def __init__(self, root: Path) -> None:
+        self._dir = root / LEASES
+
+    def acquire(self, session: str, owner: str, ttl: float, lock_wait: float | None) -> Lease:
+        ttl, owner = check_ttl(ttl), check_owner(owner)
+        with self._locked(session, within=check_lock_wait(lock_wait)) as key:
+            row = grant(session, self._read(key, session), owner, ttl, time.time())
+            self._write(key, session, row, durable=True)
+        return row.as_lease(session)
+
+    def renew(self, lease: Lease, ttl: float) -> Lease:
+        ttl = check_ttl(ttl)
+        with self._locked(lease.session) as key:
+            row = renewed(self._read(key, lease.session), lease, ttl, time.time())
+            self._write(key, lease.session, row, durable=False)
+        return row.as_lease(lease.session)
+
+    def release(self, lease: Lease) -> None:
+        with self._locked(lease.session) as key:
+            row = self._read(key, lease.session)
+            if row is not None and not row.released and row.token == lease.token:
+                released = LeaseRow(row.token, row.owner, row.expires_at, True)
+                self._write(key, lease.session, released, durable=False)
+
+    def current(self, session: str) -> Lease | None:
+        # Read without the lock: rows are replaced by rename, so a read sees a whole one.
+        row = self._read(lease_key(session), session)
+        return row.as_lease(session) if row is not None and row.live(time.time()) else None
+
+    @contextlib.contextmanager
+    def fenced(self, session: str, lease: Lease | None, checkpoint_id: str) -> Iterator[None]:
+        """Hold the session's lock around a save after checking its lease (or its absence).
+
+        Raises:
+            LeaseLost / SessionOwned: see CheckpointStore.save.
+        """
+        with self._locked(session) as key:
+            row = self._read(key, session)
+            if lease is not None:
+                fence(row, lease, session, checkpoint_id)
+            elif row is not None:
+                leaseless_check(row, session, checkpoint_id, time.time())
+            yield
+
+    # --- internals -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self, session: str, *, within: float | None = None) -> Iterator[str]:
+        """Hold the session's lock; ``within``: seconds to wait for it (None: unbounded).
+
+        Raises:
+            SessionOwned / StoreLocked: not taken ``within`` (see ``lease_lock_held``).
+        """
+        key = lease_key(session)
+        path = self._dir / f"{key}.lock"
+        try:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except FileNotFoundError:
+                self._dir.mkdir(exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise CheckpointError(f"cannot lock the lease of session {session!r}: {exc}") from exc
+        try:
+            # A fresh open file description per call: threads of this process are
+            # serialised like other processes (see FileStore._locked).
+            try:
+                taken = flock_within(fd, within)
+            except OSError as exc:
+                raise CheckpointError(
+                    f"cannot lock the lease of session {session!r}: {exc}"
+                ) from exc
+            if not taken:
+                raise self._held(session, key, path, within or 0.0)
+            yield key
+        finally:
+            os.close(fd)
+
+    def _held(
+        self, session: str, key: str, path: Path, waited: float
+    ) -> StoreLocked | SessionOwned:
+        # The row is read without the lock (rows are replaced by rename: always whole).
+        return lease_lock_held(
+            session=session,
+            where=f"the FileStore {self._dir.parent}",
+            lock=f"its lock file {path}",
+            waited=waited,
+            holder=describe_holders(lock_holders(path)),
+            row=self._read(key, session),
+            now=time.time(),
+        )
+
+    def _read(self, key: str, session: str) -> LeaseRow | None:
+        path = self._dir / f"{key}.lease"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(f"cannot read lease file {path}: {exc}") from exc
+        try:
+            body = json.loads(data)
+            row = LeaseRow(
+                int(body["token"]), str(body["owner"]), float(body["expires_at"]), body["released"]
+            )
+            valid = body["session"] == session and isinstance(row.released, bool) and row.token > 0
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _damaged(path, str(exc)) from exc
+        if not valid:
+            raise _damaged(path, "it holds another session's lease or bad values")
+        return row
+
+    def _write(self, key: str, session: str, row: LeaseRow, *, durable: bool) -> None:
+        path = self._dir / f"{key}.lease"
+        body = {
+            "session": session,
+            "token": row.token,
+            "owner": row.owner,
+            "expires_at": row.expires_at,
+            "released": row.released,
+        }
+        tmp = self._dir / f".{key}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(json.dumps(body).encode())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            if durable:
+                dir_fd = os.open(self._dir, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except OSError as exc:
+            raise CheckpointError(f"cannot write lease file {path}: {exc}") from exc
+
+
+def lease_key(session: str) -> str:
+    """The name of a session's lease files (a digest: session ids may hold any character)."""
+    return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def _damaged(path: Path, why: str) -> CheckpointCorrupt:
+    return CheckpointCorrupt(
+        f"lease file {path} is damaged ({why}); while no process uses that session, "
+        "delete it (tokens of the session then start again from 1)"
+    )

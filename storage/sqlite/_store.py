@@ -1,0 +1,460 @@
+"""SQLiteStore: checkpoints in one SQLite file, the embedded default for services.
+
+This module holds the schema and the protocol's record and blob methods. The store
+is composed of collaborators that own their state: its connections and transactions
+(``_connections``), the WAL checkpointer (``_wal``), its leases (``_leases``) and
+its verification (``_verify``), each given the connections they run on.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Self
+
+from actorflow.errors import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    UnsupportedFormat,
+)
+from actorflow.storage._common import (
+    age_plan,
+    already_stored,
+    check_cutoff,
+    check_keep,
+    check_left_out,
+    checked_blobs,
+    dangling,
+    lineage,
+    not_found,
+    prune_plan,
+    shown_filters,
+)
+from actorflow.storage._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from actorflow.storage._lease import (
+    Lease,
+    fence,
+    leaseless_check,
+)
+
+from . import _sql as sql
+from ._connections import SQLiteConnections
+from ._leases import SQLiteLeases
+from ._sql import SCHEMA_VERSION
+from ._verify import SQLiteVerify
+from ._wal import WalCheckpointer
+
+
+class SQLiteStore:
+    """A checkpoint store in one SQLite database file; the documented default for services.
+
+    - WAL journal, ``synchronous=FULL`` (a committed checkpoint survives power
+      loss, at one WAL fsync per save), 30 s busy timeout, and ``BEGIN IMMEDIATE``
+      for every write: concurrent writers in threads or processes queue for the
+      write lock instead of failing with "database is locked" (LangGraph #8136).
+    - One transaction per save: the record row, its new blob rows and its
+      reference rows commit together or not at all.
+    - WAL checkpoints (copying the log into the file, which only bounds the log's
+      size) run on a short-lived thread between saves, not inside a save's commit
+      (see ``_sqlite_wal``). New files use 2 KB pages (``_sqlite_sql.PAGE_SIZE``).
+    - Tables: ``checkpoints`` (indexed by session, workflow and kind), ``blobs``
+      (id, digest -> bytes), ``refs`` (which checkpoint uses which blob, as integer
+      ids: a record names every chunk of every executor; blob collection
+      is a reference check inside the deleting transaction), ``deleted`` (ids
+      removed by delete/prune, so :meth:`verify` can tell a pruned parent from a
+      never-stored one), ``leases`` (one row per leased session; a save checks it
+      in its own transaction) and ``actorflow_schema`` (a newer schema is refused;
+      older ones are upgraded in place).
+    - Thread-safe: each thread uses its own connection; :meth:`close` closes all.
+      Several processes may open the same file (not over a network file system).
+
+    The filter columns repeat fields of the record; reads decode the record and
+    raise :class:`CheckpointCorrupt` if the two disagree.
+
+    Args:
+        path: the database file; created with the schema if missing.
+
+    Raises:
+        ValueError: ``path`` is ``":memory:"`` or empty (use MemoryStore).
+        UnsupportedFormat: the file has a newer actorflow schema.
+        CheckpointCorrupt: the file is not an SQLite database, or is damaged.
+        CheckpointError: the file cannot be opened.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if os.fspath(path) in ("", ":memory:"):
+            raise ValueError("SQLiteStore needs a file path; use MemoryStore for in-memory use")
+        self._path = Path(path)
+        self._connections = SQLiteConnections(self._path, repr(self))
+        self._wal = WalCheckpointer(self._connections.connect)
+        self._leases = SQLiteLeases(self._connections, self._path)
+        self._verifier = SQLiteVerify(self._connections)
+        self._page_size = 4096
+        try:
+            self._init_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self._path)!r})"
+
+    def close(self) -> None:
+        """Close every connection this store opened, in any thread. Idempotent; never waits
+        for a call: one running is interrupted and raises StoreClosed (see ``_connections``).
+
+        The WAL checkpoint thread's connection likewise (its checkpoint interrupted; that
+        wait is bounded, see ``WalCheckpointer.close``).
+        """
+        self._connections.close()
+        self._wal.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- the protocol ------------------------------------------------------------
+
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        """Store a record and its new blobs in one transaction (see CheckpointStore.save).
+
+        The lease row is read in the same write transaction (BEGIN IMMEDIATE holds the
+        write lock), so no lease change can come between the fencing check and commit.
+        """
+        record = encode_checkpoint(checkpoint)
+        referenced = checkpoint.blob_digests()
+        given = checked_blobs(checkpoint.id, blobs, referenced)
+        digests = sorted(referenced)
+        cp = checkpoint
+        self._wal.settle()  # see _sqlite_wal: this save then starts the log afresh
+        with self._connections.write() as db:
+            holder = sql.lease_row(db, cp.session)
+            if lease is not None:
+                fence(holder, lease, cp.session, cp.id)
+            elif holder is not None:
+                leaseless_check(holder, cp.session, cp.id, time.time())
+            # The primary key refuses a second record with this id; no SELECT first.
+            try:
+                row = db.execute(
+                    "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
+                    " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        cp.id,
+                        cp.session,
+                        cp.workflow,
+                        cp.kind.value,
+                        cp.superstep,
+                        cp.created_at,
+                        cp.parent_id,
+                        record,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise already_stored(cp.id) from None
+            # A record names every chunk of every executor, and nearly all of them were
+            # named by the previous record too: their ids come from this connection's
+            # memory of what is stored (see SQLiteConnections.known_blobs); one lookup gives the ids of
+            # the others, and tells which of them are stored at all.
+            known = self._connections.known_blobs(db)
+            unknown = [d for d in digests if d not in known]
+            found = sql.blob_ids(db, unknown) if unknown else {}
+            missing = [d for d in unknown if d not in found and d not in given]
+            if missing:
+                raise dangling(cp.id, missing)  # rolls the record back too
+            written = len(record)
+            for digest in unknown:
+                if digest not in found:
+                    found[digest] = sql.new_blob(db, digest, given[digest])
+                    written += len(given[digest])
+            # References are integer pairs (the record's rowid, the blob's id): a
+            # checkpoint names every chunk of every executor, so 64-character digests
+            # here would cost more disk than the changed chunks themselves.
+            assert row.lastrowid is not None
+            sql.insert_refs(
+                db, row.lastrowid, [known[d] if d in known else found[d] for d in digests]
+            )
+        # Only once committed: the ids of a rolled-back insert may be given out again.
+        known.update(found)
+        # Roughly what the commit appended to the log: the record, the new blobs and
+        # ~10 b-tree pages (page 1, the tables' and indexes' leaves, the refs pages).
+        self._wal.wrote(written + 10 * self._page_size)
+
+    def load(self, checkpoint_id: str) -> Checkpoint:
+        """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        with self._connections.read() as db:
+            row = db.execute(
+                f"SELECT {sql.COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
+            ).fetchone()
+        if row is None:
+            raise not_found(checkpoint_id)
+        return sql.decode_row(row)
+
+    def load_blob(self, digest: str) -> bytes:
+        """The blob with this digest, verified (see CheckpointStore.load_blob)."""
+        with self._connections.read() as db:
+            row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+        if row is None:
+            raise CheckpointNotFound(f"no blob {digest!r} in this store")
+        return verify_blob(digest, sql.as_bytes(row[0], f"blob {digest}"))
+
+    def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """Several blobs in one read transaction, each verified (see :class:`BlobBatchReader`).
+
+        Raises:
+            CheckpointNotFound: one of them is not stored.
+            CheckpointCorrupt: one of them does not match its digest.
+        """
+        wanted = sorted(set(digests))
+        found: dict[str, bytes] = {}
+        with self._connections.read() as db:
+            for start in range(0, len(wanted), 500):
+                batch = wanted[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                query = f"SELECT digest, data FROM blobs WHERE digest IN ({marks})"
+                for digest, data in db.execute(query, batch):
+                    found[digest] = data
+        missing = [d for d in wanted if d not in found]
+        if missing:
+            raise CheckpointNotFound(f"no blob {missing[0]!r} in this store")
+        return {d: verify_blob(d, sql.as_bytes(found[d], f"blob {d}")) for d in wanted}
+
+    def has_blobs(self, digests: Iterable[str]) -> set[str]:
+        """The subset of ``digests`` that is stored."""
+        wanted = {d for d in digests if isinstance(d, str)}
+        with self._connections.read() as db:
+            return sql.stored_subset(db, wanted)
+
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        session: str | None = None,
+        kind: CheckpointKind | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
+        where, params = sql.filters(workflow, session, kind)
+        left_out: builtins.list[tuple[object, ...]] = []
+        with self._connections.read() as db:
+            rows = db.execute(
+                f"SELECT rowid, parent_id, {sql.COLUMNS} FROM checkpoints{where} ORDER BY id",
+                params,
+            ).fetchall()
+            if where and rows:  # (without a filter every row is returned, and decoded)
+                left_out = sql.next_to(db, rows)
+        found = [sql.decode_row(row[2:]) for row in rows]
+        check_left_out(
+            sql.decode_row,
+            left_out,
+            read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
+            next_to="a parent or child of a listed record",
+        )
+        return found
+
+    def latest(
+        self, *, workflow: str | None = None, session: str | None = None
+    ) -> Checkpoint | None:
+        """The newest matching record, or None; a damaged one raises, it is not skipped.
+
+        The answer an index gives is cross-checked through another structure of
+        the file (a damaged index page must not make a resume silently return an
+        older checkpoint): the primary-key index for an answer of the session
+        index, the table itself for an answer of the primary-key index. Both
+        checks read only rows newer than the answer, so they cost next to nothing
+        for the session a service resumes; finding no record at all for a session
+        scans the table once. The answer's children (rows inserted after it) are
+        decoded too: one whose columns disagree with its record may be the newest,
+        its session or id column changed (see ``check_left_out``).
+        """
+        where, params = sql.filters(workflow, session, None)
+        with self._connections.read() as db:
+            row = db.execute(
+                f"SELECT rowid, {sql.COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1",
+                params,
+            ).fetchone()
+            newer = sql.newer_than(db, row, workflow, session)
+            children = sql.children(db, row) if row is not None else []
+        if newer is not None:
+            raise CheckpointCorrupt(
+                f"SQLite store {self._path} is damaged: its indexes miss checkpoint {newer!r}, "
+                "newer than what they give as the latest; run `actorflow checkpoints verify` "
+                "and restore the file from a backup (or REINDEX it)"
+            )
+        if row is None:
+            return None
+        cp = sql.decode_row(row[1:])
+        if (session is not None and cp.session != session) or (
+            workflow is not None and cp.workflow != workflow
+        ):
+            raise CheckpointCorrupt(
+                f"SQLite store {self._path} is damaged: an index gives checkpoint {cp.id} "
+                f"(session {cp.session!r}, workflow {cp.workflow!r}) for session {session!r}, "
+                f"workflow {workflow!r}; restore the file from a backup (or REINDEX it)"
+            )
+        check_left_out(
+            sql.decode_row,
+            children,
+            read=f"latest({shown_filters(workflow=workflow, session=session)})",
+            next_to=f"a child of {cp.id}, the newest match",
+        )
+        return cp
+
+    def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
+        """This record and its stored ancestors, newest first (see CheckpointStore.history)."""
+        return lineage(self, checkpoint_id)
+
+    def sessions(self) -> builtins.list[str]:
+        """Every session with a stored record, sorted."""
+        with self._connections.read() as db:
+            rows = db.execute("SELECT DISTINCT session FROM checkpoints ORDER BY session")
+            found = [r[0] for r in rows]
+        if not all(type(name) is str for name in found):
+            raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: a session is not text")
+        return found
+
+    def delete(self, checkpoint_id: str) -> None:
+        """Delete a record (damaged or not) and collect unreferenced blobs."""
+        with self._connections.write() as db:
+            if not db.execute(
+                "SELECT 1 FROM checkpoints WHERE id = ?", (checkpoint_id,)
+            ).fetchone():
+                raise not_found(checkpoint_id)
+            sql.delete(db, [checkpoint_id])
+            self._connections.forget_blobs()
+
+    def prune(self, session: str, keep: int) -> int:
+        """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
+        check_keep(keep)
+        with self._connections.write() as db:
+            rows = db.execute(
+                "SELECT id, kind, parent_id FROM checkpoints WHERE session = ?", (session,)
+            ).fetchall()
+            doomed = prune_plan(rows, keep)
+            sql.delete(db, doomed)
+            self._connections.forget_blobs()
+        return len(doomed)
+
+    def ids(self) -> builtins.list[str]:
+        """Every stored checkpoint id, damaged records included, oldest first.
+
+        Not part of the protocol: what ``actorflow checkpoints verify`` counts, and
+        how it reaches the records that :meth:`list` cannot decode around.
+        """
+        with self._connections.read() as db:
+            found = [r[0] for r in db.execute("SELECT id FROM checkpoints NOT INDEXED")]
+        return sorted(str(i) for i in found)
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        """Remove records by age (see CheckpointStore.prune_older_than)."""
+        limit = check_cutoff(cutoff)
+        with self._connections.write() as db:
+            rows = db.execute(
+                "SELECT id, session, kind, parent_id, created_at FROM checkpoints WHERE session"
+                " IN (SELECT session FROM checkpoints WHERE created_at < ?)",
+                (limit,),
+            ).fetchall()
+            doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
+            sql.delete(db, doomed)
+            self._connections.forget_blobs()
+        return len(doomed)
+
+    def verify(self) -> builtins.list[str]:
+        """Every problem found in the store, one line each; [] when healthy.
+
+        A file too damaged for the checks to finish gives the problem that
+        stopped them (with those found before it), rather than raising.
+        """
+        return self._verifier.verify()
+
+    # --- leases (see CheckpointStore.acquire_lease) --------------------------------
+
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
+
+        A grant is a write transaction: it waits for the file's one write lock, which
+        every save of every session takes. ``lock_wait`` bounds that wait (the busy
+        timeout of this transaction; None: the store's, ``BUSY_TIMEOUT_S``).
+        """
+        return self._leases.acquire(session, owner, ttl, lock_wait=lock_wait)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a current lease (see CheckpointStore.renew_lease)."""
+        return self._leases.renew(lease, ttl)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End a current lease; a stale one is ignored (see CheckpointStore.release_lease)."""
+        self._leases.release(lease)
+
+    def current_lease(self, session: str) -> Lease | None:
+        """The live lease of ``session``, or None."""
+        return self._leases.current(session)
+
+    # --- internals -----------------------------------------------------------------
+
+    def _init_schema(self) -> None:
+        # An open that finds the schema in place (nearly every open) only reads it: the
+        # write lock may be held by a process stalled inside a save, for as long as it
+        # stays stalled, and opening a store must not wait for that.
+        with self._connections.read() as db:
+            self._page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+            exists, version = _schema_version(db)
+        if exists and version == SCHEMA_VERSION:
+            return
+        with self._connections.write() as db:
+            exists, version = _schema_version(db)  # again: another process may have been first
+            if not exists:
+                db.execute("CREATE TABLE actorflow_schema (version INTEGER NOT NULL)")
+                for statement in sql.SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+            if version in (2, 3):
+                # Upgrading in place keeps older processes' statements working (they run
+                # without the dropped indexes, only slower), but they ignore leases:
+                # upgrade every process that writes to the file.
+                for index in sql.DROPPED_IN_3:
+                    db.execute(f"DROP INDEX IF EXISTS {index}")
+                db.execute(f"CREATE TABLE IF NOT EXISTS {sql.LEASES_TABLE[len('CREATE TABLE ') :]}")
+                db.execute("UPDATE actorflow_schema SET version = ?", (SCHEMA_VERSION,))
+                return
+        if isinstance(version, int) and version < SCHEMA_VERSION:
+            raise UnsupportedFormat(
+                f"SQLite store {self._path} has actorflow schema {version}, written by an "
+                f"older actorflow; this one reads schema {SCHEMA_VERSION} and has no migration "
+                "for it. Open it with the version that wrote it."
+            )
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise UnsupportedFormat(
+                f"SQLite store {self._path} has actorflow schema {version}; this actorflow "
+                f"reads schema {SCHEMA_VERSION}. Upgrade actorflow."
+            )
+        if version != SCHEMA_VERSION:
+            raise CheckpointCorrupt(
+                f"SQLite store {self._path} has a damaged schema table (version {version!r})"
+            )
+
+
+def _schema_version(db: sqlite3.Connection) -> tuple[bool, object]:
+    """(whether the schema table exists, the version it holds: None if it holds none)."""
+    exists = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'actorflow_schema'"
+    ).fetchone()
+    if not exists:
+        return False, None
+    row = db.execute("SELECT max(version) FROM actorflow_schema").fetchone()
+    return True, row[0] if row else None
