@@ -16,6 +16,7 @@ from the executors' serialized snapshots. See ``README.md`` and ``docs/``.
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from actorflow._version import __version__
 from actorflow.actors import ActorBackend, RayBackend, ThreadBackend, message
 from actorflow.errors import (
     ActorflowError,
@@ -98,7 +99,6 @@ from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQ
 if _TYPE_CHECKING:
     from actorflow.storage import PostgresStore
 
-__version__ = "0.1.0"
 
 __all__ = [
     "RUN_INPUT",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -12,8 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def _manifest_selection() -> set[str]:
     """The files MANIFEST.in adds to the sdist, by setuptools' own template processing
     (which reads the file tree, as building the sdist does)."""
-    import os
-
     from setuptools.command.egg_info import FileList
 
     files = FileList()
@@ -60,3 +61,47 @@ def test_the_conformance_kit_without_pytest_names_the_extra_to_install() -> None
     )
     assert done.returncode == 0, done.stderr
     assert "pip install 'actorflow[test]'" in done.stdout
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_package_folder_is_listed_for_setuptools() -> None:
+    """A subpackage missing from [tool.setuptools] packages is left out of the wheel:
+    `pip install .` would install an actorflow that cannot import itself."""
+    setuptools = _pyproject()["tool"]["setuptools"]
+    found = set()
+    for name, path in setuptools["package-dir"].items():
+        # followlinks=False: actorflow/actors (runtime, storage) link to the root folders,
+        # which are walked under their own names.
+        for folder, _dirs, files in os.walk(ROOT / path, followlinks=False):
+            if "__init__.py" in files:
+                relative = Path(folder).relative_to(ROOT / path).parts
+                found.add(".".join((name, *relative)))
+    assert found - set(setuptools["packages"]) == set(), (
+        "list them under [tool.setuptools] packages"
+    )
+
+
+def test_the_version_is_written_once() -> None:
+    """actorflow/_version.py is the version's one home: the package re-exports it and the
+    build reads it from there, so a release changes one line."""
+    import importlib.metadata
+
+    import actorflow
+    import actorflow._version
+
+    project = _pyproject()
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "actorflow._version.__version__"
+    assert actorflow.__version__ == actorflow._version.__version__
+    assert importlib.metadata.version("actorflow") == actorflow.__version__
+    writers = [
+        str(source.relative_to(ROOT))
+        for folder in ("actorflow", "actors", "runtime", "storage")
+        for source in (ROOT / folder).rglob("*.py")
+        if "__version__ =" in source.read_text()
+    ]
+    assert writers == ["actorflow/_version.py"]
