@@ -1,23 +1,48 @@
 """Every error actorflow raises, in one hierarchy under :class:`ActorflowError`.
 
 Errors are named by condition. Each message says what happened and what to do.
-Sub-bases group them by area so callers can catch a whole family:
+Sub-bases group them by area so callers can catch a whole family. The whole tree:
+a class with two bases of this module is listed under each, and ``also`` names a
+class's other bases::
 
-- :class:`CodecError`: a value could not cross the wire (:class:`EncodeError`,
-  :class:`DecodeError`, :class:`RegistrationError`).
-- :class:`GraphError`: the workflow graph is malformed (raised by ``build()``).
-- :class:`WorkflowError`: something went wrong while running (:class:`RunFailed`,
-  :class:`ExecutorFailed`, :class:`UnroutableMessage`, :class:`InputNotAccepted`,
-  :class:`SuperstepLimitExceeded`, :class:`SessionBusy`, :class:`SessionClosed`,
-  :class:`SessionBroken`,
-  :class:`RequestError`).
-- :class:`CheckpointError`: storing or restoring a checkpoint failed
-  (:class:`CheckpointNotFound`, :class:`CheckpointCorrupt`, :class:`GraphMismatch`,
-  :class:`UnsupportedFormat`, :class:`CheckpointWriteFailed`, :class:`StoreClosed`,
-  :class:`StoreLocked`,
-  and the session leases' :class:`LeaseError`: :class:`SessionOwned`, :class:`LeaseLost`).
-- :class:`BackendError`: a host process of a distributed backend (Ray) died or
-  cannot run the workflow's code (:class:`HostLost`, :class:`WorkerImportFailed`).
+    ActorflowError
+        CodecError: a value could not cross the wire
+            EncodeError
+            DecodeError
+            RegistrationError
+        GraphError: the workflow graph is malformed (raised by ``build()``)
+        WorkflowError: something went wrong while running
+            InputNotAccepted
+            HandlerReturnedValue
+            UnroutableMessage
+                _UnroutableRunFailure (also ExecutorFailed)
+            RunFailed
+                ExecutorFailed
+                    _UnroutableRunFailure (also UnroutableMessage)
+                SuperstepLimitExceeded
+                CheckpointWriteFailed (also CheckpointError)
+            RunCancelled
+            ExecutorTimedOut (also TimeoutError)
+            SessionBusy
+            SessionClosed
+            SessionBroken
+            SessionExists
+            RequestError
+        CheckpointError: storing or restoring a checkpoint failed
+            CheckpointNotFound
+            CheckpointCorrupt
+            UnsupportedFormat
+            GraphMismatch
+            CheckpointWriteFailed (also RunFailed)
+            StoreClosed
+            StoreLocked
+            LeaseError: the session leases
+                SessionOwned
+                LeaseLost
+            StateMigrationError
+        BackendError: a host process of a distributed backend (Ray) failed
+            HostLost
+            WorkerImportFailed
 
 This module is also the definition site: the runtime, actor and storage packages
 import from here, never the other way round.
