@@ -12,7 +12,7 @@ import actorflow as af
 
 class ReturnsValue(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context[None]) -> int:  # type: ignore[override]
+    def on_num(self, n: int, ctx: af.Context[None]) -> int:
         return n * 2
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import actorflow as af
+from actorflow.storage import Checkpoint
 from actorflow.ui import Inspector
 from tests.support import ui_scenario
 
@@ -66,7 +67,7 @@ def workflow() -> Iterator[af.Workflow]:
         yield wf
 
 
-def latest_final(store: af.CheckpointStore, session: str) -> af.Checkpoint:
+def latest_final(store: af.CheckpointStore, session: str) -> Checkpoint:
     return next(c for c in reversed(store.list(session=session)) if c.kind.value == "final")
 
 

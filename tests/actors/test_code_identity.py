@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,11 +87,11 @@ class Renamed(af.Executor):
     __actorflow_name__ = "tests.support.owners.Desk"
 
     @af.handler
-    def on_order(self, order: owners.Order, ctx: af.Context) -> None:
+    def on_order(self, order: owners.Order, ctx: af.Context[Any]) -> None:
         ctx.request(order, bool)
 
     @af.response_handler
-    def on_decision(self, order: owners.Order, ok: bool, ctx: af.Context) -> None:
+    def on_decision(self, order: owners.Order, ok: bool, ctx: af.Context[Any]) -> None:
         ctx.output(["renamed", order.number, ok])
 
 
@@ -113,7 +114,7 @@ def test_a_declared_name_survives_a_rename_and_a_true_difference_says_how(tmp_pa
         other as wf,
         pytest.raises(
             af.GraphMismatch,
-            match=r"was an tests\.support\.owners\.Desk, now a .*__actorflow_name__",
+            match=r"was a tests\.support\.owners\.Desk, now a .*__actorflow_name__",
         ),
     ):
         wf.resume(store, session="s1")

@@ -14,11 +14,11 @@ from typing import Any
 
 import msgpack
 import pytest
-from actorflow.actors.codec._encode import EXT_DATACLASS, EXT_ENUM
 from hypothesis import given, settings
 
 import actorflow.actors
 from actorflow.actors import decode, encode, is_registered, message, wire_name
+from actorflow.actors.codec._encode import EXT_DATACLASS, EXT_ENUM
 from actorflow.errors import DecodeError, RegistrationError
 from tests.support.codec_samples import (
     Box,

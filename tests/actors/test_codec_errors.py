@@ -14,11 +14,11 @@ from typing import Any
 
 import msgpack
 import pytest
-from actorflow.actors.codec._encode import EXT_DATACLASS, EXT_ENUM, EXT_TUPLE, MAX_DEPTH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actorflow.actors import decode, encode
+from actorflow.actors.codec._encode import EXT_DATACLASS, EXT_ENUM, EXT_TUPLE, MAX_DEPTH
 from actorflow.errors import DecodeError, EncodeError
 from tests.support.codec_samples import (
     Box,

@@ -13,10 +13,16 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from actorflow.actors.codec._encode import EXT_BIGINT, EXT_DATETIME, EXT_SET, EXT_TUPLE, MAX_SHARED_HASH
 
 import actorflow as af
 from actorflow.actors import decode, encode
+from actorflow.actors.codec._encode import (
+    EXT_BIGINT,
+    EXT_DATETIME,
+    EXT_SET,
+    EXT_TUPLE,
+    MAX_SHARED_HASH,
+)
 
 _P = (1 << 61) - 1  # CPython's numeric hash modulus: multiples of it all hash to 0
 
@@ -77,7 +83,8 @@ def test_non_canonical_bigint_is_refused() -> None:
 
 
 def _datetime_with_zone(key: str) -> bytes:
-    return msgpack.packb(_ext(EXT_DATETIME, msgpack.packb([2024, 1, 2, 3, 4, 5, 6, 0, key])))
+    data: bytes = msgpack.packb(_ext(EXT_DATETIME, msgpack.packb([2024, 1, 2, 3, 4, 5, 6, 0, key])))
+    return data
 
 
 _PLANTED = """

@@ -34,14 +34,14 @@ class Squarer(af.Executor):
         self.seen: list[int] = []
 
     @af.handler
-    def on_work(self, work: Work, ctx: af.Context) -> None:
+    def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
         self.seen.append(work.n)
         ctx.send(Work(work.n * work.n))
 
 
 class Emit(af.Executor):
     @af.handler
-    async def on_work(self, work: Work, ctx: af.Context) -> None:
+    async def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
         ctx.output((work.n, os.getpid()))
 
 
@@ -115,7 +115,7 @@ class Tally(af.Executor):
         self.items: list[int] = []
 
     @af.handler
-    def on_work(self, work: Work, ctx: af.Context) -> None:
+    def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
         self.items.append(work.n)
         ctx.output([len(self.items), sum(self.items)])
         if len(self.items) < 6:
@@ -222,11 +222,11 @@ class Asker(af.Executor):
         self.answers: list[list[object]] = []
 
     @af.handler
-    def on_int(self, amount: int, ctx: af.Context) -> None:
+    def on_int(self, amount: int, ctx: af.Context[Any]) -> None:
         ctx.request(Ask(amount), bool)
 
     @af.response_handler
-    def on_answer(self, request: Ask, ok: bool, ctx: af.Context) -> None:
+    def on_answer(self, request: Ask, ok: bool, ctx: af.Context[Any]) -> None:
         self.answers.append([request.amount, ok])
         ctx.output(list(self.answers))
 
@@ -271,7 +271,7 @@ class Slow(af.Executor):
         self.count = 0
 
     @af.handler
-    def on_work(self, work: Work, ctx: af.Context) -> None:
+    def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
         self.count += 1
         ctx.output(self.count)
         ctx.send(work)
@@ -310,19 +310,21 @@ class Placed(af.Executor):
     """Outputs the Ray resources its worker was given."""
 
     @af.handler
-    def on_work(self, work: Work, ctx: af.Context) -> None:
+    def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
         import ray
 
-        ctx.output(ray.get_runtime_context().get_assigned_resources())
+        runtime: Any = ray.get_runtime_context()  # ray's own API is untyped
+        ctx.output(runtime.get_assigned_resources())
         ctx.send(work)
 
 
 class Sink(af.Executor):
     @af.handler
-    def on_work(self, work: Work, ctx: af.Context) -> None:
+    def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
         import ray
 
-        ctx.output(ray.get_runtime_context().get_assigned_resources())
+        runtime: Any = ray.get_runtime_context()  # ray's own API is untyped
+        ctx.output(runtime.get_assigned_resources())
 
 
 def test_per_executor_options_place_each_worker(ray_cluster: Any) -> None:

@@ -108,7 +108,7 @@ def test_a_callback_added_while_the_answer_is_set_sees_the_answer() -> None:
     published: ``get(timeout=0)`` in it returns the answer, never ReplyTimeout."""
     future = ReplyFuture()
     lock = _LockThenAct()
-    future._callbacks_lock = lock  # type: ignore[misc]  # this future only
+    future._callbacks_lock = lock  # type: ignore[assignment]  # an instrumented lock, this future only
     seen: list[object] = []
 
     def in_callback() -> None:
@@ -170,7 +170,7 @@ def test_actor_threads_do_not_preempt_their_wakers() -> None:
 
     class Probe(af.Executor):
         @af.handler
-        def on_num(self, n: int, ctx: af.Context) -> None:
+        def on_num(self, n: int, ctx: af.Context[Any]) -> None:
             seen: list[int] = []
 
             def child_work() -> None:

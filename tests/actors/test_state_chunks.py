@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from actorflow.actors.codec._chunks import ATTR_CHUNK_BYTES, LIST_CHUNK
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actorflow.actors import decode_state, encode, encode_state, message
+from actorflow.actors.codec._chunks import ATTR_CHUNK_BYTES, LIST_CHUNK
 from actorflow.errors import DecodeError, EncodeError
 
 

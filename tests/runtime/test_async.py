@@ -6,6 +6,7 @@ import _thread
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ class Blocker(af.Executor):
     """Blocks its own actor for 200 ms (a blocking client call), then outputs."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         time.sleep(0.2)  # the workload: a handler that blocks, not a synchronization
         ctx.output(n)
 
@@ -59,7 +60,7 @@ def test_astream_yields_events_without_blocking_the_loop() -> None:
                 return [type(e).__name__ async for e in wf.astream(3)]
 
             task: asyncio.Task[list[str]] = asyncio.create_task(collect())
-            gap = await _largest_tick_gap(task)  # type: ignore[arg-type]
+            gap = await _largest_tick_gap(task)
             return gap, await task
 
     gap, kinds = asyncio.run(scenario())
@@ -70,7 +71,7 @@ def test_astream_yields_events_without_blocking_the_loop() -> None:
 
 class Fails(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         raise ValueError(f"no {n}")
 
 
@@ -95,7 +96,7 @@ class Holds(af.Executor):
     """Signals that it started, then waits (bounded) for the test to release it."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ENTERED.set()
         RELEASE.wait(10)
         ctx.output(n)

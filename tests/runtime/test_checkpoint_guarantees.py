@@ -235,7 +235,7 @@ class GStart(af.Executor):
     """Forwards numbers."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 
@@ -243,7 +243,7 @@ class GOut(af.Executor):
     """Outputs numbers."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(n)
 
 
@@ -251,7 +251,7 @@ class SinkV1(af.Executor):
     """Version 1 of a sink: handles int."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(n)
 
 
@@ -259,7 +259,7 @@ class SinkV2(af.Executor):
     """Version 2 of the same sink (same qualified name): handles int or str."""
 
     @af.handler
-    def on_num(self, n: int | str, ctx: af.Context) -> None:
+    def on_num(self, n: int | str, ctx: af.Context[Any]) -> None:
         ctx.output(n)
 
 

@@ -52,7 +52,7 @@ class NoSnapshot(af.Executor):
         return super().snapshot()
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.count += 1
         if n > 0:
             ctx.send(n - 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ SLOW: set[str] = set()
 
 class Source(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 
@@ -31,7 +32,7 @@ class Worker(af.Executor):
         self.handled = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         INVOKED.append(self.id)
         if self.id in SLOW:
             GATE.wait(10)  # the "crashed" process never gets past this
@@ -42,7 +43,7 @@ class Worker(af.Executor):
 
 class Gather(af.Executor):
     @af.handler
-    def on_all(self, values: list[int], ctx: af.Context) -> None:
+    def on_all(self, values: list[int], ctx: af.Context[Any]) -> None:
         ctx.output(values)
 
 

@@ -36,7 +36,7 @@ import pytest
 import actorflow as af
 from actorflow.actors import decode_state
 from actorflow.runtime._ownership import acquire
-from actorflow.storage import CheckpointKind
+from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 from actorflow.storage.file._segment import scan_segment
 from tests.support import graphs, pg
 from tests.support.crash_driver import (
@@ -93,7 +93,7 @@ def _normal(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _states(store: Any, checkpoint: Any) -> dict[str, dict[str, Any]]:
+def _states(store: CheckpointStore, checkpoint: Checkpoint) -> dict[str, dict[str, Any]]:
     return {
         eid: decode_state([store.load_blob(d) for d in digests])
         for eid, digests in checkpoint.executors.items()
@@ -136,7 +136,7 @@ def _drop_schemas() -> Iterator[None]:
 # --- checking a recovery -------------------------------------------------------------
 
 
-def settle(store: Any) -> None:
+def settle(store: CheckpointStore) -> None:
     """Wait until the killed child's lease has expired, by taking it once (then letting go).
 
     A lease change waits for any save still in flight under the old lease (a database
@@ -146,7 +146,7 @@ def settle(store: Any) -> None:
     acquire(store, SESSION, ttl=30, wait=30, owner="crash test").release()
 
 
-def check_after_kill(store: Any, killed: Child) -> af.storage.Checkpoint | None:
+def check_after_kill(store: CheckpointStore, killed: Child) -> Checkpoint | None:
     """The store is intact, and every checkpoint the killed child reported is in it."""
     settle(store)
     assert store.verify() == []
@@ -165,10 +165,10 @@ def check_after_kill(store: Any, killed: Child) -> af.storage.Checkpoint | None:
 
 
 def check_recovered(
-    store: Any,
+    store: CheckpointStore,
     ref: Reference,
     killed_outputs: list[Output],
-    resumed_from: af.storage.Checkpoint | None,
+    resumed_from: Checkpoint | None,
     resumed_outputs: list[Output],
 ) -> None:
     """Outputs exactly once along the lineage; final states and history as uninterrupted."""
@@ -192,7 +192,9 @@ def check_recovered(
         assert resumed_from.id in {cp.id for cp in chain}, "the resume did not continue the lineage"
 
 
-def resume_here(store: Any, graph: tuple[str, list[int], dict[str, Any]]) -> list[Output]:
+def resume_here(
+    store: CheckpointStore, graph: tuple[str, list[int], dict[str, Any]]
+) -> list[Output]:
     """Resume the session's latest checkpoint in this process (or start it if none)."""
     family, params, kwargs = graph
     case = graphs.build(family, *params, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -24,18 +25,19 @@ def test_every_event_type_is_covered() -> None:
 def test_init_takes_positions_keywords_and_defaults(cls: type[af.Event]) -> None:
     fields = dataclasses.fields(cls)
     values = [object() for _ in fields]
-    by_position = cls(*values)
-    by_keyword = cls(**{f.name: v for f, v in zip(fields, values, strict=True)})
+    make: Callable[..., af.Event] = cls  # each event type's own fields, any values
+    by_position = make(*values)
+    by_keyword = make(**{f.name: v for f, v in zip(fields, values, strict=True)})
     for f, v in zip(fields, values, strict=True):
         assert getattr(by_position, f.name) is v
         assert getattr(by_keyword, f.name) is v
     assert by_position == by_keyword
     required = [f for f in fields if f.default is dataclasses.MISSING]
-    minimal = cls(*values[: len(required)])
+    minimal = make(*values[: len(required)])
     for f in fields[len(required) :]:
         assert getattr(minimal, f.name) == f.default
     with pytest.raises(TypeError):
-        cls(*values, object())  # one argument too many
+        make(*values, object())  # one argument too many
     with pytest.raises(dataclasses.FrozenInstanceError):
         minimal.run_id = "changed"  # type: ignore[misc]
 

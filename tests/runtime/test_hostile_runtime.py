@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _good() -> dict[str, Any]:
 
 def _forged(change: str) -> dict[str, Any]:
     body = _good()
-    forgeries = {
+    forgeries: dict[str, Callable[[], object]] = {
         "non-numeric fan-in key": lambda: body.update(fan_in={"x": {}}),
         "fan-in key with a leading zero": lambda: body.update(fan_in={"01": {}}),
         "superstep 2**64-1": lambda: body.update(superstep=(1 << 64) - 1),
@@ -40,7 +41,7 @@ def _forged(change: str) -> dict[str, Any]:
         "bool superstep": lambda: body.update(superstep=True),
         "unknown entry": lambda: body.update(extra=1),
         "missing entry": lambda: body.pop("answered"),
-        "int key": lambda: body.update({1: 2}),
+        "int key": lambda: body.update({1: 2}),  # type: ignore[dict-item]  # forged on purpose
         "fan-in group with one payload": lambda: body["inbox"]["b"].append(["a", 0, b"\x01"]),
         "single with a list payload": lambda: body["inbox"]["b"].append(["a", -1, [b"\x01"]]),
         "response with two parts": lambda: body["inbox"]["b"].append(["a", -2, ["r", b"q"]]),
@@ -141,10 +142,10 @@ def test_verify_counts_damaged_records_and_exits_1(
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == f"1 problem(s) in {total} checkpoint(s)"
     folder = tmp_path / "f"
-    with af.FileStore(folder) as store, build() as wf, wf.session("s1", store=store) as s:
+    with af.FileStore(folder) as files, build() as wf, wf.session("s1", store=files) as s:
         s.run(0)
-        total = len(store.list())
-        newest = store.list()[-1].id
+        total = len(files.list())
+        newest = files.list()[-1].id
     FileStoreFactory(str(folder)).corrupt_record(newest, lambda record: record[:-1])
     assert main(["checkpoints", "verify", str(folder)]) == 1
     out = capsys.readouterr().out.splitlines()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -27,7 +27,7 @@ class Counter(af.Executor):
 
 class Echo(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(n)
 
 

@@ -24,7 +24,7 @@ from actorflow.storage.conformance import make_checkpoint
 from tests.support import child_env, owners, pg
 from tests.support.owners import Order
 
-STORES: dict[str, Callable[[Path], CheckpointStore]] = {
+STORES: dict[str, Callable[[Path], af.MemoryStore | af.FileStore | af.SQLiteStore]] = {
     "memory": lambda _: af.MemoryStore(),
     "file": lambda tmp: af.FileStore(tmp / "store"),
     "sqlite": lambda tmp: af.SQLiteStore(tmp / "store.db"),

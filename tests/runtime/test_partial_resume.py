@@ -26,7 +26,7 @@ PARTIAL_STORED = threading.Event()
 
 class Source(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 
@@ -39,7 +39,7 @@ class Fast(af.Executor):
         self.rounds = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.total += n
         self.rounds += 1
         ctx.output([self.id, self.rounds, self.total])
@@ -57,7 +57,7 @@ class Slow(af.Executor):
         self.seen = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.seen += 1
         if Slow.fail:
             assert PARTIAL_STORED.wait(10), "the fast worker's part was never stored"
@@ -69,7 +69,7 @@ class Loop(af.Executor):
     """Sends the fast worker's value back to it once."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 

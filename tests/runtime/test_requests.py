@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -28,12 +29,12 @@ class Approver(af.Executor):
         self.answers: list[list[object]] = []
 
     @af.handler
-    def on_amount(self, amount: int, ctx: af.Context) -> None:
+    def on_amount(self, amount: int, ctx: af.Context[Any]) -> None:
         ctx.request(Approval(amount), bool)
         ctx.request(Approval(amount * 2), bool)
 
     @af.response_handler
-    def on_answer(self, request: Approval, ok: bool, ctx: af.Context) -> None:
+    def on_answer(self, request: Approval, ok: bool, ctx: af.Context[Any]) -> None:
         self.answers.append([request.amount, ok])
         ctx.output([request.amount, ok, len(self.answers)])
 

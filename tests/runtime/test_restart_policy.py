@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import actorflow as af
@@ -14,7 +16,7 @@ class Step(af.Executor):
         self.count = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.count += 1
         if n < 6:
             ctx.send(n + 1)

@@ -21,7 +21,7 @@ class Keeper(af.Executor):
         self.items = [{"id": i, "text": "x" * 80} for i in range(1000)]
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         if n:
             self.items.append({"id": n, "text": "new"})
         ctx.output(len(self.items))

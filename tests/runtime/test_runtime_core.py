@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -29,7 +31,7 @@ class Mutator(af.Executor):
     """Receives a Bag, mutates its own copy, and outputs it."""
 
     @af.handler
-    def on_bag(self, bag: Bag, ctx: af.Context) -> None:
+    def on_bag(self, bag: Bag, ctx: af.Context[Any]) -> None:
         bag.items.append(f"touched-by-{ctx.executor_id}")
         ctx.output(bag)
 
@@ -38,7 +40,7 @@ class Sender(af.Executor):
     """Sends a Bag, then mutates the sent object and outputs it."""
 
     @af.handler
-    def on_start(self, text: str, ctx: af.Context) -> None:
+    def on_start(self, text: str, ctx: af.Context[Any]) -> None:
         bag = Bag([text])
         ctx.send(bag)
         ctx.output(bag)
@@ -76,7 +78,7 @@ class Counter(af.Executor):
         self.seen = seen
 
     @af.handler
-    def on_num(self, num: Num, ctx: af.Context) -> None:
+    def on_num(self, num: Num, ctx: af.Context[Any]) -> None:
         self.seen.append(num.n)
         ctx.output(list(self.seen))
 
@@ -98,7 +100,7 @@ def test_blueprint_rule_both_directions(backend: af.ActorBackend) -> None:
 
 class StrOnly(af.Executor):
     @af.handler
-    def on_text(self, text: str, ctx: af.Context) -> None:
+    def on_text(self, text: str, ctx: af.Context[Any]) -> None:
         ctx.output(text)
 
 
@@ -113,7 +115,7 @@ def test_input_not_accepted_raises_before_anything_runs() -> None:
 
 class Splitter(af.Executor):
     @af.handler
-    def on_num(self, num: int, ctx: af.Context) -> None:
+    def on_num(self, num: int, ctx: af.Context[Any]) -> None:
         ctx.send(num)
 
 
@@ -123,13 +125,13 @@ class Worker(af.Executor):
         self.factor = factor
 
     @af.handler
-    def on_num(self, num: int, ctx: af.Context) -> None:
+    def on_num(self, num: int, ctx: af.Context[Any]) -> None:
         ctx.send(num * self.factor)
 
 
 class Sum(af.Executor):
     @af.handler
-    def on_all(self, values: list[int], ctx: af.Context) -> None:
+    def on_all(self, values: list[int], ctx: af.Context[Any]) -> None:
         ctx.output(values)
         ctx.output(sum(values))
 
@@ -168,7 +170,7 @@ def test_concurrent_runs_from_threads_each_get_their_own_actors() -> None:
 
 class Loop(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n + 1)
 
 
@@ -182,7 +184,7 @@ def test_superstep_limit_raises() -> None:
 
 class Boom(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         raise ValueError(f"bad {n}")
 
 
@@ -195,14 +197,17 @@ def test_handler_exception_fails_run_with_executor_and_cause() -> None:
         assert info.value.executor == "boom"
         assert info.value.superstep == 2
         assert isinstance(info.value.__cause__, ValueError)
-        assert wf.run.__self__ is wf  # the workflow stays usable after a failure
+        run = wf.run
+        assert (
+            inspect.ismethod(run) and run.__self__ is wf
+        )  # the workflow stays usable after a failure
         with pytest.raises(af.ExecutorFailed):
             wf.run(4)
 
 
 class SendsText(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(f"text {n}")
 
 
@@ -225,7 +230,7 @@ class Unencodable(af.Executor):
         self.lock = threading.Lock()
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         del n, ctx
 
 
@@ -263,13 +268,13 @@ def test_build_checks_declared_send_types_against_targets() -> None:
 
 class Router(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 
 class Tag(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(f"{self.id}:{n}")
 
 
@@ -294,11 +299,11 @@ def test_switch_conditions_and_fan_out_select() -> None:
 
 class Union(af.Executor):
     @af.handler
-    def on_number(self, value: int | float, ctx: af.Context) -> None:
+    def on_number(self, value: int | float, ctx: af.Context[Any]) -> None:
         ctx.output(("number", value))
 
     @af.handler
-    def on_anything(self, value: object, ctx: af.Context) -> None:
+    def on_anything(self, value: object, ctx: af.Context[Any]) -> None:
         ctx.output(("other", value))
 
 
@@ -312,7 +317,7 @@ def test_union_and_catch_all_handlers() -> None:
 
 class AsyncWorker(af.Executor):
     @af.handler
-    async def on_num(self, n: int, ctx: af.Context) -> None:
+    async def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         import asyncio
 
         await asyncio.sleep(0)
@@ -337,7 +342,7 @@ class UsesResource(af.Executor):
         self.handled = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.client["calls"] += 1
         self.handled += 1
         ctx.output((self.client["calls"], self.handled, sorted(self.snapshot())))
@@ -425,7 +430,7 @@ class TupleState(af.Executor):
         self.seen: tuple[int, ...] = (0,)
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.seen = (*self.seen, n)
         ctx.output(self.seen)
 

@@ -7,6 +7,8 @@ threading.Event the test controls (bounded waits everywhere, never a sleep).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import actorflow as af
@@ -21,7 +23,7 @@ class Forward(af.Executor):
     """Forwards numbers."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 
@@ -29,7 +31,7 @@ class Scale(af.Executor):
     """Sends n * 10."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n * 10)
 
 
@@ -37,7 +39,7 @@ class Pair(af.Executor):
     """Fan-in target: outputs each pair it gets."""
 
     @af.handler
-    def on_pair(self, values: list[int], ctx: af.Context) -> None:
+    def on_pair(self, values: list[int], ctx: af.Context[Any]) -> None:
         ctx.output(values)
 
 
@@ -128,7 +130,7 @@ class HoldsResource(af.Executor):
     conn = af.resource(_SlowToRelease)
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(n)
 
 
@@ -181,7 +183,7 @@ class Last(af.Executor):
         self.seen: list[int] = []
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.seen.append(n)
         ctx.output([self.id, list(self.seen)])
 
@@ -190,7 +192,7 @@ class Keep(Last):
     """Like :class:`Last`, and forwards the number."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         super().on_num(n, ctx)
         ctx.send(n)
 

@@ -22,7 +22,7 @@ class TallyV1(af.Executor):
         self.amounts: list[int] = []
 
     @af.handler
-    def on_amount(self, amount: int, ctx: af.Context) -> None:
+    def on_amount(self, amount: int, ctx: af.Context[Any]) -> None:
         CALLS.append("v1")
         self.amounts.append(amount)
         ctx.output(len(self.amounts))
@@ -47,7 +47,7 @@ class TallyV2(af.Executor):
         return state
 
     @af.handler
-    def on_amount(self, amount: int, ctx: af.Context) -> None:
+    def on_amount(self, amount: int, ctx: af.Context[Any]) -> None:
         CALLS.append("v2")
         self.amounts.append(amount)
         self.total += amount
@@ -72,7 +72,7 @@ class TallyV3NoMigrate(af.Executor):
         self.amounts: list[int] = []
 
     @af.handler
-    def on_amount(self, amount: int, ctx: af.Context) -> None:
+    def on_amount(self, amount: int, ctx: af.Context[Any]) -> None:
         CALLS.append("v3")
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import actorflow as af
-from tests.support import ROOT
+from tests.support import ROOT, Closeable
 
 BOUND = 10.0
 """Seconds any waiting in these tests is bounded by (far above STOP_WAIT, far below the
@@ -138,6 +138,7 @@ def test_leaving_a_stream_early_returns_and_frees_the_session() -> None:
     """Closing a stream whose run is hung returns, and the session takes the next call."""
     with _workflow("stream-hung") as wf, wf.session("s", store=af.MemoryStore()) as s:
         events = s.stream(HANG_ON)
+        assert isinstance(events, Closeable)
         assert isinstance(next(events), af.RunStartedEvent)
         assert ENTERED.wait(BOUND)
         closer, _ = _in_thread(events.close)
@@ -151,6 +152,7 @@ def test_closing_a_stream_before_its_first_event_stops_the_run() -> None:
     """A stream closed before anything was read still stops its (hung) run."""
     with _workflow("stream-unread") as wf, wf.session("s", store=af.MemoryStore()) as s:
         events = s.stream(HANG_ON)
+        assert isinstance(events, Closeable)
         assert ENTERED.wait(BOUND)
         closer, _ = _in_thread(events.close)
         closer.join(BOUND)

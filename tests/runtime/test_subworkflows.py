@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ class Tally(af.Executor):
         self.seen: list[int] = []
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.total += n
         self.seen.append(n)
         if self.total >= self.goal:
@@ -43,13 +44,13 @@ class Tally(af.Executor):
 
 class Double(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n * 2)
 
 
 class Collect(af.Executor):
     @af.handler
-    def on_any(self, value: object, ctx: af.Context) -> None:
+    def on_any(self, value: object, ctx: af.Context[Any]) -> None:
         ctx.output(["parent", value])
 
 
@@ -57,16 +58,16 @@ class Asker(af.Executor):
     """Asks the same question twice per input; outputs each answer with its request."""
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.request(n, bool)
         ctx.request(n, Verdict)
 
     @af.response_handler
-    def on_bool(self, request: int, answer: bool, ctx: af.Context) -> None:
+    def on_bool(self, request: int, answer: bool, ctx: af.Context[Any]) -> None:
         ctx.output(["bool", request, answer])
 
     @af.response_handler
-    def on_verdict(self, request: int, answer: Verdict, ctx: af.Context) -> None:
+    def on_verdict(self, request: int, answer: Verdict, ctx: af.Context[Any]) -> None:
         ctx.output(["verdict", request, answer.ok])
 
 
@@ -82,7 +83,7 @@ class Flaky(af.Executor):
         self.total = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.total += n
         if n in ARMED:
             ARMED.discard(n)
@@ -375,7 +376,7 @@ class Ballast(af.Executor):
         self.data = "x" * 20_000
 
     @af.handler
-    def on_text(self, text: str, ctx: af.Context) -> None:
+    def on_text(self, text: str, ctx: af.Context[Any]) -> None:
         ctx.output(text)
 
 

@@ -38,11 +38,16 @@ def test_a_save_is_one_frame_and_one_fdatasync(
         store.save(first, blobs)
         before = files(tmp_path)
         calls: list[str] = []
-        real_fsync, real_fdatasync = os.fsync, os.fdatasync
-        monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
-        monkeypatch.setattr(
-            os, "fdatasync", lambda fd: calls.append("fdatasync") or real_fdatasync(fd)
-        )
+
+        def counted(name: str, real: Callable[[int], None]) -> Callable[[int], None]:
+            def call(fd: int) -> None:
+                calls.append(name)
+                real(fd)
+
+            return call
+
+        monkeypatch.setattr(os, "fsync", counted("fsync", os.fsync))
+        monkeypatch.setattr(os, "fdatasync", counted("fdatasync", os.fdatasync))
         second, more = make_checkpoint(parent=first, chunks={"e": [b"a", b"b", b"new"]})
         store.save(second, {d: more[d] for d in more if d not in blobs})
         monkeypatch.undo()

@@ -4,6 +4,7 @@ its rule must fail on it (while the built-in stores pass the same test)."""
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -127,7 +128,7 @@ class HidesDamage(SQLiteStore):
     ) -> Checkpoint | None:
         return None if self.hidden else super().latest(workflow=workflow, session=session)
 
-    def list(self, **filters: Any) -> list[Checkpoint]:
+    def list(self, **filters: Any) -> builtins.list[Checkpoint]:
         return [] if self.hidden else super().list(**filters)
 
     def verify(self) -> list[str]:

@@ -143,7 +143,7 @@ class Holder(af.Executor):
         self.items = items
 
     @af.handler
-    def on_value(self, n: int, ctx: af.Context) -> None:
+    def on_value(self, n: int, ctx: af.Context[Any]) -> None:
         self.items.append(n)
         ctx.output(len(self.items))
 

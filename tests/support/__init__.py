@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
-__all__ = ["ROOT", "child_env", "python_path"]
+__all__ = ["ROOT", "Closeable", "child_env", "python_path"]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 """The repository root: ``tests`` is importable from here."""
@@ -25,3 +26,10 @@ def python_path() -> str:
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment for a child that imports ``tests.*`` (plus ``extra``)."""
     return {**os.environ, **(extra or {}), "PYTHONPATH": python_path()}
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """What ``Session.stream`` returns besides iterating: ``close()`` abandons the run."""
+
+    def close(self) -> None: ...

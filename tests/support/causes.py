@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def chain(error: BaseException | None) -> list[BaseException]:
     """``error`` and its causes (``__cause__``, else ``__context__``), at most ten."""
-    found = []
+    found: list[BaseException] = []
     while error is not None and len(found) < 10:
         found.append(error)
         error = error.__cause__ or error.__context__

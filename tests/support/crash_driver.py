@@ -134,7 +134,7 @@ def schema_for(workdir: Path) -> str:
     return name
 
 
-def open_store(store: str, workdir: Path) -> Any:
+def open_store(store: str, workdir: Path) -> af.SQLiteStore | af.FileStore | af.PostgresStore:
     if store == "postgres":
         return af.PostgresStore(pg.dsn(), schema=schema_for(workdir))
     if store == "sqlite":

@@ -111,7 +111,7 @@ class GRelay(af.Executor):
         self.ballast = [f"{id}-ballast-{i:06d}" for i in range(ballast)]
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.count += 1
         self.seen.append(n)
@@ -129,7 +129,7 @@ class GSink(af.Executor):
         self.got: list[int] = []
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.total += n
         self.got.append(n)
@@ -145,7 +145,7 @@ class GSplit(af.Executor):
         self.forwarded = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         for i in range(self.burst):
             self.forwarded += 1
@@ -162,7 +162,7 @@ class GGather(af.Executor):
         self.sums: list[int] = []
 
     @af.handler
-    def on_values(self, values: list[int], ctx: af.Context) -> None:
+    def on_values(self, values: list[int], ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.rounds += 1
         total = sum(values)
@@ -185,7 +185,7 @@ class GLoop(af.Executor):
         self.log: list[str] = [f"{id}-ballast-{i:06d}" for i in range(ballast)]
 
     @af.handler
-    def on_token(self, token: GToken, ctx: af.Context) -> None:
+    def on_token(self, token: GToken, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.visits += 1
         self.acc = (self.acc * 31 + token.value + token.hops) % 1_000_003
@@ -201,7 +201,7 @@ class GLoop(af.Executor):
             ctx.output(["done", self.id, token.hops, token.value, len(token.trail)])
 
     @af.handler
-    def on_start(self, n: int, ctx: af.Context) -> None:
+    def on_start(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.visits += 1
         ctx.send(GToken(hops=1, value=n, trail=[self.id]))
@@ -216,7 +216,7 @@ class GCollatz(af.Executor):
         self.peak = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.steps += 1
         self.peak = max(self.peak, n)
@@ -233,7 +233,7 @@ class GHalve(af.Executor):
         self.calls = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.calls += 1
         ctx.send(n // 2)
@@ -247,7 +247,7 @@ class GTriple(af.Executor):
         self.calls = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.calls += 1
         ctx.send(3 * n + 1)

@@ -44,11 +44,11 @@ class Desk(af.Executor):
         self.decided: list[int] = []
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context) -> None:
+    def on_order(self, order: Order, ctx: af.Context[Any]) -> None:
         ctx.request(order, bool)
 
     @af.response_handler
-    def on_decision(self, order: Order, ok: bool, ctx: af.Context) -> None:
+    def on_decision(self, order: Order, ok: bool, ctx: af.Context[Any]) -> None:
         self.decided.append(order.number)
         ctx.output([order.number, ok])
 

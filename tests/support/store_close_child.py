@@ -70,7 +70,7 @@ def open_store(config: dict[str, Any]) -> af.CheckpointStore:
 
 def describe(exc: BaseException) -> str:
     """The error and the chain of its causes, by class: ``CheckpointWriteFailed<-StoreClosed``."""
-    names = []
+    names: list[str] = []
     seen: BaseException | None = exc
     while seen is not None and len(names) < 6:
         names.append(type(seen).__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -30,19 +31,19 @@ COLORS = {
 
 class Split(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
 
 class Work(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n * 2)
 
 
 class Join(af.Executor):
     @af.handler
-    def on_values(self, values: list[int], ctx: af.Context) -> None:
+    def on_values(self, values: list[int], ctx: af.Context[Any]) -> None:
         ctx.output(sum(values))
 
 

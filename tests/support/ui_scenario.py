@@ -4,6 +4,7 @@ request, and state that holds markup (which the page must show as text)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import actorflow as af
 from actorflow.testing import inject_fault
@@ -28,7 +29,7 @@ class Intake(af.Executor):
         self.note = SCRIPT
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context) -> None:
+    def on_order(self, order: Order, ctx: af.Context[Any]) -> None:
         self.orders.append(order.id)
         ctx.send(order)
 
@@ -42,12 +43,12 @@ class Review(af.Executor):
         self.verdicts: dict[str, bool] = {}
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context) -> None:
+    def on_order(self, order: Order, ctx: af.Context[Any]) -> None:
         self.asked.append(order.id)
         ctx.request(f"approve order {order.id} with {order.items}?", bool)
 
     @af.response_handler
-    def on_answer(self, question: str, answer: bool, ctx: af.Context) -> None:
+    def on_answer(self, question: str, answer: bool, ctx: af.Context[Any]) -> None:
         self.verdicts[question] = answer
         ctx.output(f"approved={answer}")
 
