@@ -1,7 +1,7 @@
 """A process killed with SIGKILL anywhere resumes from its latest checkpoint and finishes
 with exactly the outputs and executor states of an uninterrupted run.
 
-A child process (``tests/crash_child.py``) runs a corpus workflow on a durable store
+A child process (``tests.support.crash_child``) runs a corpus workflow on a durable store
 (SQLiteStore, FileStore, PostgresStore) and is killed: inside a handler, between supersteps (the
 step checkpoint durable, the next superstep not started), inside a checkpoint write
 (blobs written, record not committed), and at random moments of checkpoint-heavy

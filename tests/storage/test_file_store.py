@@ -1,5 +1,5 @@
 """FileStore layout 2 (packs, still written on request and read) beyond the conformance kit:
-fsyncs, crashes, handles, upgrade. Layout 3 (segments): tests/test_file_segments.py."""
+fsyncs, crashes, handles, upgrade. Layout 3 (segments): tests/storage/test_file_segments.py."""
 
 from __future__ import annotations
 

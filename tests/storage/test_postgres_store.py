@@ -1,6 +1,6 @@
 """PostgresStore beyond the conformance kit: its schema, server faults, pool limits.
 
-Runs against the throwaway server ``.ci/postgres.sh`` starts (see ``tests/pg.py``);
+Runs against the throwaway server ``.ci/postgres.sh`` starts (see ``tests/support/pg.py``);
 durability settings are the server's defaults (fsync and synchronous_commit on).
 """
 
