@@ -19,7 +19,7 @@ from actorflow.storage._cut import EMPTY_METADATA
 
 class Idle(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(n)
 
 

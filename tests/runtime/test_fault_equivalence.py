@@ -1,6 +1,6 @@
 """Supervision: a restarted run is indistinguishable from a run without the fault.
 
-For every graph of the corpus (tests/graphs.py) and every (executor, superstep) at
+For every graph of the corpus (tests/support/graphs.py) and every (executor, superstep) at
 which the fault-free run invokes an executor, a run with one injected fault there
 (and a restart policy) ends with the fault-free run's outputs, in order, and the
 fault-free run's final executor states (read from the final checkpoint's snapshots
@@ -244,7 +244,7 @@ class AlwaysFails(af.Executor):
         self.tries = 0
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         self.tries += 1
         raise ValueError(f"cannot handle {n}")
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import actorflow as af
 from actorflow import otel
 from actorflow.testing import inject_fault
-from tests.support import child_env
+from tests.support import Closeable, child_env
 
 CURRENT_IN_HANDLER: list[int] = []
 
@@ -96,7 +96,7 @@ class Ping(af.Executor):
         self.stop = stop
 
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         if n >= self.stop:
             ctx.output(n)
         else:
@@ -105,7 +105,7 @@ class Ping(af.Executor):
 
 class Pong(af.Executor):
     @af.handler
-    async def on_num(self, n: int, ctx: af.Context) -> None:
+    async def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         await asyncio.sleep(0)
         # A handler's own spans nest under its executor.process span (async too).
         CURRENT_IN_HANDLER.append(trace.get_current_span().get_span_context().span_id)
@@ -114,23 +114,23 @@ class Pong(af.Executor):
 
 class Boom(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         raise ValueError(f"boom at {n}")
 
 
 class Ask(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.request(f"approve {n}?", bool)
 
     @af.response_handler
-    def on_answer(self, question: str, answer: bool, ctx: af.Context) -> None:
+    def on_answer(self, question: str, answer: bool, ctx: af.Context[Any]) -> None:
         ctx.output(answer)
 
 
 class Collect(af.Executor):
     @af.handler
-    def on_num(self, n: int, ctx: af.Context) -> None:
+    def on_num(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.output(["outer", n])
 
 
@@ -195,10 +195,10 @@ def test_run_superstep_process_send_checkpoint_spans_nest_and_link(tel: Telemetr
         ]
         assert len(receivers) == 1
         assert receivers[0].attributes is not None and send.attributes is not None
-        assert (
-            receivers[0].attributes["actorflow.superstep"]
-            == send.attributes["actorflow.superstep"] + 1
-        )
+        received = receivers[0].attributes["actorflow.superstep"]
+        sent = send.attributes["actorflow.superstep"]
+        assert isinstance(received, int) and isinstance(sent, int)
+        assert received == sent + 1
     pongs = [p.context.span_id for p in processes if p.name == "executor.process pong"]
     assert CURRENT_IN_HANDLER[-3:] == pongs
     checkpoints = tel.spans(otel.SPAN_CHECKPOINT)
@@ -207,7 +207,8 @@ def test_run_superstep_process_send_checkpoint_spans_nest_and_link(tel: Telemetr
     for c in checkpoints:
         assert c.attributes is not None
         assert c.attributes["actorflow.checkpoint.store"] == "MemoryStore"
-        assert c.attributes["actorflow.checkpoint.bytes"] > 0
+        size = c.attributes["actorflow.checkpoint.bytes"]
+        assert isinstance(size, int) and size > 0
         assert c.context is not None and c.context.trace_id == run.context.trace_id
 
 
@@ -285,6 +286,7 @@ def test_an_abandoned_stream_ends_every_span_and_parents_stay_right(tel: Telemet
     with ping_pong(stop=1000) as wf, wf.session() as s:
         with caller.start_as_current_span("streaming") as streaming:
             events = s.stream(0)
+        assert isinstance(events, Closeable)
         with caller.start_as_current_span("consumer"):
             for event in events:
                 if isinstance(event, af.SuperstepCompletedEvent) and event.superstep >= 3:
@@ -321,7 +323,7 @@ def test_an_abandoned_async_stream_ends_its_spans(tel: Telemetry) -> None:
             async for event in stream:
                 if isinstance(event, af.SuperstepCompletedEvent) and event.superstep >= 2:
                     break
-            await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+            await stream.aclose()
 
     asyncio.run(main())
     (run,) = tel.spans(otel.SPAN_RUN)
