@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 from actorflow.errors import (
     CheckpointCorrupt,
@@ -42,69 +41,6 @@ def decode_stored(checkpoint_id: str, record: bytes) -> Checkpoint:
             f" {checkpoint.id}; restore it from a backup, or delete {checkpoint_id!r}"
         )
     return checkpoint
-
-
-_ROW_FIELDS = ("session", "workflow", "kind")
-
-
-def decode_row_record(row_id: object, columns: tuple[object, ...], record: bytes) -> Checkpoint:
-    """Decode the record of a row found by its id, session, workflow and kind columns
-    (``columns``: those three), which must agree with the record itself.
-
-    Raises:
-        CheckpointCorrupt: the record is damaged, or the row's columns name another
-            record than the one it holds (the message names both and what to do).
-        UnsupportedFormat: the record is of a format this version cannot read.
-    """
-    cp = decode_stored(str(row_id), record)
-    held = (cp.session, cp.workflow, cp.kind.value)
-    if held != columns:
-        wrong = ", ".join(
-            f"{name} {got!r} (the record says {want!r})"
-            for name, got, want in zip(_ROW_FIELDS, columns, held, strict=True)
-            if got != want
-        )
-        raise CheckpointCorrupt(
-            f"checkpoint {str(row_id)!r}: its row's columns disagree with the record it holds:"
-            f" {wrong}; restore the row from a backup, or delete {str(row_id)!r}"
-        )
-    return cp
-
-
-def shown_filters(**given: object) -> str:
-    """A read's filters as its call shows them (``session='s', kind='final'``), for messages."""
-    return ", ".join(f"{k}={str(v)!r}" for k, v in given.items() if v is not None)
-
-
-def check_left_out(
-    decode: Callable[[tuple[Any, ...]], Checkpoint],
-    rows: Iterable[tuple[Any, ...]],
-    *,
-    read: str,
-    next_to: str,
-) -> None:
-    """Decode rows a read left out that are next to its answer in a lineage (a child of
-    the newest record, a parent or child of a listed one).
-
-    Such a row whose columns disagree with its record may be what the read should
-    have returned (its session or id column changed, say, so the filter or the order
-    skipped it): an older record, or a shorter list, would be a silent rollback.
-    Rows that decode are other lineages' (forks) and fine; a record of a newer
-    format is left to the reads that return it.
-
-    Raises:
-        CheckpointCorrupt: one of them is damaged, naming it, ``read`` and ``next_to``.
-    """
-    for row in rows:
-        try:
-            decode(row)
-        except CheckpointCorrupt as exc:
-            raise CheckpointCorrupt(
-                f"{read}: a record it may have to return is damaged ({next_to}): {exc};"
-                " `actorflow checkpoints verify` lists every problem"
-            ) from exc
-        except UnsupportedFormat:
-            continue
 
 
 def checked_blobs(

@@ -7,22 +7,15 @@ psycopg prepares the hot ones on the server after a few uses.
 
 from __future__ import annotations
 
-import builtins
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
-from actorflow.errors import CheckpointCorrupt
-from actorflow.storage._common import decode_row_record
-from actorflow.storage._format import Checkpoint, CheckpointKind, verify_blob
+from actorflow.storage._sql import COLUMNS
 
 SCHEMA_VERSION = 1
 """The layout below. A store refuses a newer one and upgrades an older one in place
 (see :data:`UPGRADES`), under the schema lock, when it is opened."""
-
-COLUMNS = "id, session, workflow, kind, record"
-"""The columns a checkpoint row is decoded from (see ``decode_row``)."""
 
 
 def prefixed(alias: str) -> str:
@@ -43,7 +36,7 @@ LOCK_DATA = 0x6166_0002
 that a concurrent save has found stored and is about to reference."""
 
 PARENT_INDEX = "CREATE INDEX IF NOT EXISTS checkpoints_by_parent ON {s}.checkpoints (parent_id)"
-"""Reads check the children of what they return (see ``_base.check_left_out``). Not a
+"""Reads check the children of what they return (see ``actorflow.storage._sql.check_left_out``). Not a
 schema version of its own: older actorflow versions read and write the schema as they
 did, and opening a schema without it creates it (see ``_postgres_schema``)."""
 
@@ -114,40 +107,3 @@ class Statements:
 
     def __call__(self, text: str) -> str:
         return text.replace("{s}", self.schema)
-
-
-def filters(
-    workflow: str | None, session: str | None, kind: CheckpointKind | None
-) -> tuple[str, tuple[str, ...]]:
-    clauses: builtins.list[str] = []
-    params: builtins.list[str] = []
-    for column, value in (("workflow", workflow), ("session", session)):
-        if value is not None:
-            clauses.append(f"{column} = %s")
-            params.append(value)
-    if kind is not None:
-        clauses.append("kind = %s")
-        params.append(CheckpointKind(kind).value)
-    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
-
-
-def as_bytes(value: object, what: str) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, memoryview | bytearray):
-        return bytes(value)
-    raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
-
-
-def decode_row(row: tuple[Any, ...]) -> Checkpoint:
-    checkpoint_id, session, workflow, kind, record = row
-    data = as_bytes(record, f"checkpoint {checkpoint_id}")
-    return decode_row_record(checkpoint_id, (session, workflow, kind), data)
-
-
-def blob_state(digest: str, data: object) -> str:
-    try:
-        verify_blob(digest, as_bytes(data, f"blob {digest}"))
-    except CheckpointCorrupt:
-        return "corrupt"
-    return "ok"

@@ -21,29 +21,33 @@ from psycopg import errors as pg_errors
 
 from actorflow.errors import (
     CheckpointError,
-    CheckpointNotFound,
 )
 from actorflow.storage._common import (
     age_plan,
     already_stored,
     check_cutoff,
     check_keep,
-    check_left_out,
     checked_blobs,
     dangling,
     lineage,
     not_found,
     prune_plan,
-    shown_filters,
 )
-from actorflow.storage._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from actorflow.storage._format import Checkpoint, CheckpointKind, encode_checkpoint
 from actorflow.storage._lease import Lease, fence, leaseless_check
+from actorflow.storage._sql import (
+    COLUMNS,
+    check_left_out,
+    decode_row,
+    filters,
+    shown_filters,
+    verified_blobs,
+)
 
 from . import _sql as sql
 from ._leases import FENCED, UNLEASED, PostgresLeases, session_key
 from ._pool import PostgresConnections, new_pool
 from ._schema import open_schema
-from ._sql import COLUMNS
 from ._verify import PostgresVerify
 
 Conn = psycopg.Connection[Any]
@@ -261,7 +265,7 @@ class PostgresStore:
         )
         if row is None:
             raise not_found(checkpoint_id)
-        return sql.decode_row(row)
+        return decode_row(row)
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
@@ -279,11 +283,7 @@ class PostgresStore:
             lambda db: db.execute(self._q_blobs, (wanted,), binary=True).fetchall(),
             what="load blobs",
         )
-        found = {d: sql.as_bytes(data, f"blob {d}") for d, data in rows}
-        missing = [d for d in wanted if d not in found]
-        if missing:
-            raise CheckpointNotFound(f"no blob {missing[0]!r} in this store")
-        return {d: verify_blob(d, found[d]) for d in wanted}
+        return verified_blobs(wanted, dict(rows))
 
     def has_blobs(self, digests: Iterable[str]) -> set[str]:
         """The subset of ``digests`` that is stored."""
@@ -302,13 +302,13 @@ class PostgresStore:
         kind: CheckpointKind | None = None,
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
-        where, params = sql.filters(workflow, session, kind)
+        where, params = filters(workflow, session, kind, mark="%s")
         if not where:  # every row is returned, and decoded
             query = self._sql(f"SELECT {COLUMNS} FROM {{s}}.checkpoints ORDER BY id")
             rows = self._run(
                 lambda db: db.execute(query, binary=True).fetchall(), what="list checkpoints"
             )
-            return [sql.decode_row(row) for row in rows]
+            return [decode_row(row) for row in rows]
         # With a filter, the rows next to the matches in their lineages come along, in
         # the same round trip: their parents, and the children of those with no child
         # among them (the newest of each lineage). One whose columns disagree with its
@@ -328,9 +328,9 @@ class PostgresStore:
         rows = self._run(
             lambda db: db.execute(query, params, binary=True).fetchall(), what="list checkpoints"
         )
-        found = [sql.decode_row(row[1:]) for row in rows if row[0] == 0]
+        found = [decode_row(row[1:]) for row in rows if row[0] == 0]
         check_left_out(
-            sql.decode_row,
+            decode_row,
             (row[1:] for row in rows if row[0] == 1),
             read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
             next_to="a parent or child of a listed record",
@@ -341,7 +341,7 @@ class PostgresStore:
         self, *, workflow: str | None = None, session: str | None = None
     ) -> Checkpoint | None:
         """The newest matching record, or None; a damaged one raises, it is not skipped."""
-        where, params = sql.filters(workflow, session, None)
+        where, params = filters(workflow, session, None, mark="%s")
         # max(id) is read from the end of an index ((session, id), or the primary key)
         # whatever the table's statistics say; ORDER BY id DESC LIMIT 1 was planned,
         # on a young table, as a scan and sort of every record of the session.
@@ -359,9 +359,9 @@ class PostgresStore:
         answer = [row[1:] for row in rows if row[0]]
         if not answer:
             return None
-        cp = sql.decode_row(answer[0])
+        cp = decode_row(answer[0])
         check_left_out(
-            sql.decode_row,
+            decode_row,
             (row[1:] for row in rows if not row[0]),
             read=f"latest({shown_filters(workflow=workflow, session=session)})",
             next_to=f"a child of {cp.id}, the newest match",

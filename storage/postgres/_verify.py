@@ -13,11 +13,10 @@ from typing import Any
 
 import psycopg
 
-from actorflow.errors import CheckpointCorrupt, UnsupportedFormat
+from actorflow.storage._sql import COLUMNS, blob_state, verify_rows
 
-from . import _sql as sql
 from ._pool import PostgresConnections
-from ._sql import COLUMNS, Statements
+from ._sql import Statements
 
 __all__ = ["PostgresVerify"]
 
@@ -45,39 +44,38 @@ class PostgresVerify:
                 for blob_id, digest, data in db.execute(
                     q("SELECT id, digest, data FROM {s}.blobs")
                 ):
-                    blobs[blob_id] = (digest, sql.blob_state(digest, data))
+                    blobs[blob_id] = (digest, blob_state(digest, data))
                 rows = db.execute(
                     q(f"SELECT {COLUMNS}, parent_id, blob_ids FROM {{s}}.checkpoints ORDER BY id")
                 )
-                for row in rows:
-                    checkpoint_id, parent, listed = row[0], row[5], row[6]
-                    blob_ids = [b for b in listed if b is not None]
-                    if len(blob_ids) != len(listed):  # the column is NOT NULL, its items are not
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: its blob_ids hold NULL; restore the"
-                            " row from a backup, or delete the checkpoint"
-                        )
-                    named = {
-                        blobs[b][0] if b in blobs else f"<missing blob #{b}>" for b in blob_ids
-                    }
-                    try:
-                        cp = sql.decode_row(row[:5])
-                        if cp.blob_digests() != named:
-                            problems.append(
-                                f"checkpoint {checkpoint_id}: its blob references disagree "
-                                "with its blob_ids"
-                            )
-                    except (CheckpointCorrupt, UnsupportedFormat) as exc:
-                        problems.append(str(exc))
-                    if parent is not None and parent not in stored and parent not in deleted:
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: parent {parent} was never stored"
-                        )
-                    for blob_id in sorted(blob_ids):
-                        digest, state = blobs.get(blob_id, (f"#{blob_id}", "missing"))
-                        if state != "ok":
-                            problems.append(f"checkpoint {checkpoint_id}: blob {digest} is {state}")
+                problems += verify_rows(
+                    rows,
+                    stored=stored,
+                    deleted=deleted,
+                    references=lambda row: {
+                        blobs[b][0] if b in blobs else f"<missing blob #{b}>"
+                        for b in row[6]
+                        if b is not None
+                    },
+                    blobs=lambda row: [
+                        blobs.get(b, (f"#{b}", "missing"))
+                        for b in sorted(b for b in row[6] if b is not None)
+                    ],
+                    disagree="its blob_ids",
+                    damaged=_nulls,
+                )
             return problems
 
         found: builtins.list[str] = self._run(run, what="verify")
         return found
+
+
+def _nulls(row: tuple[Any, ...]) -> builtins.list[str]:
+    """The problem of a row whose ``blob_ids`` hold NULL (the column is NOT NULL, its
+    items are not)."""
+    if None not in row[6]:
+        return []
+    return [
+        f"checkpoint {row[0]}: its blob_ids hold NULL; restore the row from a backup,"
+        " or delete the checkpoint"
+    ]

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError
-from actorflow.storage._common import decode_row_record
-from actorflow.storage._format import Checkpoint, CheckpointKind, verify_blob
 from actorflow.storage._lease import LeaseRow
+from actorflow.storage._sql import COLUMNS
+from actorflow.storage._sql import blob_state as _state_of
 
 SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 30.0
@@ -62,7 +62,6 @@ CREATE TABLE leases (
 # Schema 3 -> 4 added the leases table (one row per session ever leased; the row
 # outlives release so tokens are never reused) and nothing else.
 LEASES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE leases") :].strip().rstrip(";")
-COLUMNS = "id, session, workflow, kind, record"
 # Schema 2 -> 3 dropped these indexes and nothing else: schema 3 is schema 2 minus them.
 DROPPED_IN_3 = ("checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob")
 
@@ -148,26 +147,9 @@ def stored_subset(db: sqlite3.Connection, digests: Iterable[str]) -> set[str]:
 
 
 def blob_state(db: sqlite3.Connection, digest: str) -> str:
+    """The stored blob's state for verify (see ``actorflow.storage._sql.blob_state``)."""
     row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
-    if row is None:
-        return "missing"
-    try:
-        verify_blob(digest, as_bytes(row[0], f"blob {digest}"))
-    except CheckpointCorrupt:
-        return "corrupt"
-    return "ok"
-
-
-def as_bytes(value: object, what: str) -> bytes:
-    if not isinstance(value, bytes):
-        raise CheckpointCorrupt(f"{what} is stored as {type(value).__name__}, not bytes")
-    return value
-
-
-def decode_row(row: tuple[object, ...]) -> Checkpoint:
-    checkpoint_id, session, workflow, kind, record = row
-    data = as_bytes(record, f"checkpoint {checkpoint_id}")
-    return decode_row_record(checkpoint_id, (session, workflow, kind), data)
+    return _state_of(digest, None if row is None else row[0])
 
 
 def newer_than(
@@ -240,21 +222,6 @@ def next_to(db: sqlite3.Connection, rows: builtins.list[tuple[Any, ...]]) -> bui
             (first, *part),
         ).fetchall()
     return found
-
-
-def filters(
-    workflow: str | None, session: str | None, kind: CheckpointKind | None
-) -> tuple[str, tuple[str, ...]]:
-    clauses: builtins.list[str] = []
-    params: builtins.list[str] = []
-    for column, value in (("workflow", workflow), ("session", session)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if kind is not None:
-        clauses.append("kind = ?")
-        params.append(CheckpointKind(kind).value)
-    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), tuple(params)
 
 
 def delete(db: sqlite3.Connection, ids: builtins.list[str]) -> None:

@@ -18,7 +18,6 @@ from typing import Self
 
 from actorflow.errors import (
     CheckpointCorrupt,
-    CheckpointNotFound,
     UnsupportedFormat,
 )
 from actorflow.storage._common import (
@@ -26,19 +25,25 @@ from actorflow.storage._common import (
     already_stored,
     check_cutoff,
     check_keep,
-    check_left_out,
     checked_blobs,
     dangling,
     lineage,
     not_found,
     prune_plan,
-    shown_filters,
 )
-from actorflow.storage._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from actorflow.storage._format import Checkpoint, CheckpointKind, encode_checkpoint
 from actorflow.storage._lease import (
     Lease,
     fence,
     leaseless_check,
+)
+from actorflow.storage._sql import (
+    COLUMNS,
+    check_left_out,
+    decode_row,
+    filters,
+    shown_filters,
+    verified_blobs,
 )
 
 from . import _sql as sql
@@ -196,19 +201,17 @@ class SQLiteStore:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
         with self._connections.read() as db:
             row = db.execute(
-                f"SELECT {sql.COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
+                f"SELECT {COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
             ).fetchone()
         if row is None:
             raise not_found(checkpoint_id)
-        return sql.decode_row(row)
+        return decode_row(row)
 
     def load_blob(self, digest: str) -> bytes:
         """The blob with this digest, verified (see CheckpointStore.load_blob)."""
         with self._connections.read() as db:
             row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
-        if row is None:
-            raise CheckpointNotFound(f"no blob {digest!r} in this store")
-        return verify_blob(digest, sql.as_bytes(row[0], f"blob {digest}"))
+        return verified_blobs([digest], {} if row is None else {digest: row[0]})[digest]
 
     def load_blobs(self, digests: Iterable[str]) -> dict[str, bytes]:
         """Several blobs in one read transaction, each verified (see :class:`BlobBatchReader`).
@@ -218,7 +221,7 @@ class SQLiteStore:
             CheckpointCorrupt: one of them does not match its digest.
         """
         wanted = sorted(set(digests))
-        found: dict[str, bytes] = {}
+        found: dict[str, object] = {}
         with self._connections.read() as db:
             for start in range(0, len(wanted), 500):
                 batch = wanted[start : start + 500]
@@ -226,10 +229,7 @@ class SQLiteStore:
                 query = f"SELECT digest, data FROM blobs WHERE digest IN ({marks})"
                 for digest, data in db.execute(query, batch):
                     found[digest] = data
-        missing = [d for d in wanted if d not in found]
-        if missing:
-            raise CheckpointNotFound(f"no blob {missing[0]!r} in this store")
-        return {d: verify_blob(d, sql.as_bytes(found[d], f"blob {d}")) for d in wanted}
+        return verified_blobs(wanted, found)
 
     def has_blobs(self, digests: Iterable[str]) -> set[str]:
         """The subset of ``digests`` that is stored."""
@@ -245,18 +245,18 @@ class SQLiteStore:
         kind: CheckpointKind | None = None,
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged match raises CheckpointCorrupt."""
-        where, params = sql.filters(workflow, session, kind)
+        where, params = filters(workflow, session, kind, mark="?")
         left_out: builtins.list[tuple[object, ...]] = []
         with self._connections.read() as db:
             rows = db.execute(
-                f"SELECT rowid, parent_id, {sql.COLUMNS} FROM checkpoints{where} ORDER BY id",
+                f"SELECT rowid, parent_id, {COLUMNS} FROM checkpoints{where} ORDER BY id",
                 params,
             ).fetchall()
             if where and rows:  # (without a filter every row is returned, and decoded)
                 left_out = sql.next_to(db, rows)
-        found = [sql.decode_row(row[2:]) for row in rows]
+        found = [decode_row(row[2:]) for row in rows]
         check_left_out(
-            sql.decode_row,
+            decode_row,
             left_out,
             read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
             next_to="a parent or child of a listed record",
@@ -278,10 +278,10 @@ class SQLiteStore:
         decoded too: one whose columns disagree with its record may be the newest,
         its session or id column changed (see ``check_left_out``).
         """
-        where, params = sql.filters(workflow, session, None)
+        where, params = filters(workflow, session, None, mark="?")
         with self._connections.read() as db:
             row = db.execute(
-                f"SELECT rowid, {sql.COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1",
+                f"SELECT rowid, {COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1",
                 params,
             ).fetchone()
             newer = sql.newer_than(db, row, workflow, session)
@@ -294,7 +294,7 @@ class SQLiteStore:
             )
         if row is None:
             return None
-        cp = sql.decode_row(row[1:])
+        cp = decode_row(row[1:])
         if (session is not None and cp.session != session) or (
             workflow is not None and cp.workflow != workflow
         ):
@@ -304,7 +304,7 @@ class SQLiteStore:
                 f"workflow {workflow!r}; restore the file from a backup (or REINDEX it)"
             )
         check_left_out(
-            sql.decode_row,
+            decode_row,
             children,
             read=f"latest({shown_filters(workflow=workflow, session=session)})",
             next_to=f"a child of {cp.id}, the newest match",
@@ -383,12 +383,8 @@ class SQLiteStore:
     def acquire_lease(
         self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
     ) -> Lease:
-        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
-
-        A grant is a write transaction: it waits for the file's one write lock, which
-        every save of every session takes. ``lock_wait`` bounds that wait (the busy
-        timeout of this transaction; None: the store's, ``BUSY_TIMEOUT_S``).
-        """
+        """Take the session if no live lease holds it (see CheckpointStore.acquire_lease);
+        ``lock_wait`` bounds the wait for the file's write lock (see SQLiteLeases.acquire)."""
         return self._leases.acquire(session, owner, ttl, lock_wait=lock_wait)
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:

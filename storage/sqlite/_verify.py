@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import builtins
 
-from actorflow.errors import CheckpointCorrupt, UnsupportedFormat
+from actorflow.errors import CheckpointCorrupt
+from actorflow.storage._sql import COLUMNS, verify_rows
 
 from . import _sql as sql
 from ._connections import SQLiteConnections
@@ -56,24 +57,18 @@ class SQLiteVerify:
                 if digest is not None and type(digest) is not str:
                     problems.append(f"checkpoint {checkpoint_id}: blob #{blob} has no text digest")
                 refs.setdefault(str(checkpoint_id), set()).add(named)
-            rows = db.execute(f"SELECT {sql.COLUMNS}, parent_id FROM checkpoints ORDER BY id")
-            for row in rows:
-                checkpoint_id, parent = str(row[0]), row[5]
-                try:
-                    cp = sql.decode_row(row[:5])
-                    if cp.blob_digests() != refs.get(checkpoint_id, set()):
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: its blob references disagree "
-                            "with the refs table"
-                        )
-                except (CheckpointCorrupt, UnsupportedFormat) as exc:
-                    problems.append(str(exc))
-                if parent is not None and parent not in stored and parent not in deleted:
-                    problems.append(f"checkpoint {checkpoint_id}: parent {parent} was never stored")
-                for digest in sorted(refs.get(checkpoint_id, ())):
-                    if digest not in states:
-                        states[digest] = sql.blob_state(db, digest)
-                    if states[digest] != "ok":
-                        problems.append(
-                            f"checkpoint {checkpoint_id}: blob {digest} is {states[digest]}"
-                        )
+            rows = db.execute(f"SELECT {COLUMNS}, parent_id FROM checkpoints ORDER BY id")
+
+            def state(digest: str) -> str:
+                if digest not in states:
+                    states[digest] = sql.blob_state(db, digest)
+                return states[digest]
+
+            problems += verify_rows(
+                rows,
+                stored=stored,
+                deleted=deleted,
+                references=lambda row: refs.get(str(row[0]), set()),
+                blobs=lambda row: [(d, state(d)) for d in sorted(refs.get(str(row[0]), ()))],
+                disagree="the refs table",
+            )
