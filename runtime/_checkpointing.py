@@ -27,6 +27,7 @@ from actorflow.storage import (
     ExecutorDigests,
     Lease,
     cut_saver,
+    is_volatile,
     new_checkpoint_id,
 )
 
@@ -64,7 +65,7 @@ class Checkpointer:
         self.policy = policy
         self._every = 0 if policy.on_idle_only else policy.every  # 0: on idle only
         self._sync = policy.durability is Durability.SYNC
-        self.overlaps = self._sync and getattr(type(store), "_volatile", False) is True
+        self.overlaps = self._sync and is_volatile(store)
         """Whether a ``step`` cut is written while the next superstep starts, rather than
         before: for a store that lives in this process (a ``MemoryStore``), whose records
         no crash leaves behind, so waiting for them protects nothing. The supervisor
@@ -80,7 +81,7 @@ class Checkpointer:
         self._packed_graph = PackedEntries(entries)
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
         self._save = cut_saver(store, lease)
-        if not getattr(type(store), "_volatile", False):
+        if not is_volatile(store):
             self._save = unpaced(self._save)  # I/O: other sessions may work meanwhile
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()

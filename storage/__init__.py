@@ -23,17 +23,21 @@ from ._protocol import BlobBatchReader, CheckpointStore
 from .file import FileStore
 from .sqlite import SQLiteStore
 
-# The runtime's seam into storage: the supervisor's write path (the cut record and its
-# saver), the bound on lock waits, the FileStore marker the CLI recognises. Importable
-# from the package so no one reaches into its private modules, but not in __all__:
-# they are not part of the public API.
+# The runtime's seam into storage: the supervisor's write path (the cut record, its
+# saver, and the optional fast paths a store declares: SavesCuts, VolatileStore), the
+# bound on lock waits, the FileStore marker the CLI recognises. Importable from the
+# package so no one reaches into its private modules, but not in __all__: they are
+# not part of the public API.
 # isort: split
 from ._cut import EMPTY_METADATA as EMPTY_METADATA
 from ._cut import Cut as Cut
 from ._cut import ExecutorDigests as ExecutorDigests
-from ._cut import cut_saver as cut_saver
 from ._cut import metadata_with as metadata_with
 from ._cut import packed_metadata as packed_metadata
+from ._fast_paths import SavesCuts as SavesCuts
+from ._fast_paths import VolatileStore as VolatileStore
+from ._fast_paths import cut_saver as cut_saver
+from ._fast_paths import is_volatile as is_volatile
 from ._lock_wait import bounded_waits as bounded_waits
 from ._lock_wait import lock_bound as lock_bound
 from .file import FILESTORE_MARKER as FILESTORE_MARKER

@@ -6,8 +6,9 @@ third of a superstep of two executors in a cycle (W1). A :class:`Cut` is the sam
 record as one immutable tuple of plain values: strings, numbers, bytes and tuples
 of them. Nothing in it can
 change after it is made, so a store may keep it as it is and build the checkpoint
-(or its bytes) only when somebody reads it: :class:`MemoryStore` does; every other
-store gets ``cut.checkpoint()`` through :func:`cut_saver`.
+(or its bytes) only when somebody reads it: :class:`MemoryStore` does (it is a
+``SavesCuts``, see ``_fast_paths``); every other store gets ``cut.checkpoint()``
+through ``cut_saver``.
 
 Internal: the runtime makes cuts, the built-in stores take them. The public record
 is still :class:`Checkpoint`, and what a store hands back is always one.
@@ -15,20 +16,17 @@ is still :class:`Checkpoint`, and what a store hands back is always one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import msgpack
 
 from ._format import Checkpoint, CheckpointKind, _plain_copy
-from ._lease import Lease
-from ._protocol import CheckpointStore
 
 __all__ = [
+    "EMPTY_METADATA",
     "Cut",
-    "CutSaver",
     "ExecutorDigests",
-    "cut_saver",
     "metadata_with",
     "packed_metadata",
 ]
@@ -73,42 +71,6 @@ class Cut(NamedTuple):
             runtime=self.runtime,
             metadata=msgpack.unpackb(self.metadata) if self.metadata != EMPTY_METADATA else {},
         )
-
-
-CutSaver = Callable[[Cut, Mapping[str, bytes]], None]
-"""Saves a cut and its new blobs, with the semantics of ``CheckpointStore.save``."""
-
-
-def cut_saver(store: CheckpointStore, lease: Lease | None = None) -> CutSaver:
-    """How to save cuts into ``store``: as they are if it takes them, else as checkpoints.
-
-    Only a class that defines ``save`` and ``_save_cut`` together takes cuts, so a
-    subclass or a proxy that changes ``save`` (to count, fail or forward saves)
-    still sees every record through its own ``save``. Every save carries ``lease``
-    when given (the session's fencing token, see ``CheckpointStore.save``).
-    """
-    owner = next((c for c in type(store).__mro__ if "save" in c.__dict__), None)
-    if owner is not None and "_save_cut" in owner.__dict__:
-        takes: Callable[..., None] = store._save_cut  # type: ignore[attr-defined]  # checked above
-        if lease is None:
-            return takes
-
-        def save_cut(cut: Cut, blobs: Mapping[str, bytes]) -> None:
-            takes(cut, blobs, lease)
-
-        return save_cut
-
-    if lease is None:
-
-        def save(cut: Cut, blobs: Mapping[str, bytes]) -> None:
-            store.save(cut.checkpoint(), blobs)
-
-        return save
-
-    def save_leased(cut: Cut, blobs: Mapping[str, bytes]) -> None:
-        store.save(cut.checkpoint(), blobs, lease=lease)
-
-    return save_leased
 
 
 EMPTY_METADATA = b"\x80"

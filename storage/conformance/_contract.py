@@ -11,7 +11,15 @@ import random
 
 import pytest
 
-from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound
+from actorflow.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    LeaseLost,
+    SessionOwned,
+)
+from actorflow.storage._cut import Cut, packed_metadata
+from actorflow.storage._fast_paths import cut_saver, takes_cuts
 from actorflow.storage._format import (
     Checkpoint,
     CheckpointKind,
@@ -263,3 +271,64 @@ class ContractTests(KitBase):
         del loaded
         store.delete(checkpoint.id)
         assert store.has_blobs([digest]) == set()
+
+    # --- the optional cut fast path (SavesCuts) ---------------------------------
+
+    def test_cut_fast_path_reads_as_save(self, store: CheckpointStore) -> None:
+        """A store that takes the runtime's cuts (``SavesCuts``) stores what ``save`` of
+        ``cut.checkpoint()`` would: the same records and blobs back, the same refusals
+        (a dangling blob, an id saved twice, a blob that does not hash to its key), and
+        the lease fencing of ``save``."""
+        if not takes_cuts(store):
+            pytest.skip("the store offers no cut fast path (SavesCuts): save is the only path")
+        saves = cut_saver(store)
+        first, blobs = make_checkpoint(session="cuts", metadata={"k": [1, "two"]})
+        second, _ = make_checkpoint(session="cuts", parent=first, chunks={})
+        second = dataclasses.replace(second, executors=dict(first.executors))
+        cuts = [as_cut(first), as_cut(second)]
+        saves(cuts[0], blobs)
+        saves(cuts[1], {})
+        for cut, checkpoint in zip(cuts, (first, second), strict=True):
+            assert encode_checkpoint(store.load(cut.id)) == encode_checkpoint(checkpoint)
+        assert store.list(session="cuts") == [first, second]
+        assert store.latest(session="cuts") == second
+        assert store.history(second.id) == [second, first]
+        assert store.load_blob(next(iter(blobs))) == next(iter(blobs.values()))
+        assert store.verify() == []
+        with pytest.raises(CheckpointError, match="already stored"):
+            saves(cuts[1], {})
+        orphan, orphan_blobs = make_checkpoint(session="cuts", parent=second)
+        with pytest.raises(CheckpointCorrupt, match="neither given nor stored"):
+            saves(as_cut(orphan), {})
+        with pytest.raises(CheckpointCorrupt, match="hashes to"):
+            saves(as_cut(orphan), dict.fromkeys(orphan_blobs, b"not the state"))
+        with pytest.raises(CheckpointNotFound):
+            store.load(orphan.id)
+        lease = store.acquire_lease("cuts", "kit", 60.0)
+        fenced, fenced_blobs = make_checkpoint(session="cuts", parent=second)
+        with pytest.raises(SessionOwned):
+            saves(as_cut(fenced), fenced_blobs)  # without the lease: refused
+        cut_saver(store, lease)(as_cut(fenced), fenced_blobs)
+        assert store.latest(session="cuts") == fenced
+        store.release_lease(lease)
+        stale, stale_blobs = make_checkpoint(session="cuts", parent=fenced)
+        store.acquire_lease("cuts", "another", 60.0)
+        with pytest.raises(LeaseLost):
+            cut_saver(store, lease)(as_cut(stale), stale_blobs)
+
+
+def as_cut(checkpoint: Checkpoint) -> Cut:
+    """``checkpoint`` as the runtime's cut of it (see ``actorflow.storage._cut``)."""
+    return Cut(
+        checkpoint.id,
+        checkpoint.parent_id,
+        checkpoint.session,
+        checkpoint.workflow,
+        checkpoint.graph_signature,
+        checkpoint.superstep,
+        checkpoint.kind.value,
+        checkpoint.created_at,
+        tuple((e, tuple(d)) for e, d in checkpoint.executors.items()),
+        checkpoint.runtime,
+        packed_metadata(checkpoint.metadata),
+    )

@@ -18,10 +18,11 @@ from actorflow.storage import (
     Lease,
     MemoryStore,
     blob_digest,
+    cut_saver,
     encode_checkpoint,
     new_checkpoint_id,
 )
-from actorflow.storage._cut import Cut, cut_saver, packed_metadata
+from actorflow.storage._cut import Cut, packed_metadata
 from actorflow.storage.conformance._factories import MemoryStoreFactory
 
 CHUNK = b"state"
@@ -108,7 +109,7 @@ def test_a_memory_store_reads_a_cut_back_as_the_record_save_would_have_stored() 
 def test_only_a_store_that_defines_save_and_save_cut_together_takes_cuts(tmp_path: Path) -> None:
     """A subclass or a proxy that changes save() sees every record; others get checkpoints."""
     plain = MemoryStore()
-    assert cut_saver(plain) == plain._save_cut
+    assert cut_saver(plain) == plain.save_cut
     counting, proxy = Counting(), Proxy()
     with FileStore(tmp_path / "files") as files:
         given = {}

@@ -42,10 +42,10 @@ class HeldStore(af.MemoryStore):
     ) -> None:
         super().save(checkpoint, blobs, lease=lease)
 
-    def _save_cut(self, cut: Cut, blobs: Mapping[str, bytes], lease: Lease | None = None) -> None:
+    def save_cut(self, cut: Cut, blobs: Mapping[str, bytes], lease: Lease | None = None) -> None:
         if self.on_cut is not None and cut.kind == "step":
             self.on_cut(cut)
-        super()._save_cut(cut, blobs, lease)
+        super().save_cut(cut, blobs, lease)
 
 
 def assert_latest_is_step_cut(store: af.MemoryStore, superstep: int) -> None:
