@@ -15,6 +15,13 @@ The factory (see :class:`StoreFactory`) opens the same store again on each call.
 Optional capabilities switch on more tests; without them those tests are skipped
 with the reason shown. ``docs/storage.md`` explains each one. Session leases are
 not optional: a store without them fails every lease test.
+
+The kit's modules are named by the property each checks: ``_contract`` (what
+every single-threaded caller relies on, and the optional cut fast path),
+``_leases``, ``_retention``, ``_damage`` and ``_concurrency`` (threads, processes,
+shared handles, close under load), on the fixtures of ``_base``; ``_factories``
+holds the built-in stores' factories. Each property's test class is exported, so
+a store can run one property alone.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ except ImportError:
     ) from None
 
 from ._base import StoreFactory, make_checkpoint
-from ._concurrency import SharingTests
+from ._concurrency import ConcurrencyTests
 from ._contract import ContractTests
 from ._damage import DamageTests
 from ._factories import (
@@ -39,12 +46,16 @@ from ._factories import (
 )
 from ._leases import LeaseTests
 from ._retention import RetentionTests
-from ._stress import StressTests
 
 __all__ = [
+    "ConcurrencyTests",
+    "ContractTests",
+    "DamageTests",
     "FileStoreFactory",
+    "LeaseTests",
     "MemoryStoreFactory",
     "PostgresStoreFactory",
+    "RetentionTests",
     "SQLiteStoreFactory",
     "StoreConformance",
     "StoreFactory",
@@ -52,9 +63,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(
-    ContractTests, StressTests, SharingTests, LeaseTests, RetentionTests, DamageTests
-):
+class StoreConformance(ContractTests, ConcurrencyTests, LeaseTests, RetentionTests, DamageTests):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the

@@ -32,7 +32,15 @@ from actorflow.errors import StoreClosed
 from actorflow.storage._format import Checkpoint, blob_digest
 from actorflow.storage._protocol import CheckpointStore
 
-from ._base import WAIT_S, KitBase, StoreFactory, make_checkpoint
+from ._base import (
+    WAIT_S,
+    KitBase,
+    StoreFactory,
+    join_children,
+    make_checkpoint,
+    save_lineage_in_child,
+    save_new,
+)
 from ._leases import LONG_TTL, leased
 
 SESSIONS = 20
@@ -200,7 +208,7 @@ def close_under_load_in_child(*, factory: StoreFactory, prefix: str, results: An
         raise
 
 
-class SharingTests(KitBase):
+class ConcurrencyTests(KitBase):
     """One handle shared by many sessions at once, and closed while they use it."""
 
     def test_one_handle_serves_sessions_in_threads(self, store: CheckpointStore) -> None:
@@ -291,3 +299,91 @@ class SharingTests(KitBase):
             )
         assert report is not None, "the child process reported nothing"
         return report
+
+    def test_gc_racing_saves_orphans_nothing(self, store: CheckpointStore) -> None:
+        """Deletes collecting a blob never strand a concurrent save that reuses it."""
+        shared = b"contended"
+        barrier = threading.Barrier(2, timeout=WAIT_S)
+
+        def keep() -> None:
+            barrier.wait()
+            parent = None
+            for _ in range(30):
+                parent = save_new(store, session="keep", parent=parent, chunks={"e": [shared]})
+
+        def churn() -> None:
+            barrier.wait()
+            for _ in range(30):
+                store.delete(save_new(store, session="churn", chunks={"e": [shared]}).id)
+
+        with ThreadPoolExecutor(2) as pool:
+            for future in [pool.submit(keep), pool.submit(churn)]:
+                future.result(timeout=WAIT_S)
+        assert len(store.list(session="keep")) == 30
+        assert store.load_blob(blob_digest(shared)) == shared
+        assert store.verify() == []
+
+    # --- concurrency and handles -----------------------------------------------------
+
+    def test_concurrent_threads_lose_nothing(self, store: CheckpointStore) -> None:
+        """Eight threads saving lineages that share a blob lose and damage nothing."""
+        threads, count = 8, 10
+        barrier = threading.Barrier(threads, timeout=WAIT_S)
+
+        def lineage(n: int) -> list[Checkpoint]:
+            barrier.wait()
+            saved: list[Checkpoint] = []
+            for i in range(count):
+                chunks = {"shared": [b"shared"], "own": [f"{n}/{i}".encode()]}
+                parent = saved[-1] if saved else None
+                saved.append(save_new(store, session=f"t{n}", parent=parent, chunks=chunks))
+            return saved
+
+        with ThreadPoolExecutor(threads) as pool:
+            futures = [pool.submit(lineage, n) for n in range(threads)]
+            lineages = [f.result(timeout=WAIT_S) for f in futures]
+        assert len(store.list()) == threads * count
+        for n, saved in enumerate(lineages):
+            assert store.history(saved[-1].id) == saved[::-1]
+            assert store.latest(session=f"t{n}") == saved[-1]
+        assert store.verify() == []
+
+    def test_concurrent_processes_lose_nothing(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """Four processes saving into one store at once lose and damage nothing."""
+        if not getattr(store_factory, "multiprocess", False):
+            pytest.skip(f"{type(store_factory).__name__} is not shared across processes")
+        processes, count = 4, 10
+        ctx = multiprocessing.get_context("spawn")
+        barrier = ctx.Barrier(processes)
+        results = ctx.Queue()
+        children = [
+            ctx.Process(
+                target=save_lineage_in_child,
+                kwargs={
+                    "factory": store_factory,
+                    "session": f"p{n}",
+                    "count": count,
+                    "shared": b"shared",
+                    "barrier": barrier,
+                    "results": results,
+                },
+            )
+            for n in range(processes)
+        ]
+        for child in children:
+            child.start()
+        try:
+            reports = join_children(children, results, processes)
+        finally:
+            results.close()
+            results.join_thread()
+        assert [r for r in reports if r[1] is not None] == []
+        assert len(reports) == processes
+        assert [c.exitcode for c in children] == [0] * processes
+        for n in range(processes):
+            lineage = store.list(session=f"p{n}")
+            assert len(lineage) == count
+            assert store.history(lineage[-1].id) == lineage[::-1]
+        assert store.verify() == []

@@ -33,6 +33,7 @@ from actorflow.storage._protocol import CheckpointStore
 from ._base import (
     RICH_METADATA,
     KitBase,
+    StoreFactory,
     make_checkpoint,
     save_new,
     scribble,
@@ -315,6 +316,77 @@ class ContractTests(KitBase):
         store.acquire_lease("cuts", "another", 60.0)
         with pytest.raises(LeaseLost):
             cut_saver(store, lease)(as_cut(stale), stale_blobs)
+
+    def test_has_blobs(self, store: CheckpointStore) -> None:
+        """has_blobs() returns exactly the stored subset and tolerates any string."""
+        save_new(store, chunks={"e": [b"x", b"y"]})
+        x, y, z = (blob_digest(v) for v in (b"x", b"y", b"z"))
+        assert store.has_blobs([x, z, "", "../etc", y]) == {x, y}
+        assert store.has_blobs([]) == set()
+
+    def test_delete(self, store: CheckpointStore) -> None:
+        """delete() removes one record and the blobs only it used, nothing else."""
+        a = save_new(store, session="s", chunks={"e": [b"shared", b"a-only"]})
+        b = save_new(store, session="s", parent=a, chunks={"e": [b"shared", b"b-only"]})
+        store.delete(b.id)
+        with pytest.raises(CheckpointNotFound):
+            store.load(b.id)
+        with pytest.raises(CheckpointNotFound):
+            store.delete(b.id)
+        assert store.list() == [a]
+        digests = [blob_digest(v) for v in (b"shared", b"a-only", b"b-only")]
+        assert store.has_blobs(digests) == set(digests[:2])
+        store.delete(a.id)
+        assert store.has_blobs(digests) == set()
+        assert store.sessions() == []
+        assert store.verify() == []
+
+    def test_second_handle_sees_saves(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """A second store from the factory, opened before and used after saves through the
+        first, reads and writes the same data (stores that cannot have a second handle, like
+        MemoryStore, leave this test out)."""
+        other = store_factory()
+        try:
+            assert other is not store, (
+                "the factory returned the same object: a store with no second handle should"
+                " leave test_second_handle_sees_saves out (set it to None in its test class)"
+            )
+            assert other.latest() is None
+            first = save_new(store, chunks={"e": [b"from the first handle"]})
+            assert other.latest() == first
+            assert other.load(first.id) == first
+            assert (
+                other.load_blob(blob_digest(b"from the first handle")) == b"from the first handle"
+            )
+            second = save_new(other, parent=first)
+            assert store.latest() == second
+            assert store.load(second.id) == second
+            store.delete(first.id)
+            assert [cp.id for cp in other.list()] == [second.id]
+        finally:
+            other.close()
+
+    def test_data_survives_close_and_reopen(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """Everything saved is there after close() and a fresh open (durable stores)."""
+        if not getattr(store_factory, "durable", False):
+            pytest.skip(f"{type(store_factory).__name__} is not durable")
+        saved = [save_new(store, chunks={"e": [b"kept"]})]
+        saved.append(save_new(store, parent=saved[0], metadata=RICH_METADATA))
+        store.close()
+        store.close()  # idempotent
+        reopened = store_factory()
+        try:
+            assert reopened.list() == saved
+            assert reopened.load_blob(blob_digest(b"kept")) == b"kept"
+            assert reopened.verify() == []
+        finally:
+            reopened.close()
+
+    # --- damage ------------------------------------------------------------------------
 
 
 def as_cut(checkpoint: Checkpoint) -> Cut:

@@ -23,7 +23,18 @@ from actorflow.errors import ActorflowError, CheckpointCorrupt, CheckpointError
 from actorflow.storage._format import Checkpoint, blob_digest
 from actorflow.storage._protocol import CheckpointStore
 
-from ._base import WAIT_S, KitBase, StoreFactory, flip, join_children, save_new
+from ._base import (
+    RICH_METADATA,
+    WAIT_S,
+    KitBase,
+    StoreFactory,
+    damage_hook,
+    flip,
+    join_children,
+    make_checkpoint,
+    save_new,
+    truncate,
+)
 from ._factories import Mutation
 
 _WRITERS, _SAVES = 6, 10
@@ -351,6 +362,98 @@ class DamageTests(KitBase):
         with pytest.raises(CheckpointCorrupt, match=middle.id):
             store.list(session="s")
         assert any(middle.id in p for p in store.verify())
+
+    def test_truncated_record_raises_corrupt(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """A truncated record raises CheckpointCorrupt from load, list and latest."""
+        corrupt_record = damage_hook(store_factory, "corrupt_record")
+        checkpoint = save_new(store)
+        corrupt_record(checkpoint.id, truncate)
+        for read in (lambda: store.load(checkpoint.id), store.list, store.latest):
+            with pytest.raises(CheckpointCorrupt):
+                read()
+
+    def test_bitflipped_record_raises_corrupt(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """One flipped bit at the start, middle or end of a record is detected."""
+        corrupt_record = damage_hook(store_factory, "corrupt_record")
+        for position in (0, 40, 150, -1):
+            checkpoint = save_new(store, metadata=RICH_METADATA)
+            corrupt_record(checkpoint.id, flip(position))
+            with pytest.raises(CheckpointCorrupt):
+                store.load(checkpoint.id)
+            store.delete(checkpoint.id)
+
+    def test_corrupt_blob_raises_corrupt(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """A flipped or truncated blob raises CheckpointCorrupt naming its digest."""
+        corrupt_blob = damage_hook(store_factory, "corrupt_blob")
+        save_new(store, chunks={"e": [b"flip me", b"cut me short"]})
+        for value, mutate in ((b"flip me", flip(3)), (b"cut me short", truncate)):
+            digest = blob_digest(value)
+            corrupt_blob(digest, mutate)
+            with pytest.raises(CheckpointCorrupt, match=digest):
+                store.load_blob(digest)
+
+    def test_latest_does_not_skip_corrupt(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """A damaged newest record makes latest() raise, never fall back to an older one."""
+        corrupt_record = damage_hook(store_factory, "corrupt_record")
+        older = save_new(store, session="s")
+        newest = save_new(store, session="s", parent=older)
+        corrupt_record(newest.id, flip(-1))
+        with pytest.raises(CheckpointCorrupt):
+            store.latest()
+        with pytest.raises(CheckpointCorrupt):
+            store.latest(session="s")
+        assert store.load(older.id) == older
+
+    def test_corrupt_record_can_be_deleted(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """A damaged record can be deleted, after which the store is healthy again."""
+        corrupt_record = damage_hook(store_factory, "corrupt_record")
+        kept = save_new(store)
+        damaged = save_new(store)
+        corrupt_record(damaged.id, truncate)
+        store.delete(damaged.id)
+        assert store.list() == [kept]
+        assert store.verify() == []
+
+    def test_verify_reports_problems(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """verify() names a damaged record and a damaged blob."""
+        corrupt_record = damage_hook(store_factory, "corrupt_record")
+        corrupt_blob = damage_hook(store_factory, "corrupt_blob")
+        healthy = save_new(store)
+        damaged = save_new(store)
+        uses_bad_blob = save_new(store, chunks={"e": [b"soon damaged"]})
+        assert store.verify() == []
+        corrupt_record(damaged.id, flip(-1))
+        corrupt_blob(blob_digest(b"soon damaged"), flip(0))
+        problems = store.verify()
+        assert any(damaged.id in p for p in problems)
+        assert any(blob_digest(b"soon damaged") in p for p in problems)
+        assert any(uses_bad_blob.id in p for p in problems)
+        assert not any(healthy.id in p for p in problems)
+
+    def test_verify_reports_parent_never_stored(self, store: CheckpointStore) -> None:
+        """A parent id that was never stored is a problem; a deleted parent is not."""
+        ghost, _ = make_checkpoint()
+        orphan = save_new(store, parent=ghost)
+        parent = save_new(store)
+        child = save_new(store, parent=parent)
+        store.delete(parent.id)
+        problems = store.verify()
+        assert len(problems) == 1
+        assert orphan.id in problems[0]
+        assert ghost.id in problems[0]
+        assert store.history(child.id) == [child]
 
 
 def _reads_are_right_or_refused(factory: StoreFactory, saved: list[Checkpoint]) -> None:

@@ -17,7 +17,12 @@ import pytest
 from actorflow.storage._format import Checkpoint, CheckpointKind, blob_digest
 from actorflow.storage._protocol import CheckpointStore
 
-from ._base import WAIT_S, KitBase, make_checkpoint
+from ._base import (
+    WAIT_S,
+    KitBase,
+    make_checkpoint,
+    save_new,
+)
 
 DAY = 86_400.0
 
@@ -154,3 +159,65 @@ class RetentionTests(KitBase):
         assert store.sessions() == ["keep"]
         assert store.load_blob(blob_digest(shared)) == shared
         assert store.verify() == []
+
+    def test_blobs_shared_across_sessions(self, store: CheckpointStore) -> None:
+        """A blob used by two sessions is stored once and lives until both let it go."""
+        digest = blob_digest(b"common")
+        a = save_new(store, session="a", chunks={"e": [b"common"]})
+        b, _ = make_checkpoint(session="b", chunks={"e": [b"common"]})
+        store.save(b, {})
+        store.delete(a.id)
+        assert store.load_blob(digest) == b"common"
+        assert store.prune("b", 0) == 1
+        assert store.has_blobs([digest]) == set()
+
+    def test_prune_keeps_newest_and_orphans_no_blob(self, store: CheckpointStore) -> None:
+        """prune() keeps the newest N of a session and frees only blobs nobody keeps."""
+        lineage: list[Checkpoint] = []
+        for i in range(5):
+            chunks = {"e": [b"session-wide", f"own-{i}".encode()]}
+            parent = lineage[-1] if lineage else None
+            lineage.append(save_new(store, session="s", parent=parent, chunks=chunks))
+        other = save_new(store, session="t", chunks={"e": [b"own-0"]})
+        own = [blob_digest(f"own-{i}".encode()) for i in range(5)]
+        assert store.prune("s", 2) == 3
+        assert store.list(session="s") == lineage[3:]
+        assert store.list(session="t") == [other]
+        assert store.has_blobs(own) == {own[0], own[3], own[4]}
+        assert store.load_blob(blob_digest(b"session-wide")) == b"session-wide"
+        assert store.verify() == []
+        assert store.prune("s", 2) == 0
+        assert store.prune("missing", 1) == 0
+        assert store.prune("s", 0) == 2
+        assert store.sessions() == ["t"]
+        assert store.has_blobs(own) == {own[0]}
+
+    def test_prune_counts_cuts_and_partial_records_follow_their_parent(
+        self, store: CheckpointStore
+    ) -> None:
+        """prune(keep=N) keeps N cuts; a partial record stays exactly when its parent does."""
+        first = save_new(store, session="s")
+        early = save_new(store, session="s", parent=first, kind=CheckpointKind.PARTIAL)
+        cut = save_new(store, session="s", parent=first)
+        # A crash mid-superstep: the newest records are partial parts on top of ``cut``.
+        parts = [
+            save_new(store, session="s", parent=cut, kind=CheckpointKind.PARTIAL) for _ in range(2)
+        ]
+        assert store.prune("s", 1) == 2  # ``first`` and its partial ``early``
+        assert store.list(session="s") == [cut, *parts]
+        assert store.latest(session="s") == parts[-1]
+        assert store.prune("s", 1) == 0
+        assert store.prune("s", 0) == 3
+        assert store.list(session="s") == []
+        assert (
+            store.has_blobs(d for cp in [first, early, cut, *parts] for d in cp.blob_digests())
+            == set()
+        )
+        assert store.verify() == []
+
+    def test_prune_rejects_negative_keep(self, store: CheckpointStore) -> None:
+        """prune() with a negative keep raises ValueError and deletes nothing."""
+        checkpoint = save_new(store, session="s")
+        with pytest.raises(ValueError, match="keep"):
+            store.prune("s", -1)
+        assert store.list() == [checkpoint]

@@ -20,15 +20,14 @@ from actorflow.storage._common import already_stored, checked_blobs
 from actorflow.storage._format import encode_checkpoint
 from actorflow.storage._lease import Lease
 from actorflow.storage.conformance import (
+    ConcurrencyTests,
+    ContractTests,
+    DamageTests,
     FileStoreFactory,
     MemoryStoreFactory,
     SQLiteStoreFactory,
     StoreFactory,
 )
-from actorflow.storage.conformance._concurrency import SharingTests
-from actorflow.storage.conformance._contract import ContractTests
-from actorflow.storage.conformance._damage import DamageTests
-from actorflow.storage.conformance._stress import StressTests
 from actorflow.storage.file._pack import encode_header
 
 
@@ -131,7 +130,7 @@ class HidesDamage(SQLiteStore):
     def list(self, **filters: Any) -> builtins.list[Checkpoint]:
         return [] if self.hidden else super().list(**filters)
 
-    def verify(self) -> list[str]:
+    def verify(self) -> builtins.list[str]:
         return [] if self.hidden else super().verify()
 
     def close(self) -> None:
@@ -169,9 +168,10 @@ class ClosesUnderCalls(SQLiteStore):
     """Closes every connection at once, those other threads are running statements on too."""
 
     def close(self) -> None:
-        with self._conns_lock:
-            self._closed = True
-            held, self._conns = self._conns, []
+        connections = self._connections
+        with connections._conns_lock:
+            connections._closed = True
+            held, connections._conns = connections._conns, []
         for each in held:
             each.conn.close()
         self._wal.close()
@@ -220,13 +220,13 @@ _CASES: dict[
     "a factory handing out one object": (
         lambda _: _Same(MemoryStore()),
         lambda p: FileStoreFactory(str(p / "ok")),
-        StressTests().test_second_handle_sees_saves,
+        ContractTests().test_second_handle_sees_saves,
         True,
     ),
     "a second handle on other data": (
         lambda _: _Separate(),
         lambda p: SQLiteStoreFactory(str(p / "ok.db")),
-        StressTests().test_second_handle_sees_saves,
+        ContractTests().test_second_handle_sees_saves,
         True,
     ),
     "packs written in place (torn by a crash)": (
@@ -238,19 +238,19 @@ _CASES: dict[
     "an index copied and put back outside the lock": (
         lambda _: MemoryStoreFactory(CopiedIndex()),
         lambda p: SQLiteStoreFactory(str(p / "ok.db")),
-        SharingTests().test_one_handle_serves_sessions_in_threads,
+        ConcurrencyTests().test_one_handle_serves_sessions_in_threads,
         False,
     ),
     "connections closed under running calls (a crash)": (
         lambda p: ClosesUnderCallsFactory(str(p / "closes.db")),
         lambda p: SQLiteStoreFactory(str(p / "ok.db")),
-        SharingTests().test_close_under_load_raises_store_closed,
+        ConcurrencyTests().test_close_under_load_raises_store_closed,
         True,
     ),
     "a closed store that does not say StoreClosed": (
         lambda _: MemoryStoreFactory(PlainErrorWhenClosed()),
         lambda _: MemoryStoreFactory(),
-        SharingTests().test_close_under_load_raises_store_closed,
+        ConcurrencyTests().test_close_under_load_raises_store_closed,
         True,
     ),
     "latest() hiding a damaged header": (

@@ -12,13 +12,13 @@ from actorflow.errors import CheckpointError
 from actorflow.storage import MemoryStore
 from actorflow.storage.conformance import (
     FileStoreFactory,
+    LeaseTests,
     MemoryStoreFactory,
     PostgresStoreFactory,
     SQLiteStoreFactory,
     StoreConformance,
     StoreFactory,
 )
-from actorflow.storage.conformance._leases import LeaseTests
 from tests.support import pg
 
 NOT_COLLECTED: Any = None
