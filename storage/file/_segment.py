@@ -40,7 +40,7 @@ read on, but it is damage that may hide that record: listing refuses while it li
 
 Deleting a record appends its id to the store's ``deleted`` list (the records of
 a segment cannot be renamed away one by one); the collection then rewrites the
-segments holding deleted records (see ``_file_gc``).
+segments holding deleted records (see ``_gc``).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class FileStore:
         packs/<id>.pack           record packs: layout 2's saves, records moved out of segments
         packs/<random>.blobs      blobs that outlived the record they came with
         deleted                   ids removed by delete()/prune(), one per line
-        leases/<key>.lease|.lock  session leases (see ``_file_lease``)
+        leases/<key>.lease|.lock  session leases (see ``_leases``)
         .lock                     flock(2) lock file; holds a token every collection replaces
 
     A save appends ONE frame (its record and every blob it references that is not

@@ -57,7 +57,7 @@ def open_schema(db: Conn, q: sql.Statements, where: str) -> None:
 
 
 def _parent_index(db: Conn, q: sql.Statements) -> None:
-    """Add :data:`~._postgres_sql.PARENT_INDEX` to a schema an older actorflow made.
+    """Add :data:`~._sql.PARENT_INDEX` to a schema an older actorflow made.
 
     Building it holds a lock that makes saves wait, once, for as long as the build
     takes. A role that may not create it leaves the schema without it: reads stay

@@ -38,7 +38,7 @@ that a concurrent save has found stored and is about to reference."""
 PARENT_INDEX = "CREATE INDEX IF NOT EXISTS checkpoints_by_parent ON {s}.checkpoints (parent_id)"
 """Reads check the children of what they return (see ``actorflow.storage._sql.check_left_out``). Not a
 schema version of its own: older actorflow versions read and write the schema as they
-did, and opening a schema without it creates it (see ``_postgres_schema``)."""
+did, and opening a schema without it creates it (see ``_schema``)."""
 
 # ``checkpoints.blob_ids`` lists the blob rows a record references (integers: a
 # record names every chunk of every executor, and 64-character digests would cost

@@ -68,7 +68,7 @@ class PostgresStore:
       on) a save returns once its commit is flushed to the write-ahead log.
     - Connections come from a psycopg_pool ``ConnectionPool`` that checks each one
       before handing it out (a round trip only if the server may have ended it:
-      ``_postgres_pool.check_idle``) and replaces
+      ``_pool.check_idle``) and replaces
       connections past ``max_lifetime`` or idle past ``max_idle``: after a server
       restart or a connection terminated by the server, the next call gets a fresh
       connection. A call whose connection breaks under it is retried once on a new

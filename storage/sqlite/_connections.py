@@ -168,7 +168,7 @@ class SQLiteConnections:
             sql.enable_wal(conn, self._path)
             conn.execute("PRAGMA synchronous = FULL")
             # Keep the write-ahead log small: checkpoint it into the database every
-            # ~256 KB (CHECKPOINT_BYTES, on a thread between saves: see _sqlite_wal;
+            # ~256 KB (CHECKPOINT_BYTES, on a thread between saves: see _wal;
             # SQLite's own autocheckpoint, inline in a commit, only past twice that)
             # and truncate it back to 256 KB afterwards, instead of letting it sit at
             # its high-water mark (4 MB with SQLite's defaults). Measured on W3: ~1 MB

@@ -65,7 +65,7 @@ class SQLiteStore:
       reference rows commit together or not at all.
     - WAL checkpoints (copying the log into the file, which only bounds the log's
       size) run on a short-lived thread between saves, not inside a save's commit
-      (see ``_sqlite_wal``). New files use 2 KB pages (``_sqlite_sql.PAGE_SIZE``).
+      (see ``_wal``). New files use 2 KB pages (``_sql.PAGE_SIZE``).
     - Tables: ``checkpoints`` (indexed by session, workflow and kind), ``blobs``
       (id, digest -> bytes), ``refs`` (which checkpoint uses which blob, as integer
       ids: a record names every chunk of every executor; blob collection
@@ -144,7 +144,7 @@ class SQLiteStore:
         given = checked_blobs(checkpoint.id, blobs, referenced)
         digests = sorted(referenced)
         cp = checkpoint
-        self._wal.settle()  # see _sqlite_wal: this save then starts the log afresh
+        self._wal.settle()  # see _wal: this save then starts the log afresh
         with self._connections.write() as db:
             holder = sql.lease_row(db, cp.session)
             if lease is not None:
