@@ -193,7 +193,7 @@ def build_restart(backend: af.ActorBackend) -> af.Workflow:
 
 
 def _restart_run(session: af.Session, kills: bool) -> float:
-    base = session._driver.state.superstep
+    base = session._runs.driver.state.superstep
     if kills:
         for step in range(base + 100, base + 2 * RESTART_LIMIT + 2, 100):
             inject_fault(session, "a" if (step - base) % 2 else "b", step, "kill")

@@ -1,4 +1,8 @@
-"""Answers to pending requests: checked all together, then queued all together."""
+"""Answers to pending requests: checked all together, then queued all together.
+
+:class:`Answers` is a session's side of it: the lineage its answers are checked
+against, and whether answers wait for the next run.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from ._state import RunState
 from ._types import a_label, type_label
 from ._wire import RESPONSE
 
-__all__ = ["queue_answers"]
+__all__ = ["Answers", "queue_answers"]
 
 
 def queue_answers(
@@ -62,3 +66,44 @@ def queue_answers(
             [RESPONSE_SOURCE, RESPONSE, [request_id, request_payload, payload]]
         )
     return bool(encoded)
+
+
+class Answers:
+    """A session's answers: checked against its lineage, queued for its next run.
+
+    Used under the session's turn (see ``_turn``), so never by two threads at once.
+    """
+
+    __slots__ = ("_lineage", "_queued")
+
+    def __init__(self, lineage: Lineage) -> None:
+        self._lineage = lineage
+        self._queued = False
+
+    @property
+    def lineage(self) -> Lineage:
+        """The lineage whose requests the session may answer (see ``_lineage``)."""
+        return self._lineage
+
+    def queue(self, state: RunState, answers: Mapping[str, Any]) -> None:
+        """Check every answer, then queue them all into ``state`` (see :func:`queue_answers`).
+
+        Raises:
+            RequestError: as :func:`queue_answers`; nothing is consumed.
+        """
+        if queue_answers(state, answers, self._lineage):
+            self._queued = True
+
+    def take(self) -> bool:
+        """Whether answers were queued since the last take (a run without input takes
+        them: its first checkpoint is then a ``response`` one)."""
+        queued, self._queued = self._queued, False
+        return queued
+
+    def follow(self, lineage: Lineage) -> None:
+        """Check later answers against ``lineage`` (after ``reset()``: a new one)."""
+        self._lineage = lineage
+
+    def drop(self) -> None:
+        """Forget that answers were queued (a recycled one-off session starts clean)."""
+        self._queued = False

@@ -5,43 +5,40 @@ otherwise); any number of sessions run at once. Its id is the checkpoint lineage
 key. ``Workflow.run`` is a one-off session on warm pooled actors.
 
 This module holds the session's public surface and its lifetime (open, recycle,
-reset, close). The steps of one run are in ``_session_jobs``, the async entry
-points in ``_session_async``: mixins of :class:`Session`, each one concern.
+reset, close). :class:`Session` is composed of collaborators, each owning its
+state: its turn (one thing at a time, closing: ``_turn``), its answers
+(``_answers``), its run jobs (the steps of one run, the driver and the supervisor
+actor they run on: ``_session_jobs``) and its async side (``_session_async``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from functools import partial
-from typing import Any
-
-import pykka
+from typing import Any, Self
 
 from actorflow.actors import ActorBackend, HostedFactory, HostPool, HostRef
-from actorflow.errors import (
-    SessionBusy,
-    SessionClosed,
-)
 from actorflow.storage import CheckpointStore, Lease
 
 from . import _events as ev
-from ._answers import queue_answers
+from ._answers import Answers
 from ._checkpointing import Checkpointer, Restored
 from ._delivery import End, EventStream, QueueSink, pending_of
 from ._engine import Engine
 from ._lineage import Lineage
 from ._ownership import Ownership
 from ._policy import CheckpointPolicy, RestartPolicy
-from ._session_async import NO_INPUT, STOP_WAIT, AsyncRuns
-from ._session_jobs import RunJobs
-from .supervisor import Driver, SupervisorActor
+from ._session_async import AsyncRuns
+from ._session_jobs import NO_INPUT, RunJobs
+from ._turn import Turn
+from .supervisor import Driver
 
 __all__ = ["NO_INPUT", "Session"]
 
 
-class Session(RunJobs, AsyncRuns):
+class Session:
     """A live instance of a workflow: actors and state persist between runs.
 
     Create with ``workflow.session(...)`` or ``workflow.resume(...)``; use as a
@@ -65,25 +62,18 @@ class Session(RunJobs, AsyncRuns):
         self._engine = engine
         self._pool = pool if pool is not None else engine.pool
         self._ownership = ownership
-        self._lineage = lineage if lineage is not None else Lineage()
+        self._answers = Answers(lineage if lineage is not None else Lineage())
         if ownership is not None:
             ownership.release_with(self)
         self._restart = restart if restart is not None else engine.restart
         self._id = session_id or os.urandom(16).hex()  # the shape of uuid4().hex, cheaper
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
-        self._busy = threading.Lock()
-        self._ending = threading.Lock()
-        """Orders a run's end against a close that could not wait for it."""
-        self._close_when_done = False
-        self._closed = False
-        self._cancel = threading.Event()
-        self._supervisor: pykka.ActorRef[SupervisorActor] | None = None
-        self._restored = restored
-        self._driver = self._new_driver(restored)
-        self._started = False
-        self._last_checkpoint: str | None = restored.checkpoint.id if restored else None
-        self._answers_queued = False
+        self._turn = Turn()
+        self._runs = RunJobs(
+            engine, self._turn, self._answers, self._new_driver(restored), restored
+        )
+        self._async = AsyncRuns(engine, self._turn, self._runs)
 
     # --- properties ---------------------------------------------------------------
 
@@ -105,13 +95,12 @@ class Session(RunJobs, AsyncRuns):
     @property
     def last_checkpoint_id(self) -> str | None:
         """Id of the newest checkpoint this session wrote or resumed from."""
-        checkpointer = self._driver.checkpointer
-        return checkpointer.last_id if checkpointer is not None else self._last_checkpoint
+        return self._runs.last_checkpoint_id
 
     @property
     def pending_requests(self) -> tuple[ev.PendingRequest, ...]:
         """Requests waiting for answers (also after a resume), sorted by id."""
-        return pending_of(self._driver.state.pending)
+        return pending_of(self._runs.driver.state.pending)
 
     def respond(
         self,
@@ -140,17 +129,12 @@ class Session(RunJobs, AsyncRuns):
             RequestError: as for :meth:`respond`; nothing is consumed.
             SessionBusy: a run is active.
         """
-        self._acquire("take answers")
+        self._turn.take(self._id, "take answers")
         try:
-            self._check_open()
-            self._queue_answers(answers)
+            self._turn.check_open(self._id)
+            self._answers.queue(self._runs.driver.state, answers)
         finally:
-            self._busy.release()
-
-    def _queue_answers(self, answers: Mapping[str, Any]) -> None:
-        """Check every answer first, then queue them all (caller holds the busy lock)."""
-        if queue_answers(self._driver.state, answers, self._lineage):
-            self._answers_queued = True
+            self._turn.give()
 
     # --- running ------------------------------------------------------------------
 
@@ -179,16 +163,17 @@ class Session(RunJobs, AsyncRuns):
         metadata: Mapping[str, Any] | None,
         answers: Mapping[str, Any] | None,
     ) -> ev.RunResult:
+        runs = self._runs
         raw: list[ev.Event] = []
-        job = self._begin(value, max_supersteps, metadata, raw.append, answers=answers)
-        future = self._submit(job)
+        job = runs.begin(value, max_supersteps, metadata, raw.append, answers=answers)
+        future = runs.submit(job)
         try:
             end: End = future.get()
         except BaseException:
             # KeyboardInterrupt or similar in the caller: stop at the next barrier.
-            self._abandon(future)
+            runs.abandon(future)
             raise
-        return self._finish(job, raw, end)
+        return runs.finish(job, raw, end)
 
     def stream(
         self,
@@ -206,9 +191,55 @@ class Session(RunJobs, AsyncRuns):
         ``RunFailedEvent`` was yielded.
         """
         sink = QueueSink()
-        job = self._begin(input, max_supersteps, metadata, sink)
-        future = self._submit(job)
-        return EventStream(sink, partial(self._abandon, future))
+        job = self._runs.begin(input, max_supersteps, metadata, sink)
+        future = self._runs.submit(job)
+        return EventStream(sink, partial(self._runs.abandon, future))
+
+    async def arun(
+        self,
+        input: Any = NO_INPUT,
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ev.RunResult:
+        """Async :meth:`run`: never blocks the event loop.
+
+        Cancelling the awaiting task (``task.cancel()``, ``asyncio.wait_for``,
+        ``asyncio.timeout``) cancels the run: it stops at the next barrier, and a
+        handler still running :data:`CANCEL_GRACE` s after the cancel is abandoned
+        (see :meth:`Session.cancel`); the task raises ``CancelledError`` within
+        :data:`STOP_WAIT` s, whatever its handlers do.
+        """
+        return await self._async.run(input, max_supersteps, metadata, None)
+
+    async def arespond(
+        self,
+        answers: Mapping[str, Any],
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ev.RunResult:
+        """Async :meth:`Session.respond`: answer pending requests and run until idle.
+
+        Raises:
+            RequestError: as for :meth:`Session.respond`; nothing is consumed.
+        """
+        return await self._async.run(NO_INPUT, max_supersteps, metadata, answers)
+
+    def astream(
+        self,
+        input: Any = NO_INPUT,
+        *,
+        max_supersteps: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncGenerator[ev.Event, None]:
+        """Async :meth:`stream`: never blocks the event loop.
+
+        Leaving early (``break``, ``await it.aclose()``) or cancelling the consuming
+        task cancels the run as :meth:`arun` does; once ``aclose()`` returns the
+        session is free for the next call.
+        """
+        return self._async.stream(input, max_supersteps, metadata)
 
     def cancel(self) -> None:
         """Ask the current run to stop at the next barrier (safe from any thread).
@@ -224,7 +255,7 @@ class Session(RunJobs, AsyncRuns):
         that is read, but side effects outside the run (a file written, a request
         made) still happen; make such handlers idempotent or give them a timeout.
         """
-        self._cancel.set()
+        self._runs.cancel()
 
     def wrap_host(
         self, executor: str, wrapper: Callable[[HostRef, HostedFactory], HostRef]
@@ -237,7 +268,7 @@ class Session(RunJobs, AsyncRuns):
         Raises:
             KeyError: the workflow has no executor ``executor``.
         """
-        self._driver.wrap_host(executor, wrapper)
+        self._runs.driver.wrap_host(executor, wrapper)
 
     def reset(self) -> None:
         """Rebuild every actor from its blueprint; drop everything in flight.
@@ -248,20 +279,15 @@ class Session(RunJobs, AsyncRuns):
         Raises:
             SessionBusy: a run is active (a run started during a reset raises too).
         """
-        self._acquire("reset")
+        self._turn.take(self._id, "reset")
         try:
-            self._check_open()
-            if self._started:
-                self._driver.release_hosts()
-                self._started = False
-            if self._driver.checkpointer is not None:
-                self._driver.checkpointer.close()
-            self._restored = None
-            self._last_checkpoint = None
-            self._lineage = Lineage.fresh()  # request ids never repeat those of the old lineage
-            self._driver = self._new_driver(None)
+            self._turn.check_open(self._id)
+            self._runs.retire()
+            # Request ids never repeat those of the old lineage.
+            self._answers.follow(Lineage.fresh())
+            self._runs.install(self._new_driver(None))
         finally:
-            self._busy.release()
+            self._turn.give()
 
     def close(self) -> None:
         """Stop this session's run and give back every actor; returns within a second.
@@ -275,34 +301,17 @@ class Session(RunJobs, AsyncRuns):
         self._close(wait=True)
 
     def _close(self, *, wait: bool) -> None:
-        if self._closed:
+        if self._turn.closed:
             return
-        self._cancel.set()
+        self._runs.cancel()
         # A run reaches its barrier within CANCEL_GRACE of the cancel, abandoning any
         # handler still running then; a run stuck elsewhere (a restore() or resource
         # factory that never returns) closes the session itself when it ends.
-        if not self._busy.acquire(timeout=STOP_WAIT):
-            with self._ending:
-                if not self._busy.acquire(blocking=False):
-                    self._closed = True
-                    self._close_when_done = True
-                    return
-        try:
-            self._teardown(wait=wait)
-        finally:
-            self._busy.release()
+        self._turn.close(self._teardown, wait=wait)
 
-    def _teardown(self, *, wait: bool) -> None:
-        """Give back every actor (caller holds the busy lock, or is the run ending)."""
-        self._closed = True
-        if self._started:
-            self._driver.release_hosts(wait=wait)
-            self._started = False
-        if self._driver.checkpointer is not None:
-            self._driver.checkpointer.close()
-        if self._supervisor is not None:
-            self._engine.release_supervisor(self._supervisor)
-            self._supervisor = None
+    def _teardown(self, wait: bool) -> None:
+        """Give back every actor (the turn is held: by the closer, or the run ending)."""
+        self._runs.close(wait=wait)
         if self._ownership is not None:
             self._ownership.release()  # after the checkpointer drained its writes
 
@@ -311,6 +320,19 @@ class Session(RunJobs, AsyncRuns):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def aclose(self) -> None:
+        """Async :meth:`Session.close`: actors are stopped off the event loop."""
+        if not self._runs.holds_actors:
+            self.close()  # nothing was started: nothing to wait for
+            return
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<Session {self._id!r} of workflow {self._engine.name!r}>"
@@ -328,7 +350,7 @@ class Session(RunJobs, AsyncRuns):
                 self._policy,
                 parent=restored.checkpoint if restored else None,
                 lease=self._ownership.first if self._ownership is not None else None,
-                lineage=self._lineage,
+                lineage=self._answers.lineage,
             )
         driver = Driver(
             spec,
@@ -341,7 +363,7 @@ class Session(RunJobs, AsyncRuns):
         if restored is not None:
             driver.state = restored.state
             driver.resume_parts(restored.completed)
-        driver.request_suffix = self._lineage.suffix
+        driver.request_suffix = self._answers.lineage.suffix
         return driver
 
     def _give_back(self, completed: bool) -> None:
@@ -355,28 +377,16 @@ class Session(RunJobs, AsyncRuns):
 
     def _recyclable(self) -> bool:
         """Whether this idle one-off session can serve another one-off run (see ``_recycle``)."""
-        return not self._closed and self._started and self._driver.reusable
+        return not self._turn.closed and self._runs.recyclable()
 
     def _recycle(self) -> None:
         """Turn this idle one-off session into a new one on the same warm actors.
 
         It gets a new id; every executor is rebuilt from its blueprint by its next
-        call, and nothing of the last run (state in flight, restart counts, faults,
-        a cancel) carries over. Caller: the workflow, which owns this session alone.
+        call, and nothing of the last run (state in flight, restart counts, queued
+        answers, a cancel) carries over. Caller: the workflow, which owns this
+        session alone.
         """
         self._id = os.urandom(16).hex()
-        self._driver.renew(self._id)
-        self._answers_queued = False
-        if self._cancel.is_set():
-            self._cancel = threading.Event()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SessionClosed(f"session {self._id!r} is closed; open a new one")
-
-    def _acquire(self, what: str) -> None:
-        if not self._busy.acquire(blocking=False):
-            raise SessionBusy(
-                f"session {self._id!r} is busy and cannot {what} now; wait for the current "
-                "run or reset to finish, or use another session"
-            )
+        self._runs.recycle(self._id)
+        self._answers.drop()

@@ -1,8 +1,10 @@
-"""The async twins of a session's runs: they wait on the caller's event loop, never block it.
+"""The async side of a session: its runs awaited on the caller's event loop, never blocking it.
 
-A mixin of :class:`~._session.Session`, kept apart because it is one concern:
-handing a run's events to a coroutine through an :class:`AsyncSink` and stopping
-the run when the awaiting task is cancelled or the iterator is closed.
+:class:`AsyncRuns` is the session's collaborator for ``arun``/``astream``: it gets
+the session a supervisor actor off the loop, hands a run's events to a coroutine
+through an :class:`AsyncSink` (or only the end, through an :class:`EndSink`), and
+stops the run when the awaiting task is cancelled or the iterator is closed. The
+steps of a run are the session's :class:`~._session_jobs.RunJobs`.
 """
 
 from __future__ import annotations
@@ -10,97 +12,40 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Self
-
-import pykka
+from typing import Any
 
 from . import _events as ev
 from ._delivery import AsyncSink, End, EndSink, materialize
 from ._engine import Engine
-from .supervisor import CANCEL_GRACE, RunJob, SupervisorActor
+from ._session_jobs import NO_INPUT, RunJobs
+from ._turn import STOP_WAIT, Turn
+from .supervisor import RunJob
 
-__all__ = ["NO_INPUT", "STOP_WAIT", "AsyncRuns"]
-
-NO_INPUT: Any = object()
-"""Run without new input: continue what is in flight (after a cancel or a limit)."""
-
-STOP_WAIT = CANCEL_GRACE + 0.5
-"""Seconds a caller that stops waiting (Ctrl-C, a cancelled task, a closed stream,
-``close()``) gives the run to end: the barrier's grace, plus room to roll back and
-replace abandoned hosts."""
+__all__ = ["NO_INPUT", "AsyncRuns"]
 
 
 class AsyncRuns:
-    """``arun``/``astream`` for the session (which provides the methods declared here)."""
+    """A session's ``arun``/``astream``: given its engine, turn and run jobs."""
 
-    if TYPE_CHECKING:
+    __slots__ = ("_engine", "_runs", "_turn")
 
-        def _begin(
-            self,
-            value: Any,
-            max_supersteps: int | None,
-            metadata: Mapping[str, Any] | None,
-            emit: Callable[[Any], None],
-            *,
-            answers: Mapping[str, Any] | None = None,
-        ) -> RunJob: ...
+    def __init__(self, engine: Engine[Any], turn: Turn, runs: RunJobs) -> None:
+        self._engine = engine
+        self._turn = turn
+        self._runs = runs
 
-        def _submit(self, job: RunJob) -> pykka.Future[Any]: ...
-
-        def _finish(self, job: RunJob, raw: list[Any], end: End) -> ev.RunResult: ...
-
-        def close(self) -> None: ...
-
-        def _check_open(self) -> None: ...
-
-        _closed: bool
-
-        _supervisor: pykka.ActorRef[SupervisorActor] | None
-        _started: bool
-        _engine: Engine[Any]
-
-    async def arun(
-        self,
-        input: Any = NO_INPUT,
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> ev.RunResult:
-        """Async :meth:`run`: never blocks the event loop.
-
-        Cancelling the awaiting task (``task.cancel()``, ``asyncio.wait_for``,
-        ``asyncio.timeout``) cancels the run: it stops at the next barrier, and a
-        handler still running :data:`CANCEL_GRACE` s after the cancel is abandoned
-        (see :meth:`Session.cancel`); the task raises ``CancelledError`` within
-        :data:`STOP_WAIT` s, whatever its handlers do.
-        """
-        return await self._acollect(input, max_supersteps, metadata, None)
-
-    async def arespond(
-        self,
-        answers: Mapping[str, Any],
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> ev.RunResult:
-        """Async :meth:`Session.respond`: answer pending requests and run until idle.
-
-        Raises:
-            RequestError: as for :meth:`Session.respond`; nothing is consumed.
-        """
-        return await self._acollect(NO_INPUT, max_supersteps, metadata, answers)
-
-    async def _acollect(
+    async def run(
         self,
         value: Any,
         max_supersteps: int | None,
         metadata: Mapping[str, Any] | None,
         answers: Mapping[str, Any] | None,
     ) -> ev.RunResult:
+        """Run (or answer, with ``answers``) until idle; see ``Session.arun``."""
         # The events are kept on the supervisor's side and only the End wakes the loop:
         # one wake-up per run instead of one per event, so the loop stays free.
         sink = EndSink(asyncio.get_running_loop())
-        job = await self._abegin(value, max_supersteps, metadata, answers, sink)
+        job = await self._begin(value, max_supersteps, metadata, answers, sink)
         try:
             end = await asyncio.shield(sink.end)
         except asyncio.CancelledError:
@@ -113,46 +58,27 @@ class AsyncRuns:
             except TimeoutError:
                 pass  # stuck outside a handler: the session stays busy until it ends
             raise
-        return self._finish(job, sink.events, end)
+        return self._runs.finish(job, sink.events, end)
 
-    async def astream(
+    async def stream(
         self,
-        input: Any = NO_INPUT,
-        *,
-        max_supersteps: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        value: Any,
+        max_supersteps: int | None,
+        metadata: Mapping[str, Any] | None,
     ) -> AsyncGenerator[ev.Event, None]:
-        """Async :meth:`stream`: never blocks the event loop.
-
-        Leaving early (``break``, ``await it.aclose()``) or cancelling the consuming
-        task cancels the run as :meth:`arun` does; once ``aclose()`` returns the
-        session is free for the next call.
-        """
+        """The run's events, each decoded on the loop; see ``Session.astream``."""
         sink = AsyncSink(asyncio.get_running_loop())
-        job = await self._abegin(input, max_supersteps, metadata, None, sink)
+        job = await self._begin(value, max_supersteps, metadata, None, sink)
         # aclosing: closing this generator closes the drain at once (which waits for
         # the run to stop), instead of leaving it to the loop's garbage collection.
-        async with aclosing(self._adrain(job, sink)) as items:
+        async with aclosing(self._drain(job, sink)) as items:
             async for item in items:
                 if isinstance(item, End):
                     item.raise_error()
                 else:
                     yield materialize(item)
 
-    async def aclose(self) -> None:
-        """Async :meth:`Session.close`: actors are stopped off the event loop."""
-        if self._supervisor is None and not self._started:
-            self.close()  # nothing was started: nothing to wait for
-            return
-        await asyncio.to_thread(self.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def _abegin(
+    async def _begin(
         self,
         value: Any,
         max_supersteps: int | None,
@@ -160,26 +86,20 @@ class AsyncRuns:
         answers: Mapping[str, Any] | None,
         sink: Callable[[Any], None],
     ) -> RunJob:
-        self._check_open()
-        if self._supervisor is None:
+        self._turn.check_open(self._runs.driver.session)
+        if self._runs.needs_supervisor:
             # Tasks ready in this loop step (sessions opened together, a gather) take
             # their step before new supervisor threads compete with them for the GIL:
             # 20 sessions opened at once on a SQLiteStore stalled the loop for 16-21 ms
             # without this yield, 10-16 ms with it (bench.loop_lag).
             await asyncio.sleep(0)
             # Starting an actor thread takes a few hundred microseconds: not on the loop.
-            self._adopt(await asyncio.to_thread(self._engine.acquire_supervisor))
-        job = self._begin(value, max_supersteps, metadata, sink, answers=answers)
-        self._submit(job)
+            self._runs.adopt(await asyncio.to_thread(self._engine.acquire_supervisor))
+        job = self._runs.begin(value, max_supersteps, metadata, sink, answers=answers)
+        self._runs.submit(job)
         return job
 
-    def _adopt(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
-        if self._supervisor is None and not self._closed:
-            self._supervisor = ref
-        else:  # another task of this session got one meanwhile, or it was closed
-            self._engine.release_supervisor(ref)
-
-    async def _adrain(self, job: RunJob, sink: AsyncSink) -> AsyncGenerator[Any, None]:
+    async def _drain(self, job: RunJob, sink: AsyncSink) -> AsyncGenerator[Any, None]:
         finished = False
         try:
             while True:

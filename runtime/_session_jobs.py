@@ -1,11 +1,12 @@
-"""How a session's run goes: checked and packed, handed to the supervisor actor, finished.
+"""How a session's runs go: checked and packed, handed to the supervisor actor, finished.
 
-A mixin of :class:`~._session.Session`, kept apart because it is one concern:
-the life of one run job (the input checked against the start executor and
-encoded, the session taken, the job run on the supervisor actor's thread, the
-caller that stops waiting cancelling it, the collected events made a result).
-The blocking and async entry points (``run``/``stream``, ``arun``/``astream``)
-share these steps.
+:class:`RunJobs` is the session's collaborator for the life of each run job (the
+input checked against the start executor and encoded, the session's turn taken,
+the job run on the supervisor actor's thread, the caller that stops waiting
+cancelling it, the collected events made a result), and it owns what those runs
+share: the driver and its hosts, the supervisor actor, the cancel event. The
+blocking and async entry points (``run``/``stream``, ``arun``/``astream``) share
+these steps.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pykka
 
@@ -23,48 +24,83 @@ from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken
 from actorflow.storage import EMPTY_METADATA, packed_metadata
 
 from . import _events as ev
+from ._answers import Answers
 from ._checkpointing import Restored
 from ._context import RUN_INPUT
 from ._delivery import End, collected, pending_of
 from ._engine import Engine
 from ._otel import capture_context
-from ._session_async import NO_INPUT, STOP_WAIT
+from ._turn import STOP_WAIT, Turn
 from ._types import type_label
 from ._wire import SINGLE
 from .supervisor import Driver, RunJob, SupervisorActor, new_run_id
 
-__all__ = ["RunJobs"]
+__all__ = ["NO_INPUT", "RunJobs"]
+
+NO_INPUT: Any = object()
+"""Run without new input: continue what is in flight (after a cancel or a limit)."""
 
 
 class RunJobs:
-    """The steps of a run for the session (which provides the attributes declared here)."""
+    """A session's runs, and what they share: the driver, its hosts, the supervisor actor.
 
-    _engine: Engine[Any]
-    _id: str
-    _driver: Driver
-    _restored: Restored | None
-    _started: bool
-    _answers_queued: bool
-    _supervisor: pykka.ActorRef[SupervisorActor] | None
-    _busy: threading.Lock
-    _ending: threading.Lock
-    _close_when_done: bool
-    _cancel: threading.Event
+    Given the session's engine, turn and answers; the session hands it a new driver
+    when it resets (:meth:`retire`, :meth:`install`) and renews it for a recycled
+    one-off run (:meth:`recycle`).
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        engine: Engine[Any],
+        turn: Turn,
+        answers: Answers,
+        driver: Driver,
+        restored: Restored | None,
+    ) -> None:
+        self._engine = engine
+        self._turn = turn
+        self._answers = answers
+        self._driver = driver
+        self._restored = restored
+        """What the session was resumed from: the snapshots the hosts start with."""
+        self._started = False
+        """Whether the driver's hosts are borrowed (by the first run, on its thread)."""
+        self._supervisor: pykka.ActorRef[SupervisorActor] | None = None
+        self._cancel = threading.Event()
+        """The current (or next) run's cancel; a new one for each run after a cancel."""
 
-        @property
-        def last_checkpoint_id(self) -> str | None: ...
+    # --- what the session reads ---------------------------------------------------
 
-        def _acquire(self, what: str) -> None: ...
+    @property
+    def driver(self) -> Driver:
+        """The driver the runs go to (replaced by a reset)."""
+        return self._driver
 
-        def _check_open(self) -> None: ...
+    @property
+    def last_checkpoint_id(self) -> str | None:
+        """Id of the newest checkpoint the runs wrote, or the one resumed from."""
+        checkpointer = self._driver.checkpointer
+        if checkpointer is not None:
+            return checkpointer.last_id
+        return self._restored.checkpoint.id if self._restored is not None else None
 
-        def _queue_answers(self, answers: Mapping[str, Any]) -> None: ...
+    @property
+    def holds_actors(self) -> bool:
+        """Whether a supervisor actor or hosts are held (closing then waits for them)."""
+        return self._supervisor is not None or self._started
 
-        def _teardown(self, *, wait: bool) -> None: ...
+    @property
+    def needs_supervisor(self) -> bool:
+        """Whether the next run must first get a supervisor actor."""
+        return self._supervisor is None
 
-    def _begin(
+    def cancel(self) -> None:
+        """Stop the current run at its next barrier (safe from any thread)."""
+        self._cancel.set()
+
+    # --- one run --------------------------------------------------------------------
+
+    def begin(
         self,
         value: Any,
         max_supersteps: int | None,
@@ -73,6 +109,15 @@ class RunJobs:
         *,
         answers: Mapping[str, Any] | None = None,
     ) -> RunJob:
+        """Check and pack a run, take the session's turn, queue ``answers``: the job.
+
+        The turn is held from here until the job ends on the supervisor thread, so
+        the caller must :meth:`submit` the job it gets.
+
+        Raises:
+            InputNotAccepted, EncodeError: the input (before the turn is taken).
+            SessionBusy, SessionClosed, SessionBroken, RequestError: nothing started.
+        """
         spec = self._engine.spec
         payload = None
         if value is not NO_INPUT:
@@ -92,18 +137,19 @@ class RunJobs:
         # Packed now, so the caller's later changes to its dict (or to lists inside
         # it) never reach a checkpoint; EncodeError names a bad value before anything runs.
         packed = packed_metadata(metadata) if metadata else EMPTY_METADATA
-        self._acquire("start a run")
+        driver = self._driver
+        self._turn.take(driver.session, "start a run")
         try:
-            self._check_open()
-            if self._driver.broken is not None:
+            self._turn.check_open(driver.session)
+            if driver.broken is not None:
                 raise SessionBroken(
-                    f"session {self._id!r} cannot run: {self._driver.broken}; call reset(), "
+                    f"session {driver.session!r} cannot run: {driver.broken}; call reset(), "
                     "or resume from a checkpoint"
                 )
             if answers is not None:
-                self._queue_answers(answers)
+                self._answers.queue(driver.state, answers)
         except BaseException:
-            self._busy.release()
+            self._turn.give()
             raise
         if self._cancel.is_set():  # a cancel meant for an earlier run must not stop this one
             self._cancel = threading.Event()
@@ -117,7 +163,7 @@ class RunJobs:
             trace=capture_context(),
         )
 
-    def _submit(self, job: RunJob) -> pykka.Future[Any]:
+    def submit(self, job: RunJob) -> pykka.Future[Any]:
         """Hand the job to the supervisor actor; its last event is an :class:`End`."""
         if self._supervisor is None:
             self._supervisor = self._engine.acquire_supervisor()
@@ -129,14 +175,7 @@ class RunJobs:
             except Exception as exc:  # noqa: BLE001 - handed to the caller through End
                 end = End(ev.RunStatus.FAILED, exc)
             finally:
-                with self._ending:
-                    if self._close_when_done:
-                        self._close_when_done = False
-                        try:
-                            self._teardown(wait=False)
-                        except Exception:  # noqa: BLE001 - closing for a caller that left
-                            pass
-                    self._busy.release()
+                self._turn.end_run()
                 job.emit(end)
             return end
 
@@ -150,21 +189,22 @@ class RunJobs:
             driver.start_hosts(self._restored.snapshots if self._restored is not None else None)
             self._started = True
         job.emit(
-            ev.RunStartedEvent(job.run_id, driver.state.superstep, time.time(), spec.name, self._id)
+            ev.RunStartedEvent(
+                job.run_id, driver.state.superstep, time.time(), spec.name, driver.session
+            )
         )
         first: str | None = None
         if job.input is not None:
             driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
             first = "entry"
-        elif self._answers_queued:
-            self._answers_queued = False
+        elif self._answers.take():
             first = "response"
         status = driver.run(job, first_checkpoint=first)
         if driver.checkpointer is not None:
             driver.checkpointer.flush()
         return status
 
-    def _abandon(self, future: pykka.Future[Any]) -> None:
+    def abandon(self, future: pykka.Future[Any]) -> None:
         """The caller stopped waiting: cancel, and give the run :data:`STOP_WAIT` s to stop.
 
         The barrier abandons handlers still running :data:`CANCEL_GRACE` s after the
@@ -182,7 +222,8 @@ class RunJobs:
         except Exception:  # noqa: BLE001 - the caller already left; nothing to report to
             pass
 
-    def _finish(self, job: RunJob, raw: list[Any], end: End) -> ev.RunResult:
+    def finish(self, job: RunJob, raw: list[Any], end: End) -> ev.RunResult:
+        """The caller's result of a job that ended (its failure raised here)."""
         end.raise_error()
         if raw and type(raw[-1]) is End:
             raw.pop()  # the supervisor emits the End last
@@ -196,6 +237,52 @@ class RunJobs:
             pending_requests=pending_of(self._driver.state.pending),
             checkpoint_id=self.last_checkpoint_id,
         )
+
+    def adopt(self, ref: pykka.ActorRef[SupervisorActor]) -> None:
+        """Run on ``ref``, a supervisor actor got off the event loop: unless one is held
+        already (another task of this session got one meanwhile) or the session closed,
+        in which case ``ref`` goes back to the engine."""
+        if self._supervisor is None and not self._turn.closed:
+            self._supervisor = ref
+        else:
+            self._engine.release_supervisor(ref)
+
+    # --- the driver's lifetime (the session holds the turn) -----------------------
+
+    def retire(self, *, wait: bool = True) -> None:
+        """Give the driver's hosts back and close its checkpointer (reset, close).
+
+        With ``wait``, the programs are unloaded (their resources released) when this
+        returns.
+        """
+        if self._started:
+            self._driver.release_hosts(wait=wait)
+            self._started = False
+        if self._driver.checkpointer is not None:
+            self._driver.checkpointer.close()
+
+    def install(self, driver: Driver) -> None:
+        """Run later jobs on ``driver``, built from the blueprints (after :meth:`retire`)."""
+        self._driver = driver
+        self._restored = None
+
+    def close(self, *, wait: bool) -> None:
+        """Retire the driver and give the supervisor actor back (the session closes)."""
+        self.retire(wait=wait)
+        if self._supervisor is not None:
+            self._engine.release_supervisor(self._supervisor)
+            self._supervisor = None
+
+    def recyclable(self) -> bool:
+        """Whether these hosts can serve an unrelated one-off run (see :meth:`recycle`)."""
+        return self._started and self._driver.reusable
+
+    def recycle(self, session: str) -> None:
+        """Start over as ``session`` on the same hosts: nothing of the last run carries
+        over (state in flight, restart counts, a cancel)."""
+        self._driver.renew(session)
+        if self._cancel.is_set():
+            self._cancel = threading.Event()
 
 
 def _input_label(value: Any) -> str:

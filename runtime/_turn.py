@@ -1,0 +1,94 @@
+"""A session's turn: one thing at a time (a run, a reset, taking answers), and closing.
+
+The turn is taken by whoever acts on the session and given back when that is done;
+a run gives it back on the supervisor's thread, as it ends. A ``close()`` that
+cannot get the turn within :data:`STOP_WAIT` (a run stuck outside any handler)
+leaves the session closed and its actors to the run's end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from actorflow.errors import SessionBusy, SessionClosed
+
+from .supervisor import CANCEL_GRACE
+
+__all__ = ["STOP_WAIT", "Turn"]
+
+STOP_WAIT = CANCEL_GRACE + 0.5
+"""Seconds a caller that stops waiting (Ctrl-C, a cancelled task, a closed stream,
+``close()``) gives the run to end: the barrier's grace, plus room to roll back and
+replace abandoned hosts."""
+
+
+class Turn:
+    """Who acts on a session now, and whether it is closed. Thread-safe."""
+
+    __slots__ = ("_busy", "_closed", "_ending", "_left")
+
+    def __init__(self) -> None:
+        self._busy = threading.Lock()
+        self._ending = threading.Lock()
+        """Orders a run's end against a close that could not wait for it."""
+        self._left: Callable[[bool], None] | None = None
+        """The teardown a close left to the end of the run it could not wait for."""
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed (or left to close at its run's end)."""
+        return self._closed
+
+    def take(self, session: str, what: str) -> None:
+        """Take the turn to do ``what`` on ``session``, or raise at once.
+
+        Raises:
+            SessionBusy: something else holds the turn (a run, a reset).
+        """
+        if not self._busy.acquire(blocking=False):
+            raise SessionBusy(
+                f"session {session!r} is busy and cannot {what} now; wait for the current "
+                "run or reset to finish, or use another session"
+            )
+
+    def give(self) -> None:
+        """Give the turn back (its taker only)."""
+        self._busy.release()
+
+    def check_open(self, session: str) -> None:
+        """Raise :class:`SessionClosed` if ``session`` is closed."""
+        if self._closed:
+            raise SessionClosed(f"session {session!r} is closed; open a new one")
+
+    def close(self, teardown: Callable[[bool], None], *, wait: bool) -> None:
+        """Mark the session closed and run ``teardown(wait)`` holding the turn, once the
+        current run (if any) ends; the caller has asked that run to stop.
+
+        A run normally ends within :data:`STOP_WAIT` of a cancel; if it does not, the
+        teardown is left to the run's end (:meth:`end_run`, as ``teardown(False)``)
+        and this returns at once.
+        """
+        if not self._busy.acquire(timeout=STOP_WAIT):
+            with self._ending:
+                if not self._busy.acquire(blocking=False):
+                    self._closed = True
+                    self._left = teardown
+                    return
+        try:
+            self._closed = True
+            teardown(wait)
+        finally:
+            self._busy.release()
+
+    def end_run(self) -> None:
+        """A run ended (supervisor thread): tear down if a close was left to it, give back."""
+        with self._ending:
+            left, self._left = self._left, None
+            if left is not None:
+                try:
+                    left(False)
+                except Exception:  # noqa: BLE001 - closing for a caller that left
+                    pass
+            self._busy.release()
