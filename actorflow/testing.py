@@ -33,7 +33,7 @@ from actorflow.runtime import (
     Session,
 )
 from actorflow.runtime._runner import InjectedFault
-from actorflow.runtime._session import NO_INPUT
+from actorflow.runtime.session import NO_INPUT
 from actorflow.runtime.supervisor import Fault
 
 __all__ = ["FaultKind", "InjectedFault", "RunOutcome", "inject_fault", "run_to_idle"]

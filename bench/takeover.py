@@ -7,7 +7,7 @@ opens a session with the default lease TTL (``DEFAULT_LEASE_TTL``, 10 s; 0.5 s w
 SIGKILLs it, reaps it, and times opening the store plus
 ``wf.resume(store, session=..., wait=...)`` until it owns the session. The dead
 owner's lease still has most of its TTL left, but it names a process of this host
-that provably exited (see ``runtime._ownership.owner_gone``), so the opener ends it
+that provably exited (see ``runtime.session._ownership.owner_gone``), so the opener ends it
 and takes the session at once. Floor: the same open and resume of the session
 once nobody holds it. Target: < 0.5 s (before same-host takeover: the TTL, ~10 s).
 
@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass
 
 import actorflow as af
-from actorflow.runtime._ownership import DEFAULT_LEASE_TTL
+from actorflow.runtime.session import DEFAULT_LEASE_TTL
 from actorflow.storage.conformance import make_checkpoint
 from bench._common import median, parse_options, report
 from bench.w_postgres import DSN_VARIABLE, drop

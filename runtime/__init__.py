@@ -27,9 +27,9 @@ from ._events import (
 )
 from ._executor import Executor, Resource, handler, resource, response_handler
 from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
-from ._session import Session
 from ._subworkflow import WorkflowExecutor
 from ._workflow import Workflow
+from .session import Session
 from .supervisor import Fault
 
 __all__ = [

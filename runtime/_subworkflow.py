@@ -38,11 +38,10 @@ from ._events import RequestEvent, RunResult
 from ._executor import Executor, handler, response_handler
 from ._graph import explain_mismatch
 from ._migration import prepare_snapshots
-from ._opening import open_private
 from ._policy import CheckpointPolicy
-from ._session import Session
 from ._wire import unpack
 from ._workflow import Workflow
+from .session import Session, open_private
 
 __all__ = ["OutputMode", "WorkflowExecutor"]
 

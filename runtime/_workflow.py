@@ -12,12 +12,17 @@ from actorflow.actors import ActorBackend, ThreadBackend
 from actorflow.storage import CheckpointStore, bounded_waits
 
 from . import _events as ev
-from ._engine import Engine
 from ._graph import GraphSpec
-from ._opening import IfExists, open_session, resume_session
-from ._ownership import DEFAULT_LEASE_TTL, LOCK_WAIT_FLOOR
 from ._policy import CheckpointPolicy, RestartPolicy
-from ._session import Session
+from .session import (
+    DEFAULT_LEASE_TTL,
+    LOCK_WAIT_FLOOR,
+    Engine,
+    IfExists,
+    Session,
+    open_session,
+    resume_session,
+)
 
 __all__ = ["Workflow"]
 

@@ -35,7 +35,7 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode_state
-from actorflow.runtime._ownership import acquire
+from actorflow.runtime.session._ownership import acquire
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 from actorflow.storage.file._segment import scan_segment
 from tests.support import graphs, pg

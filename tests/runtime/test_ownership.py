@@ -18,7 +18,7 @@ import pytest
 
 import actorflow as af
 from actorflow.errors import LeaseLost
-from actorflow.runtime._ownership import _RENEWER, ProcessIdentity, this_process
+from actorflow.runtime.session._ownership import _RENEWER, ProcessIdentity, this_process
 from actorflow.storage import CheckpointKind, CheckpointStore, bounded_waits
 from actorflow.storage.conformance import make_checkpoint
 from tests.support import child_env, owners, pg

@@ -8,7 +8,7 @@ This module holds the session's public surface and its lifetime (open, recycle,
 reset, close). :class:`Session` is composed of collaborators, each owning its
 state: its turn (one thing at a time, closing: ``_turn``), its answers
 (``_answers``), its run jobs (the steps of one run, the driver and the supervisor
-actor they run on: ``_session_jobs``) and its async side (``_session_async``).
+actor they run on: ``_jobs``) and its async side (``_async``).
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, Self
 
+import actorflow.runtime._events as ev
 from actorflow.actors import ActorBackend, HostedFactory, HostPool, HostRef
+from actorflow.runtime._checkpointing import Checkpointer, Restored
+from actorflow.runtime._lineage import Lineage
+from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
+from actorflow.runtime.supervisor import Driver
 from actorflow.storage import CheckpointStore, Lease
 
-from . import _events as ev
 from ._answers import Answers
-from ._checkpointing import Checkpointer, Restored
+from ._async import AsyncRuns
 from ._delivery import End, EventStream, QueueSink, pending_of
 from ._engine import Engine
-from ._lineage import Lineage
+from ._jobs import NO_INPUT, RunJobs
 from ._ownership import Ownership
-from ._policy import CheckpointPolicy, RestartPolicy
-from ._session_async import AsyncRuns
-from ._session_jobs import NO_INPUT, RunJobs
 from ._turn import Turn
-from .supervisor import Driver
 
 __all__ = ["NO_INPUT", "Session"]
 

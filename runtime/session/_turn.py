@@ -12,8 +12,7 @@ import threading
 from collections.abc import Callable
 
 from actorflow.errors import SessionBusy, SessionClosed
-
-from .supervisor import CANCEL_GRACE
+from actorflow.runtime.supervisor import CANCEL_GRACE
 
 __all__ = ["STOP_WAIT", "Turn"]
 

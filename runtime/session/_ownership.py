@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from actorflow.errors import CheckpointError, LeaseLost, SessionOwned
+from actorflow.runtime._logging import get_logger
 from actorflow.storage import CheckpointStore, Lease
-
-from ._logging import get_logger
 
 __all__ = [
     "DEFAULT_LEASE_TTL",

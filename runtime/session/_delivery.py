@@ -11,10 +11,9 @@ import queue
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import actorflow.runtime._events as ev
 from actorflow.actors import decode
-
-from . import _events as ev
-from .supervisor import Payload
+from actorflow.runtime.supervisor import Payload
 
 __all__ = [
     "AsyncSink",

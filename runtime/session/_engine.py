@@ -17,10 +17,9 @@ import pykka
 
 from actorflow.actors import ActorBackend, HostPool
 from actorflow.errors import SessionClosed
-
-from ._graph import GraphSpec
-from ._policy import RestartPolicy
-from .supervisor import SupervisorActor
+from actorflow.runtime._graph import GraphSpec
+from actorflow.runtime._policy import RestartPolicy
+from actorflow.runtime.supervisor import SupervisorActor
 
 __all__ = ["Engine"]
 

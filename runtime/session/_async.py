@@ -4,7 +4,7 @@
 the session a supervisor actor off the loop, hands a run's events to a coroutine
 through an :class:`AsyncSink` (or only the end, through an :class:`EndSink`), and
 stops the run when the awaiting task is cancelled or the iterator is closed. The
-steps of a run are the session's :class:`~._session_jobs.RunJobs`.
+steps of a run are the session's :class:`~._jobs.RunJobs`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from . import _events as ev
+import actorflow.runtime._events as ev
+from actorflow.runtime.supervisor import RunJob
+
 from ._delivery import AsyncSink, End, EndSink, materialize
 from ._engine import Engine
-from ._session_jobs import NO_INPUT, RunJobs
+from ._jobs import NO_INPUT, RunJobs
 from ._turn import STOP_WAIT, Turn
-from .supervisor import RunJob
 
 __all__ = ["NO_INPUT", "AsyncRuns"]
 

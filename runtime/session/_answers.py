@@ -11,12 +11,11 @@ from typing import Any
 
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, RequestError
-
-from ._lineage import Lineage
-from ._runner import RESPONSE_SOURCE
-from ._state import RunState
-from ._types import a_label, type_label
-from ._wire import RESPONSE
+from actorflow.runtime._lineage import Lineage
+from actorflow.runtime._runner import RESPONSE_SOURCE
+from actorflow.runtime._state import RunState
+from actorflow.runtime._types import a_label, type_label
+from actorflow.runtime._wire import RESPONSE
 
 __all__ = ["Answers", "queue_answers"]
 
@@ -82,7 +81,7 @@ class Answers:
 
     @property
     def lineage(self) -> Lineage:
-        """The lineage whose requests the session may answer (see ``_lineage``)."""
+        """The lineage whose requests the session may answer (see ``actorflow.runtime._lineage``)."""
         return self._lineage
 
     def queue(self, state: RunState, answers: Mapping[str, Any]) -> None:

@@ -23,13 +23,13 @@ from typing import Literal
 
 from actorflow.actors import HostPool
 from actorflow.errors import CheckpointNotFound, SessionExists
+from actorflow.runtime._checkpointing import Restored, load_for_resume
+from actorflow.runtime._lineage import Lineage
+from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
 from actorflow.storage import Checkpoint, CheckpointStore
 
-from ._checkpointing import Restored, load_for_resume
 from ._engine import Engine
-from ._lineage import Lineage
 from ._ownership import Ownership, acquire
-from ._policy import CheckpointPolicy, RestartPolicy
 from ._session import Session
 
 __all__ = ["IfExists", "open_private", "open_session", "resume_session"]

@@ -19,21 +19,21 @@ from typing import Any
 
 import pykka
 
+import actorflow.runtime._events as ev
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken
+from actorflow.runtime._checkpointing import Restored
+from actorflow.runtime._context import RUN_INPUT
+from actorflow.runtime._otel import capture_context
+from actorflow.runtime._types import type_label
+from actorflow.runtime._wire import SINGLE
+from actorflow.runtime.supervisor import Driver, RunJob, SupervisorActor, new_run_id
 from actorflow.storage import EMPTY_METADATA, packed_metadata
 
-from . import _events as ev
 from ._answers import Answers
-from ._checkpointing import Restored
-from ._context import RUN_INPUT
 from ._delivery import End, collected, pending_of
 from ._engine import Engine
-from ._otel import capture_context
 from ._turn import STOP_WAIT, Turn
-from ._types import type_label
-from ._wire import SINGLE
-from .supervisor import Driver, RunJob, SupervisorActor, new_run_id
 
 __all__ = ["NO_INPUT", "RunJobs"]
 
