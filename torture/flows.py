@@ -149,13 +149,13 @@ class Worker(af.Executor):
         self.matrix = [[r * 7 + c for c in range(4)] for r in range(rows)]
 
     @af.handler
-    def on_msg(self, msg: Msg, ctx: af.Context) -> None:
+    def on_msg(self, msg: Msg, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         _work(self.work, self.work_ms, self.id, ctx.superstep, msg.value, self.count)
         self._take(msg.value, msg.hops, msg.trail, ctx)
 
     @af.handler
-    def on_batch(self, batch: list[Msg], ctx: af.Context) -> None:
+    def on_batch(self, batch: list[Msg], ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         _work(self.work, self.work_ms, self.id, ctx.superstep, len(batch), self.count)
         value = sum(m.value * (i + 1) for i, m in enumerate(batch)) % _MOD
@@ -205,13 +205,13 @@ class Asker(af.Executor):
         self.answers: list[int] = []
 
     @af.handler
-    def on_msg(self, msg: Msg, ctx: af.Context) -> None:
+    def on_msg(self, msg: Msg, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.asked += 1
         ctx.request(Question(self.id, msg.value, msg.hops), Answer)
 
     @af.response_handler
-    def on_answer(self, question: Question, answer: Answer, ctx: af.Context) -> None:
+    def on_answer(self, question: Question, answer: Answer, ctx: af.Context[Any]) -> None:
         _touch(self.id, ctx)
         self.answers.append(answer.value)
         value = (question.value + answer.value * 11) % _MOD

@@ -445,11 +445,11 @@ def _kind_store(kind: str, tmp_path: Path) -> Iterator[tuple[CheckpointStore, st
             opened.close()
         return
     with pg.schema() as (dsn, schema):
-        opened = af.PostgresStore(dsn, schema=schema)
+        server = af.PostgresStore(dsn, schema=schema)
         try:
-            yield opened, dsn, schema
+            yield server, dsn, schema
         finally:
-            opened.close()
+            server.close()
 
 
 def _open_within(

@@ -231,7 +231,7 @@ def test_a_read_of_a_segment_never_drops_a_frame_noted_meanwhile(
         assert store.latest() == first  # the index has read the segment
         appended, go_note = threading.Event(), threading.Event()
         scanning, go_scan = threading.Event(), threading.Event()
-        real_note, real_scan = records.note, _file_segments.scan_segment
+        real_note, real_scan = records.note, scan_segment  # what _file_segments calls
 
         def slow_note(segment: str, frame: Frame) -> None:
             if not appended.is_set():

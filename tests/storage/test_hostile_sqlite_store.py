@@ -174,7 +174,7 @@ def test_only_busy_errors_are_retried(monkeypatch: pytest.MonkeyPatch, tmp_path:
         def execute(self, statement: str) -> object:
             calls.append(statement)
             exc = sqlite3.OperationalError("attempt to write a readonly database")
-            exc.sqlite_errorcode = sqlite3.SQLITE_READONLY  # type: ignore[attr-defined]
+            exc.sqlite_errorcode = sqlite3.SQLITE_READONLY
             raise exc
 
     store = SQLiteStore(tmp_path / "s.db")
@@ -183,7 +183,7 @@ def test_only_busy_errors_are_retried(monkeypatch: pytest.MonkeyPatch, tmp_path:
             sql.enable_wal(Refusing(), store.path)  # type: ignore[arg-type]
         assert len(calls) == 1
         busy = sqlite3.OperationalError("database is locked")
-        busy.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+        busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
         assert sql.is_busy(busy)
     finally:
         store.close()

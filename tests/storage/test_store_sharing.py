@@ -27,6 +27,7 @@ import actorflow as af
 from actorflow.storage import CheckpointKind
 from actorflow.storage.conformance import make_checkpoint
 from actorflow.storage.file import _segments as _file_segments
+from actorflow.storage.file._segment import scan_segment
 from tests.support import child_env, pg
 from tests.support.held_runs import states_of
 from tests.support.store_close_child import build, open_store
@@ -182,9 +183,16 @@ def test_a_file_store_save_that_close_overtook_raises_store_closed(tmp_path: Pat
 class _ClosesMidTransaction(af.SQLiteStore):
     """Closes itself inside a save's write transaction, as another thread's close() can."""
 
-    def _known_blobs(self, db: sqlite3.Connection) -> dict[str, int]:
-        self.close()
-        return super()._known_blobs(db)
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        known_blobs = self._connections.known_blobs
+
+        def closing_first(db: sqlite3.Connection) -> dict[str, int]:
+            self.close()
+            return known_blobs(db)
+
+        # A save asks for the blobs it knows inside its write transaction.
+        self._connections.known_blobs = closing_first  # type: ignore[method-assign]
 
 
 def test_a_sqlite_save_that_close_overtook_finishes_or_raises_store_closed(
@@ -268,7 +276,7 @@ def test_a_file_store_frame_noted_while_another_thread_reads_its_segment(
         )
         second, blobs = make_checkpoint(parent=first)
         store.save(second, blobs)  # its frame is in the file; its note waits
-        real_scan = _file_segments.scan_segment
+        real_scan = scan_segment  # what _file_segments calls
 
         def scan_as_the_note_lands(*args: Any, **kwargs: Any) -> Any:
             while pending:  # the saving thread's note, between the refresh's two looks

@@ -42,8 +42,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import actorflow as af
+from actorflow.actors.ray._host import RayHost
 from actorflow.storage import Checkpoint, Lease
 from actorflow.storage.file import _segment as segment
+from actorflow.storage.sqlite._connections import SQLiteConnections
 from tests.support import graphs, python_path
 
 _STUCK_SECONDS = 60.0  # the parent kills us long before this; it only bounds a lost parent
@@ -158,19 +160,21 @@ def _open_store(config: Mapping[str, Any], gate: threading.Event) -> Any:
     if kind == "postgres":
         return _open_postgres(config, gate)
     if kind == "sqlite":
+        real_connect = SQLiteConnections.connect
 
-        class TracedSQLite(af.SQLiteStore):
-            def _connect(self) -> sqlite3.Connection:
-                conn = super()._connect()
-                conn.set_trace_callback(_in_transaction)
-                return conn
+        def traced_connect(self: SQLiteConnections) -> sqlite3.Connection:
+            conn = real_connect(self)
+            conn.set_trace_callback(_in_transaction)
+            return conn
 
         def _in_transaction(statement: str) -> None:
             # Rows for blobs and the record are inserted, the transaction is open.
             if gate.is_set() and statement.lstrip().upper().startswith("INSERT INTO REFS"):
                 _stop_here()
 
-        return TracedSQLite(config["path"])
+        # Every connection the store opens is traced (this child process only).
+        SQLiteConnections.connect = traced_connect  # type: ignore[method-assign]
+        return af.SQLiteStore(config["path"])
     if kind == "file":
         real_pwritev = os.pwritev
 
@@ -196,11 +200,12 @@ def _note_worker_pids(backend: af.RayBackend, path: str) -> None:
 
     def spawn_and_note(executor: str) -> Any:
         host = spawn(executor)
+        assert isinstance(host, RayHost)  # spares=0 and no executor on the driver
         with open(path, "a", encoding="utf-8") as out:
-            out.write(f"{host.pid()}\n")  # a RayHost: spares=0 and no executor on the driver
+            out.write(f"{host.pid()}\n")
         return host
 
-    backend.spawn = spawn_and_note
+    backend.spawn = spawn_and_note  # type: ignore[method-assign]  # this backend only
 
 
 def main() -> None:

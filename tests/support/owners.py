@@ -84,8 +84,9 @@ def stall_inside_saves(store: af.CheckpointStore) -> None:
         fenced = store._leases.fenced
 
         @contextlib.contextmanager
-        def stalled(*args: Any) -> Iterator[None]:
-            with fenced(*args):  # the session's flock is held from here to the commit
+        def stalled(session: str, lease: af.Lease | None, checkpoint_id: str) -> Iterator[None]:
+            # The session's flock is held from here to the commit.
+            with fenced(session, lease, checkpoint_id):
                 if saving():
                     stop()
                 yield
@@ -101,7 +102,7 @@ def stall_inside_saves(store: af.CheckpointStore) -> None:
                 stop()
             return lease_row(db, session)
 
-        _sqlite_sql.lease_row = stalled_read  # type: ignore[assignment]
+        _sqlite_sql.lease_row = stalled_read
 
 
 def main(kind: str, path: str, session_id: str, action: str, ttl: str = "1.0") -> None:
