@@ -24,6 +24,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy -p actorflow
+	$(BIN)/mypy tests
 	$(BIN)/mypy --allow-any-generics examples bench fuzz torture  # examples write plain `af.Context`, as users do
 
 # The suite under coverage.py, then the package's line coverage (files at 100% left out).

@@ -51,7 +51,7 @@ class Waitable:
 
 def _outcomes(futures: dict[str, Waitable], limits: dict[str, float], **kw: Any) -> dict[str, Any]:
     """collect's outcomes as executor -> (answer, error)."""
-    return {e: (a, err) for e, a, err in collect(futures, limits, time.monotonic(), **kw)}  # type: ignore[arg-type]
+    return {e: (a, err) for e, a, err in collect(futures, limits, time.monotonic(), **kw)}
 
 
 def test_only_futures_of_one_waiting_class_wait_together() -> None:
@@ -66,7 +66,7 @@ def test_every_answer_and_error_is_collected_in_one_wait() -> None:
     futures["b"].land(ValueError("b failed"))
     threading.Timer(0.02, futures["c"].land, (b"C",)).start()
     Waitable.waits = 0
-    outcomes = collect(futures, {}, time.monotonic())  # type: ignore[arg-type]
+    outcomes = collect(futures, {}, time.monotonic())
     assert [(e, a) for e, a, _ in outcomes] == [("a", b"A"), ("b", None), ("c", b"C")]
     assert isinstance(outcomes[1][2], ValueError)
     assert Waitable.waits == 1
@@ -78,7 +78,7 @@ def test_answers_reach_on_answer_as_they_land() -> None:
     futures["b"].land(b"B")
     threading.Timer(0.02, futures["a"].land, (b"A",)).start()
     outcomes = collect(
-        futures,  # type: ignore[arg-type]
+        futures,
         {},
         time.monotonic(),
         on_answer=lambda e, answer, left: seen.append((e, answer, left)),
