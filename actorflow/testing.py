@@ -1,5 +1,9 @@
 """Helpers for testing your own workflows: fault injection and event collection.
 
+A fault is injected by wrapping the executor's host (:meth:`Session.wrap_host`):
+the wrapper sees each ``step`` call go by and fails the chosen one, so nothing of
+fault injection is on the runtime's own path.
+
 >>> import actorflow as af
 >>> from actorflow.testing import inject_fault, run_to_idle
 >>> class Inc(af.Executor):
@@ -17,12 +21,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import signal
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actorflow.actors import RayBackend, ThreadBackend
+from actorflow.actors import (
+    HostedFactory,
+    HostFuture,
+    HostRef,
+    RayBackend,
+    ReplyFuture,
+    ThreadBackend,
+)
 from actorflow.runtime import (
+    NO_INPUT,
     Event,
     ExecutorFailedEvent,
     OutputEvent,
@@ -31,14 +45,29 @@ from actorflow.runtime import (
     RunRestartedEvent,
     RunStatus,
     Session,
+    StepRequest,
 )
-from actorflow.runtime._runner import InjectedFault
-from actorflow.runtime.session import NO_INPUT
-from actorflow.runtime.supervisor import Fault
 
-__all__ = ["FaultKind", "InjectedFault", "RunOutcome", "inject_fault", "run_to_idle"]
+__all__ = ["Fault", "FaultKind", "InjectedFault", "RunOutcome", "inject_fault", "run_to_idle"]
 
 FaultKind = Literal["exception", "timeout", "death", "kill"]
+
+
+class InjectedFault(Exception):
+    """A failure injected on purpose by :func:`inject_fault`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A failure to inject (see :func:`inject_fault`)."""
+
+    executor: str
+    """Executor to fail."""
+    superstep: int
+    """Superstep (lineage-wide count) in which to fail."""
+    kind: FaultKind = "exception"
+    """``exception`` (after the handlers ran), ``timeout``, ``death`` (actor stopped) or
+    ``kill`` (the host process killed mid-step)."""
 
 
 def inject_fault(
@@ -74,7 +103,97 @@ def inject_fault(
             f"a 'kill' fault kills the process hosting the executor, and {executor!r} is "
             "hosted on the driver (RayBackend(on_driver=...)): kill an executor in a Ray worker"
         )
-    session.inject_fault(Fault(executor, superstep, kind))
+    fault = Fault(executor, superstep, kind)
+    fired = [False]  # across the hosts that serve the executor: the first attempt only
+    session.wrap_host(executor, lambda host, program: _FaultyHost(host, program, fault, fired))
+
+
+class _FaultyHost:
+    """A host that fails one ``step`` call of its executor on purpose."""
+
+    __slots__ = ("_fault", "_fired", "_host", "_program")
+
+    def __init__(
+        self, host: HostRef, program: HostedFactory, fault: Fault, fired: list[bool]
+    ) -> None:
+        self._host = host
+        self._program = program
+        self._fault = fault
+        self._fired = fired
+
+    def call(self, method: str, payload: bytes) -> HostFuture:
+        if self._due(method, payload):
+            return self._fail(lambda: self._host.call(method, payload))
+        return self._host.call(method, payload)
+
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
+        if self._due(method, payload):
+            return self._fail(lambda: self._host.load_call(factory, method, payload))
+        return self._host.load_call(factory, method, payload)
+
+    def unload(self) -> HostFuture:
+        return self._host.unload()
+
+    def stop(self) -> None:
+        self._host.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self._host.alive
+
+    def _due(self, method: str, payload: bytes) -> bool:
+        if method != "step" or self._fired[0]:
+            return False
+        if StepRequest.unpacked(payload).superstep != self._fault.superstep:
+            return False
+        self._fired[0] = True
+        return True
+
+    def _fail(self, step: Callable[[], HostFuture]) -> HostFuture:
+        fault = self._fault
+        if fault.kind == "death":
+            self._host.stop()  # the step then meets a stopped actor
+            return step()
+        if fault.kind == "kill":
+            return self._kill(step)
+        answer = step()
+        if fault.kind == "timeout":
+            if getattr(self._program, "timeout", None) is None:
+                return answer  # no deadline to outlive: the step answers as it would
+            # A hung handler: the answer never comes; the supervisor abandons the host
+            # at its deadline and replaces it.
+            return ReplyFuture()
+        failed = ReplyFuture()
+        error = InjectedFault(
+            f"injected {fault.kind} in executor {fault.executor!r} at superstep {fault.superstep}"
+        )
+
+        def landed() -> None:
+            try:
+                answer.get(timeout=0)
+            except BaseException as exc:  # noqa: BLE001 - the step's own failure is its answer
+                failed.set_exception((type(exc), exc, exc.__traceback__))
+            else:
+                failed.set_exception((InjectedFault, error, None))
+
+        answer.add_done_callback(landed)
+        return failed
+
+    def _kill(self, step: Callable[[], HostFuture]) -> HostFuture:
+        """Run the step, then SIGKILL the process hosting it before its answer is read.
+
+        All on the supervisor's thread (a Ray callback thread must not call Ray): the
+        worker's pid is asked for while it is idle, and once the handlers ran, a call
+        to the dead worker fails as a crashed worker's step does.
+        """
+        pid: int = self._host.pid()  # type: ignore[attr-defined]  # a process backend's host
+        answer = step()
+        try:
+            answer.get(timeout=60)
+        except Exception:  # noqa: BLE001 - the step failed on its own: that is its answer
+            return answer
+        os.kill(pid, signal.SIGKILL)
+        return self._host.call("snapshot", b"")
 
 
 @dataclass(frozen=True, slots=True)

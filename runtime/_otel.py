@@ -3,13 +3,14 @@
 The library depends on the OpenTelemetry *API* only (extra ``actorflow[otel]``) and
 never configures it: spans go to the global tracer provider (or the one given to
 :func:`set_providers`), metrics to the global meter provider. With neither set, or
-without ``opentelemetry`` imported at all, :func:`open_run` returns None and the
-supervisor's only cost is a few ``is None`` checks per superstep.
+without ``opentelemetry`` imported at all, :func:`open_run` returns :data:`SILENT`,
+the no-op form of a run's telemetry: the supervisor's only cost is a few calls
+that run what they are given.
 
 Trace context crosses every boundary as bytes (:func:`pack_context`: trace id, span
 id, flags; 25 bytes) inside the msgpack frames: the caller's context rides in the
-``RunJob``, the superstep's in each ``step`` request (its sixth item), each sent
-message's in the ``step`` report (its fifth), and the run's in its checkpoints'
+``RunJob``, the superstep's in each ``step`` request (its ``trace``), each sent
+message's in the ``step`` report (its ``send_contexts``), and the run's in its checkpoints'
 metadata (:data:`TRACE_KEY`), so a host thread, another process or a resumed session
 rebuilds it from bytes alone.
 
@@ -34,19 +35,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from actorflow._version import __version__
 from actorflow.storage import metadata_with
+
+from ._wire import StepReport
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
-    from ._checkpointing import Checkpointer
-    from .supervisor import RunJob
-
 __all__ = [
     "PREFIX",
+    "SILENT",
     "SPAN_CHECKPOINT",
     "SPAN_PROCESS",
     "SPAN_RESTART",
@@ -55,7 +57,10 @@ __all__ = [
     "SPAN_SEND",
     "SPAN_SUPERSTEP",
     "TRACE_KEY",
+    "Job",
     "RunTelemetry",
+    "Telemetry",
+    "Written",
     "capture_context",
     "open_run",
     "pack_context",
@@ -109,8 +114,6 @@ def tracer() -> Tracer | None:
             return None
     made = _tracers.get(id(provider))
     if made is None or made[0] is not provider:
-        from actorflow import __version__  # noqa: PLC0415 - the package imports this module
-
         with _making:
             made = _tracers.get(id(provider))
             if made is None or made[0] is not provider:
@@ -123,7 +126,6 @@ class _Instruments:
     """The run metrics, made once per meter provider."""
 
     def __init__(self, provider: MeterProvider) -> None:
-        from actorflow import __version__  # noqa: PLC0415 - the package imports this module
 
         meter = provider.get_meter("actorflow", __version__)
         self.supersteps = meter.create_counter(
@@ -234,19 +236,106 @@ def fail_span(span: Span, exc: BaseException) -> None:
 # --- the supervisor's side ------------------------------------------------------------
 
 
+class Job(Protocol):
+    """What telemetry reads of a run (a ``RunJob``): its id, the caller's span, and the
+    metadata its checkpoints carry (where the run's span context is added)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def trace(self) -> bytes | None: ...
+
+    metadata: bytes
+
+
+class Written(Protocol):
+    """What telemetry reads of a checkpointer: the store, what the last write wrote,
+    and the span context of the run that wrote the checkpoint a session resumed from."""
+
+    @property
+    def store(self) -> object: ...
+
+    @property
+    def last_bytes(self) -> int: ...
+
+    @property
+    def last_id(self) -> str | None: ...
+
+    resumed_trace: bytes | None
+
+
+class Telemetry(Protocol):
+    """A run's spans and metrics, as the supervisor drives them (supervisor thread only).
+
+    :data:`SILENT` is the form that records nothing; :class:`RunTelemetry` the one
+    that records to OpenTelemetry. Each wrapping method runs ``act`` inside its span.
+    """
+
+    def superstep(self, superstep: int, act: Callable[[], None]) -> None:
+        """Run superstep ``superstep`` (``act()``) inside its span."""
+
+    def checkpoint(self, kind: str, superstep: int, act: Callable[[], None]) -> None:
+        """Write the ``kind`` cut after ``superstep`` (``act()``) inside its span."""
+
+    def recovery(
+        self, name: str, superstep: int, executor: str | None, act: Callable[[], _T]
+    ) -> _T:
+        """Run a restart (``executor`` given) or a rollback inside its span."""
+
+    def step_frame(self, target: str) -> list[Any] | None:
+        """The trace part of ``target``'s ``step`` request (None: untraced)."""
+
+    def take_sends(self, report: StepReport) -> None:
+        """Note the send contexts of a ``step`` report."""
+
+    def end(self, status: str, pending: int, error: BaseException | None) -> None:
+        """End the run (always called, whatever ended it)."""
+
+
+class _Silent:
+    """The telemetry of a run nobody listens to: every act runs, nothing is recorded."""
+
+    __slots__ = ()
+
+    def superstep(self, superstep: int, act: Callable[[], None]) -> None:
+        act()
+
+    def checkpoint(self, kind: str, superstep: int, act: Callable[[], None]) -> None:
+        act()
+
+    def recovery(
+        self, name: str, superstep: int, executor: str | None, act: Callable[[], _T]
+    ) -> _T:
+        return act()
+
+    def step_frame(self, target: str) -> list[Any] | None:
+        return None
+
+    def take_sends(self, report: StepReport) -> None:
+        pass
+
+    def end(self, status: str, pending: int, error: BaseException | None) -> None:
+        pass
+
+
+SILENT: Telemetry = _Silent()
+"""The telemetry of a run when no tracer or meter provider is set."""
+
+
 def open_run(
-    job: RunJob,
+    job: Job,
     *,
     workflow: str,
     session: str,
     superstep: int,
-    checkpointer: Checkpointer | None,
-) -> RunTelemetry | None:
-    """Start a run's telemetry (supervisor thread); None when nobody is listening."""
+    checkpointer: Written | None,
+) -> Telemetry:
+    """Start a run's telemetry (supervisor thread); :data:`SILENT` when nobody listens."""
     made_tracer = tracer()
     made_instruments = _instruments()
     if made_tracer is None and made_instruments is None:
-        return None
+        return SILENT
     if made_tracer is None:
         from opentelemetry.trace import NoOpTracer  # noqa: PLC0415 - metrics are on
 
@@ -269,14 +358,15 @@ class RunTelemetry:
         self,
         tracer: Tracer,
         instruments: _Instruments | None,
-        job: RunJob,
+        job: Job,
         *,
         workflow: str,
         session: str,
         superstep: int,
-        checkpointer: Checkpointer | None,
+        checkpointer: Written | None,
     ) -> None:
         self._tracer = tracer
+        self._checkpointer = checkpointer
         self._metrics = instruments
         self._job = job
         self._workflow = workflow
@@ -317,8 +407,8 @@ class RunTelemetry:
 
     # --- spans --------------------------------------------------------------------
 
-    def superstep(self, run_step: Callable[[RunJob], None], superstep: int) -> None:
-        """Run ``run_step(job)`` as superstep ``superstep``, inside its span."""
+    def superstep(self, superstep: int, act: Callable[[], None]) -> None:
+        """Run superstep ``superstep`` (``act()``) inside its span."""
         span = self._tracer.start_span(
             SPAN_SUPERSTEP,
             context=self._run_ctx,
@@ -329,7 +419,7 @@ class RunTelemetry:
         self._step_ctx = remote_context(self._step_packed)
         self._new_links, self._given = {}, {}
         try:
-            run_step(self._job)
+            act()
             for target, contexts in self._new_links.items():
                 self._links.setdefault(target, []).extend(contexts)
             if self._metrics is not None:
@@ -343,7 +433,7 @@ class RunTelemetry:
             span.end()
             self._step_span = self._step_ctx = self._step_packed = None
 
-    def step_frame(self, target: str) -> list[Any]:
+    def step_frame(self, target: str) -> list[Any] | None:
         """The trace part of ``target``'s ``step`` request: parent, links, ids."""
         given = self._given.get(target)
         if given is None:
@@ -356,29 +446,24 @@ class RunTelemetry:
             self._workflow,
         ]
 
-    def take_sends(self, report: list[Any]) -> None:
-        """Take the send contexts off a ``step`` report (its 5th item, when present)."""
-        if len(report) > 4:
-            contexts = report.pop()
-            for send, context in zip(report[0], contexts, strict=False):
+    def take_sends(self, report: StepReport) -> None:
+        """Note the send contexts of a ``step`` report (a host without a provider has none)."""
+        if report.send_contexts is not None:
+            for send, context in zip(report.sends, report.send_contexts, strict=False):
                 self._new_links.setdefault(send[0], []).append(context)
 
     def _child(self, name: str, attributes: Mapping[str, Any]) -> Span:
         parent = self._step_ctx if self._step_ctx is not None else self._run_ctx
         return self._tracer.start_span(name, context=parent, attributes=attributes)
 
-    def checkpoint(
-        self,
-        write: Callable[[RunJob, str], None],
-        kind: str,
-        checkpointer: Checkpointer,
-        superstep: int,
-    ) -> None:
-        """Write the ``kind`` cut after ``superstep`` with ``write(job, kind)``, in its span.
+    def checkpoint(self, kind: str, superstep: int, act: Callable[[], None]) -> None:
+        """Write the ``kind`` cut after ``superstep`` (``act()``), in its span.
 
         A ``MemoryStore``'s step cut is written while the next superstep starts, so its
         span is a child of that superstep; ``actorflow.superstep`` names the cut's.
         """
+        checkpointer = self._checkpointer
+        assert checkpointer is not None, "only a run with a store checkpoints"
         span = self._child(
             SPAN_CHECKPOINT,
             {
@@ -390,7 +475,7 @@ class RunTelemetry:
         )
         started = time.monotonic()
         try:
-            write(self._job, kind)
+            act()
             written = checkpointer.last_bytes
             span.set_attribute(PREFIX + "checkpoint.bytes", written)
             if checkpointer.last_id is not None:

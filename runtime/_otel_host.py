@@ -22,7 +22,7 @@ from ._otel import (
     tracer,
 )
 from ._runner import StepBuffer
-from ._wire import pack
+from ._wire import StepRequest
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -71,19 +71,21 @@ class TracedStepBuffer(StepBuffer):
             span.end()
 
 
-def traced_step(runner: ExecutorRunner, frame: list[Any]) -> bytes:
+def traced_step(runner: ExecutorRunner, request: StepRequest) -> bytes:
     """Handle a traced ``step`` request: the batch runs inside ``executor.process``.
 
     The span is current while the handlers run (sync and async), so spans a handler
-    makes, and runs of a sub-workflow, are its children. The report gains a fifth item:
-    the ``message.send`` context of each send.
+    makes, and runs of a sub-workflow, are its children. The report's ``send_contexts``
+    holds the ``message.send`` context of each send.
     """
-    superstep, deliveries, _, _, suffix, (parent, received, run, session, workflow) = frame
+    superstep, deliveries, suffix = request.superstep, request.deliveries, request.suffix
+    assert request.trace is not None
+    parent, received, run, session, workflow = request.trace
     program = runner.program
     made_tracer = tracer()
     if made_tracer is None:  # no provider on this side (another process): run untraced
         buffer = StepBuffer(program.executor_id, program.edges, superstep, suffix)
-        return pack(runner.handle(buffer, frame))
+        return runner.handle(buffer, request).packed()
     attrs = {
         PREFIX + "workflow": workflow,
         PREFIX + "session": session,
@@ -107,9 +109,8 @@ def traced_step(runner: ExecutorRunner, frame: list[Any]) -> bytes:
             made_tracer=made_tracer,
             attrs=attrs,
         )
-        report = runner.handle(buffer, frame)
-        report.append(buffer.contexts)
-        return pack(report)
+        report = runner.handle(buffer, request)
+        return report._replace(send_contexts=buffer.contexts).packed()
     except BaseException as exc:
         fail_span(span, exc)
         raise

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
-import signal
-import threading
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -27,22 +24,17 @@ from ._edges import OutEdge, route
 from ._executor import Executor, HandlerInfo, Resource
 from ._state_fit import restore_fitted, undecodable
 from ._types import a_label, type_label
-from ._wire import RESPONSE, SINGLE, pack, split_digests, unpack
+from ._wire import RESPONSE, SINGLE, StepReport, StepRequest, pack, split_digests, unpack
 
 __all__ = [
     "RESPONSE_SOURCE",
     "Attachment",
     "ExecutorProgram",
     "ExecutorRunner",
-    "InjectedFault",
     "StepBuffer",
 ]
 
 RESPONSE_SOURCE = "__response__"
-
-
-class InjectedFault(Exception):
-    """A failure injected on purpose by :mod:`actorflow.testing`."""
 
 
 class Attachment(Protocol):
@@ -302,21 +294,18 @@ class ExecutorRunner:
         return self._program
 
     def _step(self, payload: bytes) -> bytes:
-        frame = unpack(payload)
-        if len(frame) > 5:  # a sixth item: the run is traced
-            from ._otel_host import traced_step  # noqa: PLC0415 - loaded only when tracing
+        request = StepRequest.unpacked(payload)
+        if request.trace is not None:  # the run is traced
+            from ._otel_host import traced_step  # noqa: PLC0415 - the extra, loaded when tracing
 
-            return traced_step(self, frame)
+            return traced_step(self, request)
         program = self._program
-        suffix = frame[4] if len(frame) > 4 else ""
-        return pack(
-            self.handle(StepBuffer(program.executor_id, program.edges, frame[0], suffix), frame)
-        )
+        buffer = StepBuffer(program.executor_id, program.edges, request.superstep, request.suffix)
+        return self.handle(buffer, request).packed()
 
-    def handle(self, buffer: StepBuffer, frame: list[Any]) -> list[Any]:
-        """Run a ``step`` request's batch into ``buffer``; returns the report (unpacked)."""
-        superstep, deliveries, want_snapshot, fault = frame[:4]
-        for source, group, body in deliveries:
+    def handle(self, buffer: StepBuffer, request: StepRequest) -> StepReport:
+        """Run a ``step`` request's batch into ``buffer``; returns the report."""
+        for source, group, body in request.deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:
                 value = decode(body)
@@ -350,24 +339,8 @@ class ExecutorRunner:
                     "nowhere; call ctx.output(value) to emit it as a run output, or "
                     "ctx.send(value) to pass it on, and return nothing"
                 )
-        if fault:
-            self._inject(fault, superstep)
-        snapshot = self._snapshot() if want_snapshot else None
-        return [buffer.sends, buffer.outputs, buffer.requests, snapshot]
-
-    def _inject(self, fault: str, superstep: int) -> None:
-        """Fail on purpose, after the handlers changed state (see actorflow.testing)."""
-        where = f"executor {self._program.executor_id!r} at superstep {superstep}"
-        if fault == "timeout":
-            # Simulates a hung handler: outlive the supervisor's deadline, then answer
-            # late; the supervisor has abandoned this host by then.
-            limit = self._program.timeout or 0.0
-            threading.Event().wait(limit * 2 + 0.05)
-            return
-        if fault == "kill":
-            # A crashed host process (only injected where hosts are processes of their own).
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise InjectedFault(f"injected {fault} in {where}")
+        snapshot = self._snapshot() if request.want_snapshot else None
+        return StepReport(buffer.sends, buffer.outputs, buffer.requests, snapshot, None)
 
     def _snapshot(self) -> list[list[Any]]:
         """The state as content-addressed chunks; chunks reported before are elided."""

@@ -4,16 +4,23 @@ Both ends live in :mod:`actorflow.runtime`; the host in between only forwards
 bytes. Frames are plain msgpack (no ext types): payloads inside them are already
 encoded values the supervisor routes without decoding.
 
-``step`` request: ``[superstep, deliveries, want_snapshot]`` where a delivery is
-``[source, group, payload]``: ``group`` is :data:`SINGLE` (payload: one value),
-a fan-in group index >= 0 (payload: list of values, in source order), or
-:data:`RESPONSE` (payload: ``[request_id, request value, answer value]``).
+``step`` request (:class:`StepRequest`): ``[superstep, deliveries, want_snapshot,
+suffix, trace]`` where a delivery is ``[source, group, payload]``: ``group`` is
+:data:`SINGLE` (payload: one value), a fan-in group index >= 0 (payload: list of
+values, in source order), or :data:`RESPONSE` (payload: ``[request_id, request
+value, answer value]``); ``suffix`` tags default request ids (see ``_lineage``),
+``trace`` is the trace part of a traced run (see ``_otel``) or None.
 
-``step`` report: ``[sends, outputs, requests, snapshot]``; a send is
-``[target, group, payload]``, a request ``[request_id, payload, response_type]``,
-and the snapshot (only when asked for) is a list of ``[digest, chunk or None]``,
-the chunk omitted when the runner already reported that digest (or was given it
-by a ``restore`` or its blueprint: the supervisor holds those).
+``step`` report (:class:`StepReport`): ``[sends, outputs, requests, snapshot,
+send_contexts]``; a send is ``[target, group, payload]``, a request ``[request_id,
+payload, response_type]``, and the snapshot (only when asked for) is a list of
+``[digest, chunk or None]``, the chunk omitted when the runner already reported
+that digest (or was given it by a ``restore`` or its blueprint: the supervisor
+holds those). ``send_contexts`` (traced runs only, else None) holds the span
+context of each send, in send order.
+
+Both frames are named tuples, checked once when they are decoded; a frame of
+another shape (a host of another version) is refused there, never read by position.
 
 ``restore`` request: ``[digests, chunk, chunk, ...]``, ``digests`` being the
 chunks' hex digests concatenated, as bytes (so the frame stays a list of bytes,
@@ -22,15 +29,18 @@ packed in one copy).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, Self
 
 import msgpack
 
 from actorflow._msgpack import bin_header, packer
+from actorflow.errors import BackendError
 
 __all__ = [
     "RESPONSE",
     "SINGLE",
+    "StepReport",
+    "StepRequest",
     "pack",
     "restore_digests",
     "split_digests",
@@ -93,3 +103,76 @@ def pack_map_header(size: int) -> bytes:
 def unpack(data: bytes) -> Any:
     """Decode a protocol frame; lists stay lists, bytes stay bytes."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+Delivery = list[Any]
+"""``[source, group, payload]`` (see the module docstring)."""
+Send = list[Any]
+"""``[target, group, payload]``."""
+Request = list[Any]
+"""``[request_id, payload, response_type]``."""
+Snapshot = list[list[Any]]
+"""``[[digest, chunk or None], ...]``."""
+
+
+class StepRequest(NamedTuple):
+    """What the supervisor asks of one executor in one superstep."""
+
+    superstep: int
+    deliveries: list[Delivery]
+    want_snapshot: bool
+    suffix: str
+    """Appended to default request ids: the lineage's tag, or ``""``."""
+    trace: list[Any] | None
+    """The trace part of a traced run (see ``_otel``); None when untraced."""
+
+    def packed(self) -> bytes:
+        """The request as bytes."""
+        data: bytes = packer().pack(self)
+        return data
+
+    @classmethod
+    def unpacked(cls, data: bytes) -> Self:
+        """Decode a request, checking its shape once.
+
+        Raises:
+            BackendError: the frame has another shape (another version sent it).
+        """
+        return cls._make(_checked(unpack(data), cls._fields, "step request"))
+
+
+class StepReport(NamedTuple):
+    """What one executor reports of its part of a superstep."""
+
+    sends: list[Send]
+    outputs: list[bytes]
+    requests: list[Request]
+    snapshot: Snapshot | None
+    """Only when asked for (see the module docstring)."""
+    send_contexts: list[bytes] | None
+    """Traced runs only: each send's span context, in send order."""
+
+    def packed(self) -> bytes:
+        """The report as bytes."""
+        data: bytes = packer().pack(self)
+        return data
+
+    @classmethod
+    def unpacked(cls, data: bytes) -> Self:
+        """Decode a report, checking its shape once.
+
+        Raises:
+            BackendError: the frame has another shape (another version sent it).
+        """
+        return cls._make(_checked(unpack(data), cls._fields, "step report"))
+
+
+def _checked(frame: Any, fields: tuple[str, ...], what: str) -> list[Any]:
+    if type(frame) is list and len(frame) == len(fields):
+        return frame
+    shape = f"{len(frame)} fields" if type(frame) is list else f"a {type(frame).__name__}"
+    raise BackendError(
+        f"a {what} arrived as {shape}, where this version sends {len(fields)} "
+        f"({', '.join(fields)}): the supervisor and the executor hosts run different "
+        "versions of actorflow; install the same version on every host"
+    )

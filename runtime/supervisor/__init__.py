@@ -10,12 +10,11 @@ of each executor (``_last_good``).
 
 from ._barrier import CANCEL_GRACE
 from ._driver import Driver
-from ._job import Fault, Payload, RunJob, SupervisorActor, new_run_id
+from ._job import Payload, RunJob, SupervisorActor, new_run_id
 
 __all__ = [
     "CANCEL_GRACE",
     "Driver",
-    "Fault",
     "Payload",
     "RunJob",
     "SupervisorActor",

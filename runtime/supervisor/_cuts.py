@@ -1,71 +1,120 @@
-"""The supervisor's checkpoint steps: cuts at barriers, and finished parts of a superstep.
+"""The cuts a driver writes: its consistent state at barriers, and finished parts.
 
-A mixin of :class:`~._supervisor.Driver`, kept apart because it is one concern:
-turning the driver's consistent state into records in the store, and reading a
-crashed superstep's finished parts back. Supervisor thread only.
+A :class:`CutWriter` turns the driver's state at a barrier into a checkpoint
+through its :class:`~actorflow.runtime._checkpointing.Checkpointer`, persists the
+finished part of each executor while a superstep with sync durability is still
+under way, and hands a crashed superstep's persisted parts back when the session
+resumes. Supervisor thread only.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import actorflow.runtime._events as ev
-from actorflow.actors import HostFuture
 from actorflow.errors import CheckpointWriteFailed, ExecutorFailed, RunFailed
 from actorflow.runtime._checkpointing import Checkpointer
-from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._logging import Log
-from actorflow.runtime._otel import RunTelemetry
+from actorflow.runtime._otel import Telemetry
 from actorflow.runtime._pace import PACE
+from actorflow.runtime._policy import Durability
 from actorflow.runtime._state import RunState
-from actorflow.runtime._wire import unpack
+from actorflow.runtime._wire import StepReport, unpack
 
+from ._failures import qualname
+from ._hosts import Hosts
 from ._job import RunJob
 from ._last_good import LastGood
 
-__all__ = ["CheckpointSteps", "qualname"]
+__all__ = ["CutWriter", "Parts"]
+
+Parts = dict[str, tuple[list[Any], list[str]]]
+"""Executor -> (report, snapshot digests) of a superstep's persisted finished parts."""
 
 
-def qualname(tp: type) -> str:
-    """A type's name for events and messages (module-qualified unless builtin)."""
-    return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+class CutWriter:
+    """Writes one session's cuts to its store."""
 
+    def __init__(
+        self, checkpointer: Checkpointer, hosts: Hosts, last: LastGood, *, log: Log
+    ) -> None:
+        self.checkpointer = checkpointer
+        self._hosts = hosts
+        self._last = last
+        self._log = log
+        self.completed: Parts = {}
+        """The finished parts of the superstep a crashed process was running (resume)."""
+        self.unwritten = False
+        """The cut of the last barrier is still to be written: it is, as the next
+        superstep starts (a store that lives in this process, see Checkpointer.overlaps)."""
 
-class CheckpointSteps:
-    """Checkpoint writing for the driver (which provides the attributes declared here)."""
+    def due(self, superstep: int) -> bool:
+        """Whether the barrier after ``superstep`` is checkpointed."""
+        return self.checkpointer.due(superstep)
 
-    spec: GraphSpec
-    state: RunState
-    checkpointer: Checkpointer | None
-    completed: dict[str, tuple[list[Any], list[str]]]
-    _unrestored: dict[str, list[tuple[str, bytes | None]]]
-    _last: LastGood
-    _log: Log
-    _trace: RunTelemetry | None
+    def persists_parts(self, targets: list[str]) -> bool:
+        """Whether each executor's finished part is persisted as it arrives: with sync
+        durability, so a crash mid-superstep re-runs only the unfinished executors."""
+        return self.checkpointer.policy.durability is Durability.SYNC and len(targets) > 1
 
-    if TYPE_CHECKING:
+    def may_defer(self, state: RunState) -> bool:
+        """Whether the barrier's cut may be written while the next superstep starts:
+        messages are in flight, the store overlaps, and every snapshot is in hand
+        (asking a host for one would queue behind the next superstep and return its
+        state after that superstep)."""
+        return bool(state.inbox) and self.checkpointer.overlaps and not self._last.dirty
 
-        def _call(self, target: str, method: str, payload: bytes) -> HostFuture: ...
+    def write(self, job: RunJob, kind: str, state: RunState, telemetry: Telemetry) -> None:
+        """Write the ``kind`` cut of ``state``.
 
-        def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None: ...
+        Raises:
+            ExecutorFailed: a snapshot the cut needs could not be taken.
+            CheckpointWriteFailed: the store refused the cut (the run stops).
+        """
+        telemetry.checkpoint(kind, state.superstep, lambda: self._write(job, kind, state))
 
-    def _checkpoint(self, job: RunJob, kind: str) -> None:
-        if self._trace is not None:
-            assert self.checkpointer is not None
-            self._trace.checkpoint(self._write_cut, kind, self.checkpointer, self.state.superstep)
-        else:
-            self._write_cut(job, kind)
+    def write_unwritten(
+        self,
+        job: RunJob,
+        state: RunState,
+        telemetry: Telemetry,
+        barrier_inbox: dict[str, list[Any]] | None = None,
+    ) -> None:
+        """Write the last barrier's cut; ``barrier_inbox``: its in-flight messages, when
+        the next superstep already took them out of the state."""
+        self.unwritten = False
+        if barrier_inbox is None:
+            self.write(job, "step", state, telemetry)
+            return
+        running, state.inbox = state.inbox, barrier_inbox
+        try:
+            self.write(job, "step", state, telemetry)
+        finally:
+            state.inbox = running
 
-    def _write_cut(self, job: RunJob, kind: str) -> None:
-        checkpointer = self.checkpointer
-        assert checkpointer is not None
-        last, state = self._last, self.state
+    def write_first(
+        self, job: RunJob, kind: str, state: RunState, start: str, telemetry: Telemetry
+    ) -> None:
+        """The ``entry`` / ``response`` cut; if it cannot be written, the input is unqueued."""
+        try:
+            self.write(job, kind, state, telemetry)
+        except RunFailed:
+            if kind == "entry":
+                # A run not accepted durably was not accepted at all (LangGraph #8764).
+                queued = state.inbox[start]
+                queued.pop()
+                if not queued:
+                    del state.inbox[start]
+            raise
+
+    def _write(self, job: RunJob, kind: str, state: RunState) -> None:
+        checkpointer, last = self.checkpointer, self._last
         if last.dirty:
             for target in sorted(last.dirty):
                 try:
                     with PACE.released():  # waits on the host's snapshot()
-                        snapshot = unpack(self._call(target, "snapshot", b"").get(timeout=60))
+                        snapshot = unpack(self._hosts.call(target, "snapshot", b"").get(timeout=60))
                 except Exception as exc:
                     # As when a snapshot taken with a superstep fails: the run fails,
                     # with a RunFailedEvent, naming the executor and the cause.
@@ -93,21 +142,21 @@ class CheckpointSteps:
                 checkpointer.flush()  # a run is reported complete only once it is durable
         except Exception as exc:
             self._log.error(
-                f"checkpoint write failed after superstep {self.state.superstep}: "
+                f"checkpoint write failed after superstep {state.superstep}: "
                 f"{qualname(type(exc))}: {exc}; stopping the run",
-                superstep=self.state.superstep,
+                superstep=state.superstep,
                 error=str(exc),
             )
             job.emit(
                 ev.CheckpointFailedEvent(
-                    job.run_id, self.state.superstep, time.time(), qualname(type(exc)), str(exc)
+                    job.run_id, state.superstep, time.time(), qualname(type(exc)), str(exc)
                 )
             )
             raise CheckpointWriteFailed(
-                f"checkpoint after superstep {self.state.superstep} could not be written: {exc}; "
+                f"checkpoint after superstep {state.superstep} could not be written: {exc}; "
                 "the run stopped rather than continue unsaved",
                 run_id=job.run_id,
-                superstep=self.state.superstep,
+                superstep=state.superstep,
             ) from exc
         job.emit(
             ev.CheckpointedEvent(
@@ -115,15 +164,20 @@ class CheckpointSteps:
             )
         )
 
-    def _persist_partial(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:
-        checkpointer = self.checkpointer
-        assert checkpointer is not None
-        sends, outputs, requests, snapshot = unpack(answer)[:4]  # a traced report has a 5th
-        if snapshot is None:
+    def write_part(self, job: RunJob, superstep: int, target: str, answer: bytes) -> None:
+        """Persist ``target``'s finished part of ``superstep`` (its report, ``answer``).
+
+        Raises:
+            CheckpointWriteFailed: the store refused it (the run stops).
+        """
+        report = StepReport.unpacked(answer)
+        if report.snapshot is None:
             return
-        chunks = [(d, c if c is not None else self._last.chunks.get(d)) for d, c in snapshot]
+        chunks = [(d, c if c is not None else self._last.chunks.get(d)) for d, c in report.snapshot]
         try:
-            checkpointer.write_partial(superstep, target, [sends, outputs, requests], chunks)
+            self.checkpointer.write_partial(
+                superstep, target, [report.sends, report.outputs, report.requests], chunks
+            )
         except Exception as exc:
             job.emit(
                 ev.CheckpointFailedEvent(
@@ -137,30 +191,19 @@ class CheckpointSteps:
                 superstep=superstep,
             ) from exc
 
-    def _completed_reports(self, superstep: int, targets: list[str]) -> dict[str, list[Any]]:
-        """Parts of this superstep a crashed process already finished and persisted."""
+    def take_completed(
+        self, superstep: int, targets: list[str], state: RunState
+    ) -> dict[str, StepReport]:
+        """The parts of ``superstep`` a crashed process already finished and persisted,
+        as reports; their executors' hosts now hold the state each part stored."""
         completed, self.completed = self.completed, {}
-        reports: dict[str, list[Any]] = {}
+        reports: dict[str, StepReport] = {}
         for target, (report, digests) in completed.items():
-            if target not in targets or superstep != self.state.superstep + 1:
+            if target not in targets or superstep != state.superstep + 1:
                 continue
-            chunks: list[tuple[str, bytes | None]] = [(d, None) for d in digests]
-            self._load_state(target, chunks)
-            # Its host now holds the state its part stored, which supersedes the cut's:
-            # left due, the cut's state would be restored over it before its next step.
-            self._unrestored.pop(target, None)
-            reports[target] = [*report, [[d, None] for d in digests]]
+            self._hosts.load_state(target, [(d, None) for d in digests])
+            sends, outputs, requests = report
+            reports[target] = StepReport(
+                sends, outputs, requests, [[d, None] for d in digests], None
+            )
         return reports
-
-    def _checkpoint_first(self, job: RunJob, kind: str) -> None:
-        """The ``entry`` / ``response`` cut; if it cannot be written, the input is unqueued."""
-        try:
-            self._checkpoint(job, kind)
-        except RunFailed:
-            if kind == "entry":
-                # A run not accepted durably was not accepted at all (LangGraph #8764).
-                queued = self.state.inbox[self.spec.start]
-                queued.pop()
-                if not queued:
-                    del self.state.inbox[self.spec.start]
-            raise

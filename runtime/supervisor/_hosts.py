@@ -1,100 +1,88 @@
-"""The supervisor's host steps: borrowing hosts, loading programs, calling, giving back.
+"""The executor hosts a driver holds: borrowed, loaded, called, restored, given back.
 
-A mixin of :class:`~._supervisor.Driver`, kept apart because it is one concern:
-the executor hosts a driver holds (borrowed from the pool, renewed for an
-unrelated run when nothing ties them to the last one, each executor's
-program loaded lazily by its first call, restored from its stored snapshot
-before it first runs when a session resumes, unloaded and returned or abandoned
-at the end). Supervisor thread only.
+A :class:`Hosts` borrows one host per executor from the pool, loads each
+executor's program lazily by its first call, restores a resumed executor's stored
+snapshot before it first runs, replaces a host that died or hung, and unloads and
+returns (or abandons) them at the end. Supervisor thread only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
-from actorflow.actors import HostFuture, HostPool, HostRef
+from actorflow.actors import HostedFactory, HostFuture, HostPool, HostRef
 from actorflow.errors import ExecutorFailed
-from actorflow.runtime._checkpointing import Checkpointer
 from actorflow.runtime._graph import GraphSpec
-from actorflow.runtime._logging import Log, get_logger
-from actorflow.runtime._pace import PACE
-from actorflow.runtime._policy import Restarts
-from actorflow.runtime._state import RunState
+from actorflow.runtime._pace import PACE, unpaced
+from actorflow.runtime._wire import pack, restore_digests
 
-from ._cuts import qualname
-from ._job import Fault
-from ._last_good import LastGood
+from ._failures import qualname
+from ._last_good import Chunks, LastGood
 
-__all__ = ["HostSteps"]
+__all__ = ["HostWrapper", "Hosts"]
 
-_log = get_logger("actorflow.supervisor")  # the driver's logger: one name for the supervisor
+HostWrapper = Callable[[HostRef, HostedFactory], HostRef]
+"""``wrapper(host, program)``: what calls to the host of one executor go through,
+given the host and the program it runs for that executor."""
 
 
-class HostSteps:
-    """Host handling for the driver (which provides the attributes declared here)."""
+class Hosts:
+    """One host per executor, and what each still owes (its program, its stored state)."""
 
-    spec: GraphSpec
-    pool: HostPool
-    session: str
-    state: RunState
-    hosts: dict[str, HostRef]
-    faults: dict[tuple[str, int], Fault]
-    completed: dict[str, tuple[list[Any], list[str]]]
-    checkpointer: Checkpointer | None
-    broken: str | None
-    _restarts: Restarts
-    _log: Log
-    _last: LastGood
-    _keep_state: bool
-    _hung: set[str]
-    _unloaded: set[str]
-    _unrestored: dict[str, list[tuple[str, bytes | None]]]
-    """Executor id -> the stored snapshot its host has yet to restore (resumed, not run)."""
+    def __init__(
+        self, spec: GraphSpec, pool: HostPool, last: LastGood, *, keep_state: bool
+    ) -> None:
+        self._spec = spec
+        self._pool = pool
+        self._last = last
+        self._keep_state = keep_state
+        """Whether every executor's blueprint is its last good state until it runs."""
+        self._owned: dict[str, HostRef] = {}
+        """Executor id -> the host borrowed from the pool."""
+        self._through: dict[str, HostRef] = {}
+        """Executor id -> what its calls go through: its host, or a wrapper of it."""
+        self._wrappers: dict[str, list[HostWrapper]] = {}
+        """Executor id -> its wrappers, innermost first."""
+        self._unloaded: set[str] = set()
+        """Executors whose host has yet to load their program (by their first call)."""
+        self._unrestored: dict[str, Chunks] = {}
+        """Executor id -> the stored snapshot its host has yet to restore (resumed, not run)."""
+        self._hung: set[str] = set()
+        """Executors whose host was abandoned mid-handler (timed out or cancelled)."""
 
-    if TYPE_CHECKING:
+    # --- borrowing ----------------------------------------------------------------
 
-        def _restore_request(self, chunks: list[tuple[str, bytes | None]]) -> bytes: ...
-
-    def renew(self, session: str) -> None:
-        """Start over on the same hosts, for an unrelated run (a recycled one-off session).
-
-        Nothing of the last run survives: in-flight state, restart counters, last good
-        states and injected faults are dropped, and each executor's next call reloads
-        its program, so every run gets fresh instances built from the blueprints.
-
-        The one call not made on the supervisor thread: its owner calls it between
-        runs, while no job is queued, and the next job, queued after it through the
-        actor's inbox, sees every write.
-        """
-        assert self.reusable, "only a driver without store, failure or hung host is renewed"
-        self.session = session
-        self.state = RunState()
-        self.faults.clear()
-        self.completed.clear()
-        self._restarts.reset()
-        self._last = LastGood(None)
-        self.broken = None
-        self._log = _log.bind(workflow=self.spec.name, session=session)
-        self._load_programs(sorted(self.hosts), None)
-
-    @property
-    def reusable(self) -> bool:
-        """Whether :meth:`renew` may hand these hosts to an unrelated run: no store
-        (its lineage is the session's), nothing broken, no host abandoned mid-handler."""
-        return self.checkpointer is None and self.broken is None and not self._hung
-
-    def start_hosts(self, initial: dict[str, list[tuple[str, bytes | None]]] | None = None) -> None:
+    def start(self, initial: dict[str, Chunks] | None = None) -> None:
         """Borrow hosts for every executor. Each loads its program with its first call,
         restoring its ``initial`` snapshot (when it has one) before it first runs."""
-        ids = sorted(self.spec.programs)
-        self.pool.backend.check(self.spec.programs)
-        hosts = self.pool.acquire(ids)
-        self.hosts = dict(zip(ids, hosts, strict=True))
+        ids = sorted(self._spec.programs)
+        self._pool.backend.check(self._spec.programs)
+        for eid, host in zip(ids, self._pool.acquire(ids), strict=True):
+            self._own(eid, host)
         self._load_programs(ids, initial)
 
-    def _load_programs(
-        self, ids: list[str], initial: dict[str, list[tuple[str, bytes | None]]] | None
-    ) -> None:
+    def reload(self) -> None:
+        """Have every executor's next call load a fresh program (an unrelated run)."""
+        self._load_programs(sorted(self._owned), None)
+
+    def wrap(self, executor: str, wrapper: HostWrapper) -> None:
+        """Send every later call to ``executor``'s host through ``wrapper(host, program)``,
+        on this host and on any that replaces it (testing tools: fault injection). A
+        later wrapper wraps the earlier ones."""
+        if executor not in self._spec.programs:
+            raise KeyError(f"no executor {executor!r} in workflow {self._spec.name!r}")
+        self._wrappers.setdefault(executor, []).append(wrapper)
+        through = self._through.get(executor)
+        if through is not None:
+            self._through[executor] = wrapper(through, self._spec.programs[executor])
+
+    def _own(self, executor: str, host: HostRef) -> None:
+        self._owned[executor] = host
+        for wrapper in self._wrappers.get(executor, ()):
+            host = wrapper(host, self._spec.programs[executor])
+        self._through[executor] = host
+
+    def _load_programs(self, ids: list[str], initial: dict[str, Chunks] | None) -> None:
         # A program is loaded by the first call its host gets in this run (one round
         # trip for both), so executors a run never reaches cost nothing; a resumed
         # one's state is decoded only when it first runs (resume checked that it fits).
@@ -106,10 +94,21 @@ class HostSteps:
             )
         if self._keep_state:
             for eid in ids:
-                program = self.spec.programs[eid]
+                program = self._spec.programs[eid]
                 self._last.remember(
                     eid, self._unrestored.get(eid) or list(program.blueprint_chunks)
                 )
+
+    # --- calling ------------------------------------------------------------------
+
+    def call(self, target: str, method: str, payload: bytes) -> HostFuture:
+        """Call ``target``'s program, loading it first if this host does not have it yet."""
+        host = self._through[target]
+        assert method == "restore" or target not in self._unrestored, "restore it first"
+        if target in self._unloaded:
+            self._unloaded.discard(target)
+            return host.load_call(self._spec.programs[target], method, payload)
+        return host.call(method, payload)
 
     def restore_due(self, targets: list[str], run_id: str, superstep: int) -> None:
         """Restore the stored states of those ``targets`` that have not run since the
@@ -123,7 +122,7 @@ class HostSteps:
             return  # every superstep but the first few after a resume
         due = [t for t in targets if t in self._unrestored]
         futures = [
-            (t, self._call(t, "restore", self._restore_request(self._unrestored[t]))) for t in due
+            (t, self.call(t, "restore", self._restore_request(self._unrestored[t]))) for t in due
         ]
         for target, future in futures:
             try:
@@ -140,35 +139,74 @@ class HostSteps:
                 ) from exc
             del self._unrestored[target]
 
-    def _call(self, target: str, method: str, payload: bytes) -> HostFuture:
-        """Call ``target``'s program, loading it first if this host does not have it yet."""
-        host = self.hosts[target]
-        assert method == "restore" or target not in self._unrestored, "restore it first"
-        if target in self._unloaded:
-            self._unloaded.discard(target)
-            return host.load_call(self.spec.programs[target], method, payload)
-        return host.call(method, payload)
+    def unrestored(self, target: str) -> bool:
+        """Whether ``target`` has not run since the resume (its host holds no state yet)."""
+        return target in self._unrestored
 
-    def release_hosts(self, *, wait: bool = True) -> None:
+    @unpaced  # waits on the host's restore()
+    def load_state(self, target: str, chunks: Chunks) -> None:
+        """Put ``target``'s state back to ``chunks``; it is then due for nothing else."""
+        self.call(target, "restore", self._restore_request(chunks)).get(timeout=60)
+        # The state it now holds supersedes a stored one still due: left due, that one
+        # would be restored over it before its next step.
+        self._unrestored.pop(target, None)
+
+    def _restore_request(self, chunks: Chunks) -> bytes:
+        # The digests travel along: the runner then never re-hashes or re-sends a
+        # chunk this driver (or the store) already holds.
+        return pack([restore_digests([d for d, _ in chunks]), *self._last.resolve(chunks)])
+
+    # --- failures -----------------------------------------------------------------
+
+    def hung(self, target: str) -> None:
+        """Note that ``target``'s host is stuck in a handler: it is never reused."""
+        self._hung.add(target)
+
+    def is_hung(self, target: str) -> bool:
+        """Whether ``target``'s host was abandoned mid-handler."""
+        return target in self._hung
+
+    @property
+    def any_hung(self) -> bool:
+        """Whether some host was abandoned mid-handler."""
+        return bool(self._hung)
+
+    def alive(self, target: str) -> bool:
+        """Whether ``target``'s host can still take calls."""
+        return self._through[target].alive
+
+    def replace(self, target: str) -> None:
+        """Give ``target`` a new host, its next call loading the program again."""
+        # A hung handler cannot be killed in Python: the old host is abandoned
+        # (stopped without waiting; a process backend kills it) and its late answer
+        # goes to a future nobody reads.
+        self._pool.forget(self._owned[target])
+        self._own(target, self._pool.acquire([target])[0])
+        self._unloaded.add(target)
+        self._hung.discard(target)
+
+    # --- giving back --------------------------------------------------------------
+
+    def release(self, *, wait: bool = True) -> None:
         """Unload every program and give the hosts back to the pool.
 
         With ``wait`` the programs (and their resources) are released when this
         returns; without (one-off runs), a pooled host keeps its finished program
         until its next borrower loads a fresh one over it.
         """
-        owned, self.hosts = self.hosts, {}
+        owned, self._owned, self._through = self._owned, {}, {}
         self._unloaded = set()
         self._unrestored = {}
         # A host stuck in a hung handler is abandoned, never pooled: the next
         # borrower would wait behind the handler.
         for target in self._hung & set(owned):
-            self.pool.forget(owned.pop(target))
+            self._pool.forget(owned.pop(target))
         self._hung.clear()
         hosts = list(owned.values())
         if not wait:
             # The next borrower's first call replaces the program; until then the old
             # instance is unreachable from anywhere.
-            self.pool.release(hosts)
+            self._pool.release(hosts)
             return
         unloads = [host.unload() for host in hosts]
         healthy: list[HostRef] = []
@@ -177,5 +215,5 @@ class HostSteps:
                 future.get(timeout=30)
                 healthy.append(host)
             except Exception:  # noqa: BLE001 - a host that cannot unload is stopped, not reused
-                self.pool.forget(host)
-        self.pool.release(healthy)
+                self._pool.forget(host)
+        self._pool.release(healthy)

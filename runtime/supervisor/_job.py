@@ -11,24 +11,11 @@ from typing import Any
 from actorflow.actors import LeanActor
 from actorflow.storage import EMPTY_METADATA
 
-__all__ = ["Fault", "Payload", "RunJob", "SupervisorActor", "new_run_id"]
+__all__ = ["Payload", "RunJob", "SupervisorActor", "new_run_id"]
 
 
 class Payload(bytes):
     """An encoded value inside an event, decoded in the caller's thread."""
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """A failure to inject (see :mod:`actorflow.testing`)."""
-
-    executor: str
-    """Executor to fail."""
-    superstep: int
-    """Superstep (lineage-wide count) in which to fail."""
-    kind: str = "exception"
-    """``exception`` (after the handlers ran), ``timeout``, ``death`` (actor stopped) or
-    ``kill`` (the host process killed mid-step)."""
 
 
 @dataclass(slots=True)

@@ -8,9 +8,10 @@ checkpoint writes from here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from actorflow.errors import RunFailed
+from actorflow.runtime._wire import Snapshot
 
 __all__ = ["Chunks", "LastGood"]
 
@@ -37,8 +38,11 @@ class LastGood:
         self.dirty: set[str] = set()
         """Executors whose state changed since their snapshot was taken."""
 
-    def remember(self, executor: str, chunks: Chunks) -> None:
-        """Record ``executor``'s snapshot as its last good state; forget unused bytes."""
+    def remember(
+        self, executor: str, chunks: Sequence[tuple[str, bytes | None]] | Snapshot
+    ) -> None:
+        """Record ``executor``'s snapshot (held here, or as a step report carries it) as
+        its last good state; forget unused bytes."""
         digests = []
         for digest, chunk in chunks:
             digests.append(digest)
@@ -53,6 +57,12 @@ class LastGood:
         for digest in old:
             if digest not in live:
                 self.chunks.pop(digest, None)
+
+    def forget_all(self) -> None:
+        """Drop every snapshot (the hosts start over for an unrelated run)."""
+        self.chunks.clear()
+        self.digests.clear()
+        self.dirty.clear()
 
     def knows(self, executor: str) -> bool:
         """Whether a last good state exists for ``executor``."""

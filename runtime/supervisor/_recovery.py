@@ -1,63 +1,69 @@
-"""The supervisor's recovery steps: restarting a failed executor, rolling back a superstep.
+"""Recovery: restarting a failed executor, rolling back a failed superstep.
 
-A mixin of :class:`~._supervisor.Driver`, kept apart because it is one concern:
-putting executors back to their last good state (the last barrier's snapshot)
-after a handler raised, timed out or its actor died, or after a superstep failed
-as a whole. Supervisor thread only.
+:class:`Recovery` puts executors back to their last good state (the last
+barrier's snapshot) after a handler raised, timed out or its actor died, or after
+a superstep failed as a whole. It owns the restart counters; it acts on the hosts
+and reads the last good states it is given. Supervisor thread only.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import pykka
 
 import actorflow.runtime._events as ev
-from actorflow.actors import HostFuture, HostPool, HostRef
 from actorflow.errors import ExecutorFailed, RunCancelled, UnroutableMessage, _UnroutableRunFailure
 from actorflow.runtime._logging import Log
 from actorflow.runtime._pace import unpaced
-from actorflow.runtime._policy import Restarts
-from actorflow.runtime._wire import pack, restore_digests
+from actorflow.runtime._policy import RestartPolicy, Restarts
 
 from ._barrier import TimedOut
-from ._cuts import qualname
+from ._failures import StepFailure, qualname
+from ._hosts import Hosts
 from ._job import RunJob
 from ._last_good import LastGood
 
-__all__ = ["RecoverySteps", "StepFailure"]
+__all__ = ["Recovery"]
 
 
-class StepFailure(Exception):
-    """One executor's part of a superstep failed: which one, and with what."""
+class Recovery:
+    """Restarts and rollbacks of one driver's executors."""
 
-    def __init__(self, executor: str, error: BaseException) -> None:
-        super().__init__(executor)
-        self.executor = executor
-        self.error = error
+    def __init__(
+        self,
+        hosts: Hosts,
+        last: LastGood,
+        restart: RestartPolicy | None,
+        restart_overrides: dict[str, RestartPolicy],
+        *,
+        keep_state: bool,
+        log: Log,
+    ) -> None:
+        self._hosts = hosts
+        self._last = last
+        self._restarts = Restarts(restart, restart_overrides)
+        self._keep_state = keep_state
+        self._log = log
 
+    @property
+    def active(self) -> bool:
+        """Whether a restart policy applies to some executor (its state is then kept)."""
+        return self._restarts.active
 
-class RecoverySteps:
-    """Recovery for the driver (which provides the attributes declared here)."""
-
-    hosts: dict[str, HostRef]
-    pool: HostPool
-    broken: str | None
-    _last: LastGood
-    _restarts: Restarts
-    _keep_state: bool
-    _hung: set[str]
-    _unloaded: set[str]
-    _unrestored: dict[str, list[tuple[str, bytes | None]]]
-    _log: Log
-
-    if TYPE_CHECKING:
-
-        def _call(self, target: str, method: str, payload: bytes) -> HostFuture: ...
+    def renew(self, log: Log) -> None:
+        """Start over for an unrelated run: no restart counted yet, logging as ``log``."""
+        self._restarts.reset()
+        self._log = log
 
     @unpaced  # waits on a backoff, new hosts and restores
-    def _recover(self, job: RunJob, superstep: int, failure: StepFailure) -> None:
+    def recover(self, job: RunJob, superstep: int, failure: StepFailure) -> None:
+        """Restore ``failure.executor`` to its last good state, to run the superstep again.
+
+        Raises:
+            ExecutorFailed: the restart policy gives up (the run fails, cause chained).
+            RunCancelled: the run was cancelled during the backoff.
+        """
         target, error = failure.executor, failure.error
         now = time.time()
         job.emit(
@@ -81,8 +87,8 @@ class RecoverySteps:
             ) from error
         policy, attempt = decision
         delay = policy.backoff.delay(attempt)
-        replace = (
-            isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self.hosts[target].alive
+        replace = isinstance(error, (TimedOut, pykka.ActorDeadError)) or not self._hosts.alive(
+            target
         )
         # The message itself says what happened and what is done about it: a plain
         # ``logging.basicConfig`` shows only the message, never the structured fields.
@@ -101,8 +107,8 @@ class RecoverySteps:
         if delay > 0 and job.cancel.wait(delay):
             raise RunCancelled(f"run {job.run_id} was cancelled while restarting {target!r}")
         if replace:
-            self._replace_host(target)
-        self._load_state(target, self._last.snapshot_of(target))
+            self._hosts.replace(target)
+        self._hosts.load_state(target, self._last.snapshot_of(target))
         job.emit(
             ev.RunRestartedEvent(
                 job.run_id,
@@ -116,39 +122,29 @@ class RecoverySteps:
         )
 
     @unpaced  # waits on new hosts and restores
-    def _roll_back(self, targets: list[str], superstep: int, *, cancelled: bool = False) -> None:
-        """Restore ``targets`` to their state at the last barrier, or mark the driver broken."""
+    def roll_back(
+        self, targets: list[str], superstep: int, *, cancelled: bool = False
+    ) -> str | None:
+        """Restore ``targets`` to their state at the last barrier.
+
+        Returns:
+            None, or why the driver cannot run again (the state before the superstep
+            was never snapshotted, or restoring it failed).
+        """
         if not (self._keep_state and self._last.exact(targets)):
             what = "was interrupted by a cancel" if cancelled else "failed"
-            self.broken = (
+            return (
                 f"superstep {superstep} {what} and the state before it was never snapshotted "
                 "(no store checkpointing every superstep, no restart policy)"
             )
-            return
+        hosts = self._hosts
         try:
             for target in targets:
-                if target in self._unrestored:
+                if hosts.unrestored(target):
                     continue  # it never ran since the resume: its host holds nothing yet
-                if target in self._hung or not self.hosts[target].alive:
-                    self._replace_host(target)
-                self._load_state(target, self._last.snapshot_of(target))
+                if hosts.is_hung(target) or not hosts.alive(target):
+                    hosts.replace(target)
+                hosts.load_state(target, self._last.snapshot_of(target))
         except Exception as exc:  # noqa: BLE001 - a failed rollback leaves the session broken
-            self.broken = f"rolling back superstep {superstep} failed: {exc}"
-
-    def _replace_host(self, target: str) -> None:
-        # A hung handler cannot be killed in Python: the old host is abandoned
-        # (stopped without waiting; a process backend kills it) and its late answer
-        # goes to a future nobody reads.
-        self.pool.forget(self.hosts[target])
-        self.hosts[target] = self.pool.acquire([target])[0]
-        self._unloaded.add(target)
-        self._hung.discard(target)
-
-    @unpaced  # waits on the host's restore()
-    def _load_state(self, target: str, chunks: list[tuple[str, bytes | None]]) -> None:
-        self._call(target, "restore", self._restore_request(chunks)).get(timeout=60)
-
-    def _restore_request(self, chunks: list[tuple[str, bytes | None]]) -> bytes:
-        # The digests travel along: the runner then never re-hashes or re-sends a
-        # chunk this driver (or the store) already holds.
-        return pack([restore_digests([d for d, _ in chunks]), *self._last.resolve(chunks)])
+            return f"rolling back superstep {superstep} failed: {exc}"
+        return None

@@ -11,7 +11,7 @@ from typing import Any
 
 from actorflow.actors import HostFuture, group_wait
 from actorflow.errors import ExecutorTimedOut
-from actorflow.runtime.supervisor import Interrupted, collect
+from actorflow.runtime.supervisor._barrier import Interrupted, collect
 
 
 class Waitable:

@@ -155,7 +155,7 @@ def test_an_exception_at_any_point_leaves_outputs_and_states_unchanged(
     assert _mismatches(name, base, runs, exact_restarts=True) == []
     for _, _, got in runs:
         failed = got.outcome.failures
-        assert [f.error_type for f in failed] == ["actorflow.runtime._runner.InjectedFault"]
+        assert [f.error_type for f in failed] == ["actorflow.testing.InjectedFault"]
 
 
 @pytest.mark.timeout(60)

@@ -396,12 +396,12 @@ def test_no_provider_means_no_span_and_no_opentelemetry_import() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    from actorflow.runtime._otel import open_run, tracer
+    from actorflow.runtime._otel import SILENT, open_run, tracer
     from actorflow.runtime.supervisor import RunJob
 
     assert tracer() is None  # the API is imported here, but no provider was set globally
     job = RunJob("r", lambda _: None, threading.Event(), 1)
-    assert open_run(job, workflow="w", session="s", superstep=0, checkpointer=None) is None
+    assert open_run(job, workflow="w", session="s", superstep=0, checkpointer=None) is SILENT
 
 
 def _child(store_path: str) -> None:
