@@ -14,7 +14,7 @@ from typing import Any
 
 from actorflow.actors import decode, decode_state
 from actorflow.errors import ActorflowError
-from actorflow.runtime._checkpointing import check_runtime_bytes
+from actorflow.runtime import check_runtime_bytes
 from actorflow.storage import Checkpoint, CheckpointStore
 
 __all__ = ["describe_checkpoint", "describe_runtime", "import_modules"]

@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from actorflow.errors import ActorflowError, CheckpointError
-from actorflow.runtime import Workflow
-from actorflow.runtime._checkpointing import check_runtime
+from actorflow.runtime import Workflow, check_runtime
 from actorflow.storage import FILESTORE_MARKER, Checkpoint, CheckpointStore, FileStore, SQLiteStore
 
 from ._cli_show import describe_checkpoint, import_modules

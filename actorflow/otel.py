@@ -39,7 +39,7 @@ abandoned. Metrics (meter ``actorflow``): ``actorflow.supersteps``,
 
 from __future__ import annotations
 
-from actorflow.runtime._otel import (
+from actorflow.runtime import (
     PREFIX,
     SPAN_CHECKPOINT,
     SPAN_PROCESS,

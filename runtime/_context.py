@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from ._runner import StepBuffer
+    from ._buffer import StepBuffer
 
 __all__ = ["RUN_INPUT", "Context"]
 

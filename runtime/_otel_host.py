@@ -6,11 +6,13 @@ Loaded by the runner only when a ``step`` request carries a trace part (see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from ._buffer import StepBuffer
+from ._edges import OutEdge
 from ._otel import (
     PREFIX,
     SPAN_PROCESS,
@@ -21,14 +23,10 @@ from ._otel import (
     remote_context,
     tracer,
 )
-from ._runner import StepBuffer
-from ._wire import StepRequest
+from ._wire import StepReport, StepRequest
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
-
-    from ._edges import OutEdge
-    from ._runner import ExecutorRunner
 
 __all__ = ["traced_step"]
 
@@ -71,7 +69,25 @@ class TracedStepBuffer(StepBuffer):
             span.end()
 
 
-def traced_step(runner: ExecutorRunner, request: StepRequest) -> bytes:
+class _Program(Protocol):
+    @property
+    def executor_id(self) -> str: ...
+
+    @property
+    def edges(self) -> tuple[OutEdge, ...]: ...
+
+
+class Runner(Protocol):
+    """What a traced step needs of the runner (``_runner.ExecutorRunner``)."""
+
+    @property
+    def program(self) -> _Program: ...
+
+    def handle(self, buffer: StepBuffer, step: StepRequest) -> StepReport:
+        """Run the request's batch into ``buffer``."""
+
+
+def traced_step(runner: Runner, request: StepRequest) -> bytes:
     """Handle a traced ``step`` request: the batch runs inside ``executor.process``.
 
     The span is current while the handlers run (sync and async), so spans a handler

@@ -16,11 +16,12 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actorflow.actors import HostLoop, decode, decode_state, encode, encode_state, state_names
+from actorflow.actors import HostLoop, decode, decode_state, encode_state, state_names
 from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, UnroutableMessage
 
+from ._buffer import StepBuffer
 from ._context import Context
-from ._edges import OutEdge, route
+from ._edges import OutEdge
 from ._executor import Executor, HandlerInfo, Resource
 from ._state_fit import restore_fitted, undecodable
 from ._types import a_label, type_label
@@ -31,7 +32,6 @@ __all__ = [
     "Attachment",
     "ExecutorProgram",
     "ExecutorRunner",
-    "StepBuffer",
 ]
 
 RESPONSE_SOURCE = "__response__"
@@ -133,54 +133,6 @@ def _immutable(value: object, depth: int = 0) -> bool:
     if depth < 8 and type(value) in (tuple, frozenset):
         return all(_immutable(v, depth + 1) for v in value)  # type: ignore[attr-defined]  # tuple/frozenset
     return False
-
-
-class StepBuffer:
-    """What one superstep of one executor produced, before it is framed as bytes."""
-
-    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "suffix", "superstep")
-
-    def __init__(
-        self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int, suffix: str = ""
-    ) -> None:
-        self.executor_id = executor_id
-        self.suffix = suffix
-        """Appended to default request ids: the lineage's tag (see ``_lineage``)."""
-        self.edges = edges
-        self.superstep = superstep
-        self.sends: list[list[Any]] = []
-        self.outputs: list[bytes] = []
-        self.requests: list[list[Any]] = []
-
-    def send(self, value: object, to: str | None) -> None:
-        routes = route(self.executor_id, self.edges, value, to)
-        if not routes:
-            return
-        payload = self._encode(value, "message")
-        for target, group in routes:
-            self.sends.append([target, group, payload])
-
-    def output(self, value: object) -> None:
-        self.outputs.append(self._encode(value, "output"))
-
-    def request(self, value: object, response_type: type, request_id: str | None) -> str:
-        if request_id is None:
-            request_id = f"{self.executor_id}:{self.superstep}:{len(self.requests)}{self.suffix}"
-        self.requests.append(
-            [request_id, self._encode(value, "request"), type_label(response_type)]
-        )
-        return request_id
-
-    def _encode(self, value: object, what: str) -> bytes:
-        try:
-            return encode(value)
-        except EncodeError as exc:
-            raise EncodeError(
-                f"executor {self.executor_id!r} (superstep {self.superstep}) could not encode "
-                f"its {what}: {exc}",
-                type_name=exc.type_name,
-                executor=self.executor_id,
-            ) from None  # the message holds the codec's: chaining it would print it twice
 
 
 class ExecutorRunner:
@@ -303,9 +255,9 @@ class ExecutorRunner:
         buffer = StepBuffer(program.executor_id, program.edges, request.superstep, request.suffix)
         return self.handle(buffer, request).packed()
 
-    def handle(self, buffer: StepBuffer, request: StepRequest) -> StepReport:
+    def handle(self, buffer: StepBuffer, step: StepRequest) -> StepReport:
         """Run a ``step`` request's batch into ``buffer``; returns the report."""
-        for source, group, body in request.deliveries:
+        for source, group, body in step.deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:
                 value = decode(body)
@@ -339,7 +291,7 @@ class ExecutorRunner:
                     "nowhere; call ctx.output(value) to emit it as a run output, or "
                     "ctx.send(value) to pass it on, and return nothing"
                 )
-        snapshot = self._snapshot() if request.want_snapshot else None
+        snapshot = self._snapshot() if step.want_snapshot else None
         return StepReport(buffer.sends, buffer.outputs, buffer.requests, snapshot, None)
 
     def _snapshot(self) -> list[list[Any]]:

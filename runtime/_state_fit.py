@@ -23,15 +23,30 @@ Two ways to tell, one rule (:func:`check_names`):
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from collections.abc import Set as AbstractSet
+from typing import Any, Protocol
 
 from actorflow.actors import check_state, stable_name
 from actorflow.errors import DecodeError, StateMigrationError
 
 from ._executor import Executor
 
-if TYPE_CHECKING:
-    from ._runner import ExecutorProgram
+
+class ExecutorProgram(Protocol):
+    """What fitting a stored state reads of an executor's program (``_runner``)."""
+
+    @property
+    def executor_id(self) -> str: ...
+
+    @property
+    def cls(self) -> type[Executor]: ...
+
+    @property
+    def blueprint_digest_set(self) -> AbstractSet[str]: ...
+
+    @property
+    def state_names(self) -> Collection[str]: ...
+
 
 __all__ = [
     "fits_unread",

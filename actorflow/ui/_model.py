@@ -16,7 +16,7 @@ from typing import Any
 
 from actorflow.actors import decode, decode_state
 from actorflow.errors import ActorflowError
-from actorflow.runtime._state import decode_runtime
+from actorflow.runtime import decode_runtime
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 __all__ = [

@@ -9,7 +9,7 @@ import pytest
 import actorflow as af
 from actorflow.actors import HostLoop, encode, encode_state
 from actorflow.runtime._runner import ExecutorRunner
-from actorflow.runtime._wire import SINGLE, pack, restore_digests, unpack
+from actorflow.runtime._wire import SINGLE, StepReport, StepRequest, pack, restore_digests
 from actorflow.storage import blob_digest
 
 
@@ -37,9 +37,10 @@ def _runner() -> tuple[ExecutorRunner, Any]:
 
 
 def _step(runner: ExecutorRunner, n: int) -> list[list[Any]]:
-    request = pack([1, [["__input__", SINGLE, encode(n)]], True, ""])
-    _sends, _outputs, _requests, snapshot = unpack(runner.call("step", request))
-    return snapshot  # type: ignore[no-any-return]
+    request = StepRequest(1, [["__input__", SINGLE, encode(n)]], True, "", None)
+    snapshot = StepReport.unpacked(runner.call("step", request.packed())).snapshot
+    assert snapshot is not None
+    return snapshot
 
 
 @pytest.mark.timeout(30)
