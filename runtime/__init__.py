@@ -77,16 +77,16 @@ __all__ = [
 # isort: split
 from ._checkpointing import check_runtime as check_runtime
 from ._checkpointing import check_runtime_bytes as check_runtime_bytes
-from ._otel import PREFIX as PREFIX
-from ._otel import SPAN_CHECKPOINT as SPAN_CHECKPOINT
-from ._otel import SPAN_PROCESS as SPAN_PROCESS
-from ._otel import SPAN_RESTART as SPAN_RESTART
-from ._otel import SPAN_ROLLBACK as SPAN_ROLLBACK
-from ._otel import SPAN_RUN as SPAN_RUN
-from ._otel import SPAN_SEND as SPAN_SEND
-from ._otel import SPAN_SUPERSTEP as SPAN_SUPERSTEP
-from ._otel import TRACE_KEY as TRACE_KEY
-from ._otel import set_providers as set_providers
 from ._state import decode_runtime as decode_runtime
 from ._wire import StepRequest as StepRequest
 from .session import NO_INPUT as NO_INPUT
+from .telemetry import PREFIX as PREFIX
+from .telemetry import SPAN_CHECKPOINT as SPAN_CHECKPOINT
+from .telemetry import SPAN_PROCESS as SPAN_PROCESS
+from .telemetry import SPAN_RESTART as SPAN_RESTART
+from .telemetry import SPAN_ROLLBACK as SPAN_ROLLBACK
+from .telemetry import SPAN_RUN as SPAN_RUN
+from .telemetry import SPAN_SEND as SPAN_SEND
+from .telemetry import SPAN_SUPERSTEP as SPAN_SUPERSTEP
+from .telemetry import TRACE_KEY as TRACE_KEY
+from .telemetry import set_providers as set_providers

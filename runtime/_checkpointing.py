@@ -34,11 +34,11 @@ from actorflow.storage import (
 from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
 from ._migration import prepare_snapshots, version_entries
-from ._otel import TRACE_KEY
 from ._pace import PACE, unpaced
 from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
 from ._wire import pack
+from .telemetry import TRACE_KEY
 
 __all__ = ["Checkpointer", "Restored", "check_runtime", "check_runtime_bytes", "load_for_resume"]
 

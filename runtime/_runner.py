@@ -26,6 +26,7 @@ from ._executor import Executor, HandlerInfo, Resource
 from ._state_fit import restore_fitted, undecodable
 from ._types import a_label, type_label
 from ._wire import RESPONSE, SINGLE, StepReport, StepRequest, pack, split_digests, unpack
+from .telemetry import traced_step
 
 __all__ = [
     "RESPONSE_SOURCE",
@@ -248,8 +249,6 @@ class ExecutorRunner:
     def _step(self, payload: bytes) -> bytes:
         request = StepRequest.unpacked(payload)
         if request.trace is not None:  # the run is traced
-            from ._otel_host import traced_step  # noqa: PLC0415 - the extra, loaded when tracing
-
             return traced_step(self, request)
         program = self._program
         buffer = StepBuffer(program.executor_id, program.edges, request.superstep, request.suffix)

@@ -9,7 +9,7 @@ suffix, trace]`` where a delivery is ``[source, group, payload]``: ``group`` is
 :data:`SINGLE` (payload: one value), a fan-in group index >= 0 (payload: list of
 values, in source order), or :data:`RESPONSE` (payload: ``[request_id, request
 value, answer value]``); ``suffix`` tags default request ids (see ``_lineage``),
-``trace`` is the trace part of a traced run (see ``_otel``) or None.
+``trace`` is the trace part of a traced run (see ``telemetry``) or None.
 
 ``step`` report (:class:`StepReport`): ``[sends, outputs, requests, snapshot,
 send_contexts]``; a send is ``[target, group, payload]``, a request ``[request_id,
@@ -124,7 +124,7 @@ class StepRequest(NamedTuple):
     suffix: str
     """Appended to default request ids: the lineage's tag, or ``""``."""
     trace: list[Any] | None
-    """The trace part of a traced run (see ``_otel``); None when untraced."""
+    """The trace part of a traced run (see ``telemetry``); None when untraced."""
 
     def packed(self) -> bytes:
         """The request as bytes."""

@@ -24,10 +24,10 @@ from actorflow.actors import encode
 from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken
 from actorflow.runtime._checkpointing import Restored
 from actorflow.runtime._context import RUN_INPUT
-from actorflow.runtime._otel import capture_context
 from actorflow.runtime._types import type_label
 from actorflow.runtime._wire import SINGLE
 from actorflow.runtime.supervisor import Driver, RunJob, SupervisorActor, new_run_id
+from actorflow.runtime.telemetry import capture_context
 from actorflow.storage import EMPTY_METADATA, packed_metadata
 
 from ._answers import Answers

@@ -16,11 +16,11 @@ import actorflow.runtime._events as ev
 from actorflow.errors import CheckpointWriteFailed, ExecutorFailed, RunFailed
 from actorflow.runtime._checkpointing import Checkpointer
 from actorflow.runtime._logging import Log
-from actorflow.runtime._otel import Telemetry
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import Durability
 from actorflow.runtime._state import RunState
 from actorflow.runtime._wire import StepReport, unpack
+from actorflow.runtime.telemetry import Telemetry
 
 from ._failures import qualname
 from ._hosts import Hosts

@@ -27,11 +27,11 @@ from actorflow.errors import RunCancelled, RunFailed, SuperstepLimitExceeded
 from actorflow.runtime._checkpointing import Checkpointer
 from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._logging import get_logger
-from actorflow.runtime._otel import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import RestartPolicy
 from actorflow.runtime._state import RunState
 from actorflow.runtime._wire import SINGLE, StepReport, StepRequest
+from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.storage import BlobBatchReader
 
 from ._barrier import Interrupted, TimedOut, collect

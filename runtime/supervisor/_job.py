@@ -36,7 +36,7 @@ class RunJob:
     input: bytes | None = None
     """The encoded input to queue for the start executor, if any."""
     trace: bytes | None = None
-    """The caller's current span when the run was asked for, packed (see ``_otel``)."""
+    """The caller's current span when the run was asked for, packed (see ``telemetry``)."""
 
 
 class SupervisorActor(LeanActor):

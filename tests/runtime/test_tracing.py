@@ -396,8 +396,8 @@ def test_no_provider_means_no_span_and_no_opentelemetry_import() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    from actorflow.runtime._otel import SILENT, open_run, tracer
     from actorflow.runtime.supervisor import RunJob
+    from actorflow.runtime.telemetry._spans import SILENT, open_run, tracer
 
     assert tracer() is None  # the API is imported here, but no provider was set globally
     job = RunJob("r", lambda _: None, threading.Event(), 1)

@@ -1,7 +1,7 @@
 """The host's side of tracing: an executor's batch and its sends, as spans.
 
 Loaded by the runner only when a ``step`` request carries a trace part (see
-:mod:`._otel`), so an untraced run never imports it. Host actor thread only.
+:mod:`._spans`), so an untraced run never imports it. Host actor thread only.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from ._buffer import StepBuffer
-from ._edges import OutEdge
-from ._otel import (
+from actorflow.runtime._buffer import StepBuffer
+from actorflow.runtime._edges import OutEdge
+from actorflow.runtime._wire import StepReport, StepRequest
+
+from ._spans import (
     PREFIX,
     SPAN_PROCESS,
     SPAN_SEND,
@@ -23,7 +25,6 @@ from ._otel import (
     remote_context,
     tracer,
 )
-from ._wire import StepReport, StepRequest
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer

@@ -38,9 +38,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from actorflow._version import __version__
+from actorflow.runtime._wire import StepReport
 from actorflow.storage import metadata_with
-
-from ._wire import StepReport
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
