@@ -101,7 +101,7 @@ def test_show_describes_a_partial_record_without_decoding_payloads() -> None:
     """A partial record's runtime is shown as sizes: its executor, sends, outputs, requests."""
     import msgpack
 
-    from actorflow._cli_show import describe_runtime as _describe_runtime
+    from actorflow.cli._describe import describe_runtime as _describe_runtime
 
     body = msgpack.packb({"partial": "w1", "report": [[["z", -1, b"\x01\x02"]], [b"\x03"], []]})
     assert _describe_runtime(body) == {

@@ -39,7 +39,7 @@ from actorflow.errors import ActorflowError, CheckpointError
 from actorflow.runtime import Workflow, check_runtime
 from actorflow.storage import FILESTORE_MARKER, Checkpoint, CheckpointStore, FileStore, SQLiteStore
 
-from ._cli_show import describe_checkpoint, import_modules
+from ._describe import describe_checkpoint, import_modules
 
 __all__ = ["main", "open_store"]
 
@@ -413,7 +413,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
