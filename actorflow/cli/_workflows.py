@@ -1,0 +1,76 @@
+"""The Workflow a ``MODULE:ATTRIBUTE`` argument names (``graph``, ``ui --workflow``)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+from actorflow.runtime import Workflow
+
+from ._usage import Usage
+
+__all__ = ["load_workflow"]
+
+
+def load_workflow(target: str, command: str) -> Workflow:
+    """The Workflow ``MODULE:ATTRIBUTE`` names (or builds, when it is a no-argument function).
+
+    ``command`` (``graph``, ``ui``) starts each error message.
+
+    Raises:
+        Usage: one line saying what is wrong with ``target`` and what to give instead.
+    """
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise Usage(
+            f"{command}: {target!r} is not MODULE:ATTRIBUTE; name a Workflow, or a function "
+            "returning one, e.g. myapp.flows:build"
+        )
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise Usage(
+                f"{command}: no module named {module_name!r}; run from the folder that holds it, "
+                "or add that folder to PYTHONPATH"
+            ) from None
+        raise Usage(f"{command}: importing {module_name!r} failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
+        raise Usage(
+            f"{command}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        found = getattr(module, attribute)
+    except AttributeError:
+        raise Usage(f"{command}: module {module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(found, Workflow):
+        return found
+    if not callable(found):
+        raise Usage(
+            f"{command}: {target} is {type(found).__name__!r}, not a Workflow or a function "
+            "returning one"
+        )
+    try:
+        parameters = inspect.signature(found).parameters.values()
+    except (TypeError, ValueError):
+        parameters = []  # type: ignore[assignment]  # no signature to read: just call it
+    needed = [
+        p.name
+        for p in parameters
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if needed:
+        raise Usage(
+            f"{command}: {target} needs arguments ({', '.join(needed)}); name a Workflow, or a "
+            "function that builds one with no arguments"
+        )
+    try:
+        made = found()
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line, no traceback
+        raise Usage(f"{command}: calling {target}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(made, Workflow):
+        raise Usage(f"{command}: {target}() returned {type(made).__name__!r}, not a Workflow")
+    return made
