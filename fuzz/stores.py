@@ -26,7 +26,7 @@ import msgpack
 
 from actorflow.actors import decode_state, encode_state
 from actorflow.errors import ActorflowError
-from actorflow.runtime._checkpointing import check_runtime
+from actorflow.runtime.checkpoints._checkpointing import check_runtime
 from actorflow.storage import Checkpoint, CheckpointKind, FileStore, MemoryStore, SQLiteStore
 from actorflow.storage.conformance import make_checkpoint
 

@@ -15,8 +15,8 @@ from typing import Any
 import msgpack
 
 from actorflow.actors import decode, decode_state, encode, encode_state
-from actorflow.runtime._checkpointing import check_runtime_bytes
-from actorflow.runtime._state import PackedEntries, RunState, decode_runtime
+from actorflow.runtime.checkpoints._checkpointing import check_runtime_bytes
+from actorflow.runtime.checkpoints._state import PackedEntries, RunState, decode_runtime
 from actorflow.storage import decode_checkpoint, encode_checkpoint
 from actorflow.storage._format import _frame_digest
 from actorflow.storage.conformance import make_checkpoint

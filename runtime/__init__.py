@@ -2,7 +2,6 @@
 
 from ._builder import WorkflowBuilder
 from ._context import RUN_INPUT, Context
-from ._edges import Case, Default
 from ._events import (
     CheckpointedEvent,
     CheckpointFailedEvent,
@@ -25,10 +24,10 @@ from ._events import (
     SuperstepCompletedEvent,
     SuperstepStartedEvent,
 )
-from ._executor import Executor, Resource, handler, resource, response_handler
 from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
 from ._subworkflow import WorkflowExecutor
 from ._workflow import Workflow
+from .graph import Case, Default, Executor, Resource, handler, resource, response_handler
 from .session import Session
 
 __all__ = [
@@ -75,10 +74,10 @@ __all__ = [
 # modules): importable from the package so no one reaches into its private modules,
 # but not in __all__: not the public API.
 # isort: split
-from ._checkpointing import check_runtime as check_runtime
-from ._checkpointing import check_runtime_bytes as check_runtime_bytes
-from ._state import decode_runtime as decode_runtime
 from ._wire import StepRequest as StepRequest
+from .checkpoints import check_runtime as check_runtime
+from .checkpoints import check_runtime_bytes as check_runtime_bytes
+from .checkpoints import decode_runtime as decode_runtime
 from .session import NO_INPUT as NO_INPUT
 from .telemetry import PREFIX as PREFIX
 from .telemetry import SPAN_CHECKPOINT as SPAN_CHECKPOINT

@@ -7,8 +7,7 @@ from typing import Any
 from actorflow.actors import encode
 from actorflow.errors import EncodeError
 
-from ._edges import OutEdge, route
-from ._types import type_label
+from .graph import OutEdge, route, type_label
 
 __all__ = ["StepBuffer"]
 

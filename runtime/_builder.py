@@ -12,13 +12,21 @@ from actorflow.actors import ActorBackend, encode_state
 from actorflow.errors import ActorflowError, GraphError
 
 from ._context import Context
-from ._edges import Accepts, Case, Default, EdgeKind, OutEdge
-from ._executor import Executor, HandlerInfo
 from ._graph import GraphSpec, describe
 from ._policy import RestartPolicy
 from ._runner import ExecutorProgram
-from ._types import parse_type_spec, type_label
 from ._workflow import Workflow
+from .graph import (
+    Accepts,
+    Case,
+    Default,
+    EdgeKind,
+    Executor,
+    HandlerInfo,
+    OutEdge,
+    parse_type_spec,
+    type_label,
+)
 
 __all__ = ["WorkflowBuilder"]
 

@@ -18,10 +18,8 @@ from typing import Any
 from actorflow.actors import stable_name
 from actorflow.errors import GraphMismatch
 
-from ._edges import Accepts
-from ._executor import HandlerInfo
 from ._runner import ExecutorProgram
-from ._types import a_label
+from .graph import Accepts, HandlerInfo, a_label
 
 __all__ = ["GraphSpec", "describe", "explain_mismatch", "signature_of"]
 

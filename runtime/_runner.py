@@ -21,11 +21,9 @@ from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, Unr
 
 from ._buffer import StepBuffer
 from ._context import Context
-from ._edges import OutEdge
-from ._executor import Executor, HandlerInfo, Resource
 from ._state_fit import restore_fitted, undecodable
-from ._types import a_label, type_label
 from ._wire import RESPONSE, SINGLE, StepReport, StepRequest, pack, split_digests, unpack
+from .graph import Executor, HandlerInfo, OutEdge, Resource, a_label, type_label
 from .telemetry import traced_step
 
 __all__ = [

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from actorflow.actors import check_state, stable_name
 from actorflow.errors import DecodeError, StateMigrationError
 
-from ._executor import Executor
+from .graph import Executor
 
 
 class ExecutorProgram(Protocol):

@@ -35,12 +35,12 @@ from actorflow.storage import MemoryStore, blob_digest, decode_checkpoint, encod
 
 from ._context import Context
 from ._events import RequestEvent, RunResult
-from ._executor import Executor, handler, response_handler
 from ._graph import explain_mismatch
-from ._migration import prepare_snapshots
 from ._policy import CheckpointPolicy
 from ._wire import unpack
 from ._workflow import Workflow
+from .checkpoints import prepare_snapshots
+from .graph import Executor, handler, response_handler
 from .session import Session, open_private
 
 __all__ = ["OutputMode", "WorkflowExecutor"]

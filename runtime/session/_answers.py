@@ -11,11 +11,10 @@ from typing import Any
 
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, RequestError
-from actorflow.runtime._lineage import Lineage
 from actorflow.runtime._runner import RESPONSE_SOURCE
-from actorflow.runtime._state import RunState
-from actorflow.runtime._types import a_label, type_label
 from actorflow.runtime._wire import RESPONSE
+from actorflow.runtime.checkpoints import Lineage, RunState
+from actorflow.runtime.graph import a_label, type_label
 
 __all__ = ["Answers", "queue_answers"]
 
@@ -81,7 +80,7 @@ class Answers:
 
     @property
     def lineage(self) -> Lineage:
-        """The lineage whose requests the session may answer (see ``actorflow.runtime._lineage``)."""
+        """The lineage whose requests the session may answer (see ``actorflow.runtime.checkpoints._lineage``)."""
         return self._lineage
 
     def queue(self, state: RunState, answers: Mapping[str, Any]) -> None:

@@ -22,10 +22,10 @@ import pykka
 import actorflow.runtime._events as ev
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken
-from actorflow.runtime._checkpointing import Restored
 from actorflow.runtime._context import RUN_INPUT
-from actorflow.runtime._types import type_label
 from actorflow.runtime._wire import SINGLE
+from actorflow.runtime.checkpoints import Restored
+from actorflow.runtime.graph import type_label
 from actorflow.runtime.supervisor import Driver, RunJob, SupervisorActor, new_run_id
 from actorflow.runtime.telemetry import capture_context
 from actorflow.storage import EMPTY_METADATA, packed_metadata

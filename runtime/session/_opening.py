@@ -23,9 +23,8 @@ from typing import Literal
 
 from actorflow.actors import HostPool
 from actorflow.errors import CheckpointNotFound, SessionExists
-from actorflow.runtime._checkpointing import Restored, load_for_resume
-from actorflow.runtime._lineage import Lineage
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
+from actorflow.runtime.checkpoints import Lineage, Restored, load_for_resume
 from actorflow.storage import Checkpoint, CheckpointStore
 
 from ._engine import Engine

@@ -21,9 +21,8 @@ from typing import Any, Self
 
 import actorflow.runtime._events as ev
 from actorflow.actors import ActorBackend, HostedFactory, HostPool, HostRef
-from actorflow.runtime._checkpointing import Checkpointer, Restored
-from actorflow.runtime._lineage import Lineage
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
+from actorflow.runtime.checkpoints import Checkpointer, Lineage, Restored
 from actorflow.runtime.supervisor import Driver
 from actorflow.storage import CheckpointStore, Lease
 

@@ -1,7 +1,7 @@
 """The cuts a driver writes: its consistent state at barriers, and finished parts.
 
 A :class:`CutWriter` turns the driver's state at a barrier into a checkpoint
-through its :class:`~actorflow.runtime._checkpointing.Checkpointer`, persists the
+through its :class:`~actorflow.runtime.checkpoints._checkpointing.Checkpointer`, persists the
 finished part of each executor while a superstep with sync durability is still
 under way, and hands a crashed superstep's persisted parts back when the session
 resumes. Supervisor thread only.
@@ -14,12 +14,11 @@ from typing import Any
 
 import actorflow.runtime._events as ev
 from actorflow.errors import CheckpointWriteFailed, ExecutorFailed, RunFailed
-from actorflow.runtime._checkpointing import Checkpointer
 from actorflow.runtime._logging import Log
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import Durability
-from actorflow.runtime._state import RunState
 from actorflow.runtime._wire import StepReport, unpack
+from actorflow.runtime.checkpoints import Checkpointer, RunState
 from actorflow.runtime.telemetry import Telemetry
 
 from ._failures import qualname

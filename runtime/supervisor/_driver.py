@@ -24,13 +24,12 @@ from typing import Any
 import actorflow.runtime._events as ev
 from actorflow.actors import HostFuture, HostPool
 from actorflow.errors import RunCancelled, RunFailed, SuperstepLimitExceeded
-from actorflow.runtime._checkpointing import Checkpointer
 from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._logging import get_logger
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import RestartPolicy
-from actorflow.runtime._state import RunState
 from actorflow.runtime._wire import SINGLE, StepReport, StepRequest
+from actorflow.runtime.checkpoints import Checkpointer, RunState
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.storage import BlobBatchReader
 

@@ -12,8 +12,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from actorflow.runtime._buffer import StepBuffer
-from actorflow.runtime._edges import OutEdge
 from actorflow.runtime._wire import StepReport, StepRequest
+from actorflow.runtime.graph import OutEdge
 
 from ._spans import (
     PREFIX,

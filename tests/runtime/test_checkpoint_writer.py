@@ -8,10 +8,10 @@ from typing import Any
 import msgpack
 
 import actorflow as af
-from actorflow.runtime._checkpointing import Checkpointer
 from actorflow.runtime._policy import CheckpointPolicy
-from actorflow.runtime._state import PackedEntries, RunState
 from actorflow.runtime._wire import pack
+from actorflow.runtime.checkpoints._checkpointing import Checkpointer
+from actorflow.runtime.checkpoints._state import PackedEntries, RunState
 from actorflow.runtime.supervisor._last_good import LastGood
 from actorflow.storage import Checkpoint, Lease, MemoryStore, blob_digest
 from actorflow.storage._cut import EMPTY_METADATA

@@ -14,7 +14,7 @@ import pytest
 import actorflow as af
 from actorflow.cli import main
 from actorflow.errors import CheckpointCorrupt
-from actorflow.runtime._state import MAX_SUPERSTEP, decode_runtime
+from actorflow.runtime.checkpoints._state import MAX_SUPERSTEP, decode_runtime
 from actorflow.storage import Checkpoint, new_checkpoint_id
 from actorflow.storage.conformance import FileStoreFactory
 from tests.test_cli import build

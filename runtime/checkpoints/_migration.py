@@ -29,9 +29,8 @@ from typing import Any
 
 from actorflow.actors import decode_state, encode_state
 from actorflow.errors import DecodeError
-
-from ._runner import ExecutorProgram
-from ._state_fit import (
+from actorflow.runtime._runner import ExecutorProgram
+from actorflow.runtime._state_fit import (
     fits_unread,
     migration_error,
     overrides,
@@ -39,7 +38,7 @@ from ._state_fit import (
     undecodable,
     version_of,
 )
-from ._wire import pack
+from actorflow.runtime._wire import pack
 
 __all__ = ["prepare_snapshots", "version_entries"]
 

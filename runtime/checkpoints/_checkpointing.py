@@ -17,6 +17,11 @@ from typing import Any
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
+from actorflow.runtime._graph import GraphSpec, explain_mismatch
+from actorflow.runtime._pace import PACE, unpaced
+from actorflow.runtime._policy import CheckpointPolicy, Durability
+from actorflow.runtime._wire import pack
+from actorflow.runtime.telemetry import TRACE_KEY
 from actorflow.storage import (
     EMPTY_METADATA,
     BlobBatchReader,
@@ -31,14 +36,9 @@ from actorflow.storage import (
     new_checkpoint_id,
 )
 
-from ._graph import GraphSpec, explain_mismatch
 from ._lineage import Lineage
 from ._migration import prepare_snapshots, version_entries
-from ._pace import PACE, unpaced
-from ._policy import CheckpointPolicy, Durability
 from ._state import PackedEntries, RunState, decode_runtime
-from ._wire import pack
-from .telemetry import TRACE_KEY
 
 __all__ = ["Checkpointer", "Restored", "check_runtime", "check_runtime_bytes", "load_for_resume"]
 

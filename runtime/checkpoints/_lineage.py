@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._wire import pack
+from actorflow.runtime._wire import pack
 
 __all__ = ["Lineage", "superstep_of", "tag_of"]
 

@@ -13,8 +13,7 @@ from typing import Any
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt
-
-from ._wire import pack, pack_map_header
+from actorflow.runtime._wire import pack, pack_map_header
 
 __all__ = ["Delivery", "PackedEntries", "PendingEntry", "RunState", "decode_runtime"]
 
