@@ -176,7 +176,9 @@ def _self_test() -> int:
         # What decoding a datetime with an unknown zone key did: zoneinfo imports
         # tzdata.zoneinfo.<parts of the key>, and the planted package's code runs.
         "planted": lambda: zoneinfo.ZoneInfo("Evil/Zone"),
-        "import": lambda: importlib.import_module("colorsys"),
+        # A stdlib module nothing here imports (colorsys is imported by rich, which
+        # structlog loads when it is installed).
+        "import": lambda: importlib.import_module("tabnanny"),
         "exec": lambda: exec("1 + 1"),
         "subprocess": lambda: subprocess.run(["true"], check=False),
         "exception:KeyError": lambda: {"y": 1}["x"],

@@ -19,7 +19,7 @@ from actorflow.errors import (
     SessionOwned,
 )
 from actorflow.storage._cut import Cut, packed_metadata
-from actorflow.storage._fast_paths import cut_saver, takes_cuts
+from actorflow.storage._fast_paths import cut_saver
 from actorflow.storage._format import (
     Checkpoint,
     CheckpointKind,
@@ -276,12 +276,11 @@ class ContractTests(KitBase):
     # --- the optional cut fast path (SavesCuts) ---------------------------------
 
     def test_cut_fast_path_reads_as_save(self, store: CheckpointStore) -> None:
-        """A store that takes the runtime's cuts (``SavesCuts``) stores what ``save`` of
-        ``cut.checkpoint()`` would: the same records and blobs back, the same refusals
-        (a dangling blob, an id saved twice, a blob that does not hash to its key), and
-        the lease fencing of ``save``."""
-        if not takes_cuts(store):
-            pytest.skip("the store offers no cut fast path (SavesCuts): save is the only path")
+        """Cuts saved as the runtime saves them (``cut_saver``: the store's ``SavesCuts``
+        fast path when it offers one, else ``save`` of ``cut.checkpoint()``) read back as
+        ``save`` would: the same records and blobs, the same refusals (a dangling blob,
+        an id saved twice, a blob that does not hash to its key), and the lease fencing
+        of ``save``."""
         saves = cut_saver(store)
         first, blobs = make_checkpoint(session="cuts", metadata={"k": [1, "two"]})
         second, _ = make_checkpoint(session="cuts", parent=first, chunks={})
