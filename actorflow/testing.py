@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -103,32 +104,61 @@ def inject_fault(
             f"a 'kill' fault kills the process hosting the executor, and {executor!r} is "
             "hosted on the driver (RayBackend(on_driver=...)): kill an executor in a Ray worker"
         )
-    fault = Fault(executor, superstep, kind)
-    fired = [False]  # across the hosts that serve the executor: the first attempt only
-    session.wrap_host(executor, lambda host, program: _FaultyHost(host, program, fault, fired))
+    plans = _PLANS.setdefault(session, {})
+    plan = plans.get(executor)
+    if plan is None:
+        plan = plans[executor] = _FaultPlan()
+    plan.add(Fault(executor, superstep, kind))
+    # The same plan every time: the session wraps the host with it once, and once more
+    # after a reset (which drops the wrappers with the hosts).
+    session.wrap_host(executor, plan)
+
+
+class _FaultPlan:
+    """The faults still to fire on one executor of one session, by superstep; wraps the
+    executor's host (each host that serves it) so that each fires on its first attempt."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: dict[int, Fault] = {}
+
+    def add(self, fault: Fault) -> None:
+        self.pending[fault.superstep] = fault
+
+    def due(self, method: str, payload: bytes) -> Fault | None:
+        """The fault of this ``step`` call, taken off the plan; None for any other call."""
+        if method != "step" or not self.pending:
+            return None
+        return self.pending.pop(StepRequest.superstep_of(payload), None)
+
+    def __call__(self, host: HostRef, program: HostedFactory) -> HostRef:
+        return _FaultyHost(host, program, self)
+
+
+_PLANS: weakref.WeakKeyDictionary[Session, dict[str, _FaultPlan]] = weakref.WeakKeyDictionary()
 
 
 class _FaultyHost:
-    """A host that fails one ``step`` call of its executor on purpose."""
+    """A host whose ``step`` calls fail on purpose where its plan says."""
 
-    __slots__ = ("_fault", "_fired", "_host", "_program")
+    __slots__ = ("_host", "_plan", "_program")
 
-    def __init__(
-        self, host: HostRef, program: HostedFactory, fault: Fault, fired: list[bool]
-    ) -> None:
+    def __init__(self, host: HostRef, program: HostedFactory, plan: _FaultPlan) -> None:
         self._host = host
         self._program = program
-        self._fault = fault
-        self._fired = fired
+        self._plan = plan
 
     def call(self, method: str, payload: bytes) -> HostFuture:
-        if self._due(method, payload):
-            return self._fail(lambda: self._host.call(method, payload))
+        fault = self._plan.due(method, payload)
+        if fault is not None:
+            return self._fail(fault, lambda: self._host.call(method, payload))
         return self._host.call(method, payload)
 
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
-        if self._due(method, payload):
-            return self._fail(lambda: self._host.load_call(factory, method, payload))
+        fault = self._plan.due(method, payload)
+        if fault is not None:
+            return self._fail(fault, lambda: self._host.load_call(factory, method, payload))
         return self._host.load_call(factory, method, payload)
 
     def unload(self) -> HostFuture:
@@ -141,16 +171,7 @@ class _FaultyHost:
     def alive(self) -> bool:
         return self._host.alive
 
-    def _due(self, method: str, payload: bytes) -> bool:
-        if method != "step" or self._fired[0]:
-            return False
-        if StepRequest.unpacked(payload).superstep != self._fault.superstep:
-            return False
-        self._fired[0] = True
-        return True
-
-    def _fail(self, step: Callable[[], HostFuture]) -> HostFuture:
-        fault = self._fault
+    def _fail(self, fault: Fault, step: Callable[[], HostFuture]) -> HostFuture:
         if fault.kind == "death":
             self._host.stop()  # the step then meets a stopped actor
             return step()

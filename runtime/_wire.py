@@ -115,6 +115,10 @@ Snapshot = list[list[Any]]
 """``[[digest, chunk or None], ...]``."""
 
 
+_SUPERSTEP_HEAD = 14
+"""Bytes that hold a request's array header (at most 5) and its superstep (at most 9)."""
+
+
 class StepRequest(NamedTuple):
     """What the supervisor asks of one executor in one superstep."""
 
@@ -130,6 +134,16 @@ class StepRequest(NamedTuple):
         """The request as bytes."""
         data: bytes = packer().pack(self)
         return data
+
+    @staticmethod
+    def superstep_of(data: bytes) -> int:
+        """The superstep of a packed request, read off its first bytes only (a request
+        may carry megabytes of deliveries)."""
+        head = msgpack.Unpacker()
+        head.feed(data[:_SUPERSTEP_HEAD])
+        head.read_array_header()
+        superstep: int = head.unpack()
+        return superstep
 
     @classmethod
     def unpacked(cls, data: bytes) -> Self:

@@ -72,9 +72,9 @@ class Driver:
         # Last good state per executor, kept only when someone asked for it
         # (a restart policy or a store): digests, and the chunk bytes behind them.
         keep_state = checkpointer is not None or restart is not None or bool(restart_overrides)
-        self.hosts = Hosts(spec, pool, self._last, keep_state=keep_state)
+        self._hosts = Hosts(spec, pool, self._last, keep_state=keep_state)
         self._recovery = Recovery(
-            self.hosts,
+            self._hosts,
             self._last,
             restart,
             restart_overrides,
@@ -82,7 +82,7 @@ class Driver:
             log=self._log,
         )
         self._cuts = (
-            CutWriter(checkpointer, self.hosts, self._last, log=self._log)
+            CutWriter(checkpointer, self._hosts, self._last, log=self._log)
             if checkpointer is not None
             else None
         )
@@ -110,21 +110,21 @@ class Driver:
 
     def start_hosts(self, initial: dict[str, Chunks] | None = None) -> None:
         """Borrow hosts for every executor (see :meth:`Hosts.start`)."""
-        self.hosts.start(initial)
+        self._hosts.start(initial)
 
     def release_hosts(self, *, wait: bool = True) -> None:
         """Unload every program and give the hosts back (see :meth:`Hosts.release`)."""
-        self.hosts.release(wait=wait)
+        self._hosts.release(wait=wait)
 
     def wrap_host(self, executor: str, wrapper: HostWrapper) -> None:
         """Send every later call to ``executor``'s host through ``wrapper`` (testing tools)."""
-        self.hosts.wrap(executor, wrapper)
+        self._hosts.wrap(executor, wrapper)
 
     @property
     def reusable(self) -> bool:
         """Whether :meth:`renew` may hand these hosts to an unrelated run: no store
         (its lineage is the session's), nothing broken, no host abandoned mid-handler."""
-        return self._cuts is None and self.broken is None and not self.hosts.any_hung
+        return self._cuts is None and self.broken is None and not self._hosts.any_hung
 
     def renew(self, session: str) -> None:
         """Start over on the same hosts, for an unrelated run (a recycled one-off session).
@@ -144,7 +144,7 @@ class Driver:
         self.broken = None
         self._log = _log.bind(workflow=self.spec.name, session=session)
         self._recovery.renew(self._log)
-        self.hosts.reload()
+        self._hosts.reload()
 
     # --- the run ------------------------------------------------------------------
 
@@ -380,7 +380,7 @@ class Driver:
         """
         reports: dict[str, StepReport] = {}
         pending = targets
-        self.hosts.restore_due(targets, job.run_id, superstep)
+        self._hosts.restore_due(targets, job.run_id, superstep)
         cuts = self._cuts
 
         def on_answer(target: str, answer: bytes, still_running: int) -> None:
@@ -423,7 +423,7 @@ class Driver:
         on_sent: Callable[[], None] | None,
     ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
-        telemetry, hosts, suffix = self._telemetry, self.hosts, self.request_suffix
+        telemetry, hosts, suffix = self._telemetry, self._hosts, self.request_suffix
         started = time.monotonic()
         for target in targets:
             request = StepRequest(

@@ -68,10 +68,13 @@ class Hosts:
     def wrap(self, executor: str, wrapper: HostWrapper) -> None:
         """Send every later call to ``executor``'s host through ``wrapper(host, program)``,
         on this host and on any that replaces it (testing tools: fault injection). A
-        later wrapper wraps the earlier ones."""
+        later wrapper wraps the earlier ones; a wrapper given again changes nothing."""
         if executor not in self._spec.programs:
             raise KeyError(f"no executor {executor!r} in workflow {self._spec.name!r}")
-        self._wrappers.setdefault(executor, []).append(wrapper)
+        wrappers = self._wrappers.setdefault(executor, [])
+        if wrapper in wrappers:
+            return
+        wrappers.append(wrapper)
         through = self._through.get(executor)
         if through is not None:
             self._through[executor] = wrapper(through, self._spec.programs[executor])
