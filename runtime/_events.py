@@ -8,7 +8,7 @@ decoded from bytes for each caller, so they are the caller's own.
 from __future__ import annotations
 
 import enum
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -251,32 +251,3 @@ class RunResult:
     """Requests still waiting for answers."""
     checkpoint_id: str | None = None
     """Id of the last checkpoint written, when a store is used."""
-
-
-def _write_slots_directly(cls: type) -> None:
-    """Replace a frozen slots dataclass's ``__init__`` with one of the same signature that
-    writes each slot through its descriptor.
-
-    The generated ``__init__`` of a frozen dataclass calls ``object.__setattr__`` per
-    field; a run makes a few events per executor per superstep, and this makes each
-    about twice as cheap to build. Fields, defaults, equality, hashing and
-    immutability are the dataclass's own, untouched.
-    """
-    names = [f.name for f in fields(cls)]
-    defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
-    params = ", ".join(f"{n}=_default_{n}" if n in defaults else n for n in names)
-    body = "".join(f"\n    _set_{n}(self, {n})" for n in names)
-    namespace: dict[str, Any] = {f"_set_{n}": getattr(cls, n).__set__ for n in names}
-    namespace.update({f"_default_{n}": value for n, value in defaults.items()})
-    exec(f"def __init__(self, {params}):{body}", namespace)  # names are field names only
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    init.__annotations__ = {f.name: f.type for f in fields(cls)} | {"return": None}
-    cls.__init__ = init  # type: ignore[misc]  # same signature as the generated one
-
-
-for _event_class in Event.__subclasses__():
-    # (``slots=True`` makes a new class; the one it replaced may still be listed.)
-    if globals().get(_event_class.__name__) is _event_class:
-        _write_slots_directly(_event_class)
