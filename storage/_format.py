@@ -26,9 +26,9 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from itertools import chain
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import msgpack
 
@@ -172,52 +172,28 @@ class Checkpoint:
         a fresh dict of tuples of sha256 hex digests, ``runtime`` fresh bytes, ``kind``
         a member, ``created_at`` a float. User ``metadata`` is still copied and checked.
         """
-        # A slots-only twin of Checkpoint, filled with plain attribute stores and then
-        # turned into one: about a third of the cost of setting twelve frozen fields
-        # through object.__setattr__, and this runs once per superstep.
-        record: Any = object.__new__(_Filling)
-        record.id = id
-        record.parent_id = parent_id
-        record.session = session
-        record.workflow = workflow
-        record.graph_signature = graph_signature
-        record.superstep = superstep
-        record.kind = kind
-        record.created_at = created_at
-        record.executors = executors
-        record.runtime = runtime
-        record.metadata = _plain_copy(metadata, "metadata") if metadata else {}
-        record.format_version = FORMAT_VERSION
-        record.__class__ = Checkpoint  # same slots
-        return cast(Checkpoint, record)
+        record = object.__new__(cls)
+        fields_of = {
+            "id": id,
+            "parent_id": parent_id,
+            "session": session,
+            "workflow": workflow,
+            "graph_signature": graph_signature,
+            "superstep": superstep,
+            "kind": kind,
+            "created_at": created_at,
+            "executors": executors,
+            "runtime": runtime,
+            "metadata": _plain_copy(metadata, "metadata") if metadata else {},
+            "format_version": FORMAT_VERSION,
+        }
+        for name, value in fields_of.items():
+            object.__setattr__(record, name, value)  # frozen: set as __init__ would
+        return record
 
     def blob_digests(self) -> frozenset[str]:
         """Every blob digest this record references (each once)."""
         return frozenset(chain.from_iterable(self.executors.values()))
-
-
-class _Filling:
-    """A :class:`Checkpoint` under construction: its slots, without the frozen setattr."""
-
-    __slots__ = (
-        "created_at",
-        "executors",
-        "format_version",
-        "graph_signature",
-        "id",
-        "kind",
-        "metadata",
-        "parent_id",
-        "runtime",
-        "session",
-        "superstep",
-        "workflow",
-    )
-
-
-# Changing an object's class needs the same slots (CPython lays them out by sorted
-# name); _from_runtime sets every one.
-assert sorted(_Filling.__slots__) == sorted(f.name for f in fields(Checkpoint))
 
 
 def _is_int(value: object) -> bool:
