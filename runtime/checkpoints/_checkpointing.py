@@ -195,21 +195,18 @@ class Checkpointer:
         :func:`~actorflow.storage.packed_metadata`).
         """
         spec = self.spec
-        return tuple.__new__(  # skips the NamedTuple's Python-level __new__
-            Cut,
-            (
-                new_checkpoint_id(),
-                self.last_id,
-                self.session,
-                spec.name,
-                spec.signature,
-                superstep,
-                kind,
-                time.time(),
-                executors,
-                runtime,
-                metadata,
-            ),
+        return Cut(
+            new_checkpoint_id(),
+            self.last_id,
+            self.session,
+            spec.name,
+            spec.signature,
+            superstep,
+            kind,
+            time.time(),
+            executors,
+            runtime,
+            metadata,
         )
 
     def flush(self) -> None:
