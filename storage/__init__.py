@@ -17,6 +17,7 @@ from ._format import (
     encode_checkpoint,
     new_checkpoint_id,
 )
+from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
@@ -38,6 +39,7 @@ from ._fast_paths import SavesCuts as SavesCuts
 from ._fast_paths import VolatileStore as VolatileStore
 from ._fast_paths import cut_saver as cut_saver
 from ._fast_paths import is_volatile as is_volatile
+from ._history import RawEntry as RawEntry
 from ._lock_wait import bounded_waits as bounded_waits
 from ._lock_wait import lock_bound as lock_bound
 from .file import FILESTORE_MARKER as FILESTORE_MARKER
@@ -52,6 +54,7 @@ __all__ = [
     "CheckpointKind",
     "CheckpointStore",
     "FileStore",
+    "HistoryEntry",
     "Lease",
     "MemoryStore",
     "PostgresStore",

@@ -19,6 +19,7 @@ from actorflow.errors import (
 )
 
 from ._format import Checkpoint, blob_digest, decode_checkpoint
+from ._history import HistoryEntry
 from ._protocol import CheckpointStore
 
 
@@ -204,3 +205,13 @@ def lineage(store: CheckpointStore, checkpoint_id: str) -> builtins.list[Checkpo
         chain.append(record)
         parent = record.parent_id
     return chain
+
+
+def session_history(records: Iterable[Checkpoint], since: int) -> builtins.list[HistoryEntry]:
+    """The entries numbered ``since`` or more of a session's ``records``, ascending by
+    seq (ties, which the runtime never writes, by record id)."""
+    if not isinstance(since, int) or isinstance(since, bool):
+        raise TypeError(f"since must be an int sequence number, not {type(since).__name__}")
+    found = [entry for record in records for entry in record.history if entry.seq >= since]
+    found.sort(key=lambda entry: (entry.seq, entry.checkpoint_id))
+    return found

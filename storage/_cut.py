@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from ._format import Checkpoint, CheckpointKind, _plain_copy
+from ._history import RawEntry, entries_of
 
 __all__ = [
     "EMPTY_METADATA",
@@ -55,6 +56,9 @@ class Cut(NamedTuple):
     runtime: bytes
     metadata: bytes
     """The run's metadata as a packed msgpack map (see :func:`packed_metadata`)."""
+    history: tuple[RawEntry, ...] = ()
+    """The session's history entries this cut carries, ascending by seq (see
+    :attr:`Checkpoint.history`), each as ``(seq, kind, time, data)``."""
 
     def checkpoint(self) -> Checkpoint:
         """The record as a :class:`Checkpoint` whose containers are its own."""
@@ -70,6 +74,7 @@ class Cut(NamedTuple):
             executors=dict(self.executors),
             runtime=self.runtime,
             metadata=msgpack.unpackb(self.metadata) if self.metadata != EMPTY_METADATA else {},
+            history=entries_of(self.id, self.history) if self.history else (),
         )
 
 

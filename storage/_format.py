@@ -35,8 +35,13 @@ import msgpack
 from actorflow._msgpack import bin_header, packer
 from actorflow.errors import CheckpointCorrupt, EncodeError, UnsupportedFormat
 
-FORMAT_VERSION = 2
-"""The record format this actorflow writes and reads."""
+from ._history import HistoryEntry, entries_of, raw_entries
+
+FORMAT_VERSION = 3
+"""The record format this actorflow writes. It reads this one and format 2 (the same
+record without ``history``, written by earlier versions)."""
+
+_READABLE = frozenset({2, FORMAT_VERSION})
 
 _MAGIC = "actorflow.checkpoint"
 _DIGEST_SIZE = 32
@@ -55,6 +60,7 @@ _FIELDS = frozenset(
         "metadata",
     }
 )
+_FIELDS_BY_VERSION = {2: _FIELDS, FORMAT_VERSION: _FIELDS | {"history"}}
 
 
 class CheckpointKind(enum.StrEnum):
@@ -68,6 +74,11 @@ class CheckpointKind(enum.StrEnum):
     """Responses to requests are queued and not yet handled."""
     FINAL = "final"
     """The run went idle or completed."""
+    HALT = "halt"
+    """The run stopped before going idle: it failed, was cancelled or reached its
+    superstep limit. The state is its last barrier's (a superstep that failed is
+    rolled back, its messages in flight again), so resuming from it continues the
+    run; its history entries say why it stopped."""
     PARTIAL = "partial"
     """One executor's finished part of a superstep whose barrier was not reached yet
     (its parent is the last cut); lets a crash cost only the unfinished executors."""
@@ -113,6 +124,10 @@ class Checkpoint:
     """User metadata: plain msgpack values under str keys."""
     format_version: int = FORMAT_VERSION
     """Record format version; only :data:`FORMAT_VERSION` can be encoded."""
+    history: tuple[HistoryEntry, ...] = ()
+    """The session's history entries this cut carries (what happened since the
+    lineage's previous cut), ascending by ``seq``; each names this record as its
+    ``checkpoint_id``. Stored atomically with the record (see ``_history``)."""
 
     def __post_init__(self) -> None:
         for name in ("id", "session", "workflow", "graph_signature"):
@@ -149,6 +164,7 @@ class Checkpoint:
         object.__setattr__(self, "runtime", bytes(self.runtime))
         object.__setattr__(self, "executors", executors)
         object.__setattr__(self, "metadata", _plain_copy(self.metadata, "metadata"))
+        object.__setattr__(self, "history", _checked_history(self.id, self.history))
 
     @classmethod
     def _from_runtime(
@@ -165,12 +181,14 @@ class Checkpoint:
         executors: dict[str, tuple[str, ...]],
         runtime: bytes,
         metadata: Mapping[str, Any],
+        history: tuple[HistoryEntry, ...] = (),
     ) -> Checkpoint:
         """Build a record without re-checking what the runtime already guarantees.
 
         For the supervisor's own records, written every superstep: ``executors`` is
         a fresh dict of tuples of sha256 hex digests, ``runtime`` fresh bytes, ``kind``
-        a member, ``created_at`` a float. User ``metadata`` is still copied and checked.
+        a member, ``created_at`` a float, ``history`` checked entries of this record in
+        order. User ``metadata`` is still copied and checked.
         """
         record = object.__new__(cls)
         fields_of = {
@@ -186,6 +204,7 @@ class Checkpoint:
             "runtime": runtime,
             "metadata": _plain_copy(metadata, "metadata") if metadata else {},
             "format_version": FORMAT_VERSION,
+            "history": history,
         }
         for name, value in fields_of.items():
             object.__setattr__(record, name, value)  # frozen: set as __init__ would
@@ -198,6 +217,25 @@ class Checkpoint:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_history(checkpoint_id: str, history: object) -> tuple[HistoryEntry, ...]:
+    """``history`` as a tuple of this record's entries in ascending ``seq``."""
+    if not isinstance(history, tuple | list):
+        raise TypeError("Checkpoint.history must be a tuple of HistoryEntry")
+    last = -1
+    for entry in history:
+        if not isinstance(entry, HistoryEntry):
+            raise TypeError("Checkpoint.history must hold HistoryEntry values")
+        if entry.checkpoint_id != checkpoint_id:
+            raise ValueError(
+                f"history entry {entry.seq} names checkpoint {entry.checkpoint_id!r}, "
+                f"not the record {checkpoint_id!r} that holds it"
+            )
+        if entry.seq <= last:
+            raise ValueError("Checkpoint.history must be in strictly ascending seq")
+        last = entry.seq
+    return tuple(history)
 
 
 def _plain_copy(value: Any, path: str) -> Any:
@@ -353,6 +391,7 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
             "executors": _raw_digests(cp.executors),
             "runtime": cp.runtime,
             "metadata": cp.metadata,
+            "history": raw_entries(cp.history),
         }
     )
     digest = _frame_digest(FORMAT_VERSION, body)
@@ -360,7 +399,16 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
 
 
 # The body's first field is the id (see encode_checkpoint): a map header, "id", a str.
-_BODY_HEAD = bytes([0x80 | len(_FIELDS)]) + b"\xa2id"
+# Records of every readable version share the frame's shape; only the version in the
+# frame head and the body's field count differ.
+_HEADS = {
+    version: (
+        b"\x94" + msgpack.packb(_MAGIC) + msgpack.packb(version) + b"\xc4\x20",
+        bytes([0x80 | len(fields)]) + b"\xa2id",
+    )
+    for version, fields in _FIELDS_BY_VERSION.items()
+}
+_BODY_HEAD = _HEADS[FORMAT_VERSION][1]
 _BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
 RECORD_ID_SPAN = len(_FRAME_HEAD) + _DIGEST_SIZE + 5 + len(_BODY_HEAD) + 2 + 255
 """How many first bytes of a record :func:`record_id` needs for an id of up to 255 bytes."""
@@ -372,15 +420,20 @@ def record_id(head: bytes) -> str | None:
     A store that keeps ids beside its records checks them against this without
     decoding whole records. The id is not verified (only the whole record's digest
     is): it says which record the bytes claim to be. None: ``head`` is too short,
-    or is not the start of a record of this format (decoding it says what is wrong).
+    or is not the start of a record of a readable format (decoding it says what is
+    wrong).
     """
-    at = len(_FRAME_HEAD) + _DIGEST_SIZE
-    if not head.startswith(_FRAME_HEAD) or len(head) <= at or head[at] not in _BIN_SIZES:
+    heads = next((h for h in _HEADS.values() if head.startswith(h[0])), None)
+    if heads is None:
+        return None
+    frame_head, body_head = heads
+    at = len(frame_head) + _DIGEST_SIZE
+    if len(head) <= at or head[at] not in _BIN_SIZES:
         return None
     at += 1 + _BIN_SIZES[head[at]]
-    if head[at : at + len(_BODY_HEAD)] != _BODY_HEAD:
+    if head[at : at + len(body_head)] != body_head:
         return None
-    at += len(_BODY_HEAD)
+    at += len(body_head)
     tag = head[at] if at < len(head) else 0
     if 0xA0 <= tag <= 0xBF:
         size, at = tag & 0x1F, at + 1
@@ -442,13 +495,14 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
     _, version, digest, body = frame
     if _frame_digest(version, body) != digest:
         raise CheckpointCorrupt("checkpoint record failed its integrity check (sha256 mismatch)")
-    if version != FORMAT_VERSION:
+    if version not in _READABLE:
         raise UnsupportedFormat(
             f"checkpoint record has format version {version}; this actorflow reads "
-            f"version {FORMAT_VERSION}. Use the actorflow version that wrote it."
+            f"versions {', '.join(map(str, sorted(_READABLE)))}. Use the actorflow "
+            "version that wrote it."
         )
     fields = _unpack(body, "record body")
-    if not isinstance(fields, dict) or set(fields) != _FIELDS:
+    if not isinstance(fields, dict) or set(fields) != _FIELDS_BY_VERSION[version]:
         raise CheckpointCorrupt("checkpoint record body does not have the expected fields")
     try:
         return _from_fields(fields)
@@ -474,6 +528,9 @@ def _from_fields(f: dict[str, Any]) -> Checkpoint:
         raise TypeError("metadata must be a map and runtime must be bytes")
     if not isinstance(f["kind"], str):
         raise TypeError("kind must be a str")
+    history = f.get("history", [])
+    if not isinstance(history, list):
+        raise TypeError("history must be a list")
     return Checkpoint(
         id=f["id"],
         parent_id=f["parent_id"],
@@ -486,4 +543,5 @@ def _from_fields(f: dict[str, Any]) -> Checkpoint:
         executors=executors,
         runtime=f["runtime"],
         metadata=f["metadata"],
+        history=entries_of(f["id"], history) if isinstance(f["id"], str) else (),
     )

@@ -21,10 +21,12 @@ from ._common import (
     lineage,
     not_found,
     prune_plan,
+    session_history,
     store_closed,
 )
 from ._cut import Cut, ExecutorDigests
 from ._format import Checkpoint, CheckpointKind, encode_checkpoint, verify_blob
+from ._history import HistoryEntry
 from ._lease import (
     Lease,
     LeaseRow,
@@ -303,6 +305,10 @@ class MemoryStore:
                 return None
             record = self._record(ids[-1])
         return decode_stored(ids[-1], record)
+
+    def session_history(self, session: str, *, since: int = 0) -> builtins.list[HistoryEntry]:
+        """The session's history entries from ``since`` (see CheckpointStore.session_history)."""
+        return session_history(self.list(session=session), since)
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""

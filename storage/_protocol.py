@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 from ._format import Checkpoint, CheckpointKind
+from ._history import HistoryEntry
 from ._lease import Lease
 
 
@@ -197,6 +198,21 @@ class CheckpointStore(Protocol):
         Raises:
             CheckpointNotFound: ``checkpoint_id`` is neither a stored record nor a session.
             CheckpointCorrupt: a record on the way cannot be decoded.
+        """
+        ...
+
+    def session_history(self, session: str, *, since: int = 0) -> builtins.list[HistoryEntry]:
+        """The session's history entries numbered ``since`` or more, ascending by ``seq``.
+
+        The entries of every stored record of the session (each record holds its own,
+        see :attr:`Checkpoint.history`), whatever its lineage: a session's history
+        covers its resets and forks within it. Entries go with their records: a
+        record removed by :meth:`delete` or retention takes its entries along, and a
+        save that did not happen left none.
+
+        Raises:
+            CheckpointCorrupt: a record of the session cannot be decoded; it is never
+                skipped (a consumer would silently miss what it holds).
         """
         ...
 

@@ -18,8 +18,9 @@ not optional: a store without them fails every lease test.
 
 The kit's modules are named by the property each checks: ``_contract`` (what
 every single-threaded caller relies on, and the optional cut fast path),
-``_leases``, ``_retention``, ``_damage`` and ``_concurrency`` (threads, processes,
-shared handles, close under load), on the fixtures of ``_base``; ``_factories``
+``_leases``, ``_retention``, ``_damage``, ``_concurrency`` (threads, processes,
+shared handles, close under load) and ``_history`` (a session's history entries,
+stored with their records, crashes included), on the fixtures of ``_base``; ``_factories``
 holds the built-in stores' factories. Each property's test class is exported, so
 a store can run one property alone.
 """
@@ -44,6 +45,7 @@ from ._factories import (
     PostgresStoreFactory,
     SQLiteStoreFactory,
 )
+from ._history import HistoryTests
 from ._leases import LeaseTests
 from ._retention import RetentionTests
 
@@ -52,6 +54,7 @@ __all__ = [
     "ContractTests",
     "DamageTests",
     "FileStoreFactory",
+    "HistoryTests",
     "LeaseTests",
     "MemoryStoreFactory",
     "PostgresStoreFactory",
@@ -63,7 +66,9 @@ __all__ = [
 ]
 
 
-class StoreConformance(ContractTests, ConcurrencyTests, LeaseTests, RetentionTests, DamageTests):
+class StoreConformance(
+    ContractTests, ConcurrencyTests, LeaseTests, RetentionTests, DamageTests, HistoryTests
+):
     """The whole kit. Subclass it in a ``Test*`` class and override ``store_factory``.
 
     Tests are named by the property they check. Those needing a capability the

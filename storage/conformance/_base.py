@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import pytest
 
 from actorflow.storage._format import Checkpoint, CheckpointKind, blob_digest, new_checkpoint_id
+from actorflow.storage._history import HistoryEntry
 from actorflow.storage._protocol import CheckpointStore
 
 from ._factories import Mutation
@@ -54,12 +55,14 @@ def make_checkpoint(
     chunks: Mapping[str, Sequence[bytes]] | None = None,
     metadata: Mapping[str, Any] | None = None,
     runtime: bytes = b"\x90",
+    history: Sequence[int] = (),
 ) -> tuple[Checkpoint, dict[str, bytes]]:
     """A new record and the blobs it references, for tests.
 
     Args:
         chunks: executor id -> snapshot chunks; by default one executor with one
             random chunk, so the record references a blob of its own.
+        history: the seqs of history entries the record carries (see :func:`entry_data`).
 
     Returns:
         The record (a fresh time-sortable id, ``parent``'s id as parent) and the
@@ -68,8 +71,9 @@ def make_checkpoint(
     if chunks is None:
         chunks = {"executor": [os.urandom(16)]}
     blobs = {blob_digest(c): c for cs in chunks.values() for c in cs}
+    checkpoint_id = new_checkpoint_id()
     checkpoint = Checkpoint(
-        id=new_checkpoint_id(),
+        id=checkpoint_id,
         parent_id=None if parent is None else parent.id,
         session=session,
         workflow=workflow,
@@ -80,8 +84,17 @@ def make_checkpoint(
         executors={e: tuple(blob_digest(c) for c in cs) for e, cs in chunks.items()},
         runtime=runtime,
         metadata=dict(metadata or {}),
+        history=tuple(
+            HistoryEntry(seq, "noted", time.time(), entry_data(session, seq), checkpoint_id)
+            for seq in history
+        ),
     )
     return checkpoint, blobs
+
+
+def entry_data(session: str, seq: int) -> bytes:
+    """The data :func:`make_checkpoint` gives the history entry ``seq`` of ``session``."""
+    return f"{session}#{seq}".encode() + bytes(seq % 7)
 
 
 def save_new(

@@ -282,8 +282,8 @@ class ContractTests(KitBase):
         an id saved twice, a blob that does not hash to its key), and the lease fencing
         of ``save``."""
         saves = cut_saver(store)
-        first, blobs = make_checkpoint(session="cuts", metadata={"k": [1, "two"]})
-        second, _ = make_checkpoint(session="cuts", parent=first, chunks={})
+        first, blobs = make_checkpoint(session="cuts", metadata={"k": [1, "two"]}, history=[0])
+        second, _ = make_checkpoint(session="cuts", parent=first, chunks={}, history=[1, 2])
         second = dataclasses.replace(second, executors=dict(first.executors))
         cuts = [as_cut(first), as_cut(second)]
         saves(cuts[0], blobs)
@@ -293,6 +293,7 @@ class ContractTests(KitBase):
         assert store.list(session="cuts") == [first, second]
         assert store.latest(session="cuts") == second
         assert store.history(second.id) == [second, first]
+        assert store.session_history("cuts") == [*first.history, *second.history]
         assert store.load_blob(next(iter(blobs))) == next(iter(blobs.values()))
         assert store.verify() == []
         with pytest.raises(CheckpointError, match="already stored"):
@@ -402,4 +403,5 @@ def as_cut(checkpoint: Checkpoint) -> Cut:
         tuple((e, tuple(d)) for e, d in checkpoint.executors.items()),
         checkpoint.runtime,
         packed_metadata(checkpoint.metadata),
+        tuple(entry.raw() for entry in checkpoint.history),
     )

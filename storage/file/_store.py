@@ -34,9 +34,11 @@ from actorflow.storage._common import (
     lineage,
     not_found,
     prune_plan,
+    session_history,
     store_closed,
 )
 from actorflow.storage._format import Checkpoint, CheckpointKind, encode_checkpoint
+from actorflow.storage._history import HistoryEntry
 from actorflow.storage._lease import Lease
 
 from . import _gc as gc
@@ -302,6 +304,10 @@ class FileStore:
     def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
         """This record and its stored ancestors, newest first (see CheckpointStore.history)."""
         return lineage(self, checkpoint_id)
+
+    def session_history(self, session: str, *, since: int = 0) -> builtins.list[HistoryEntry]:
+        """The session's history entries from ``since`` (see CheckpointStore.session_history)."""
+        return session_history(self.list(session=session), since)
 
     def sessions(self) -> builtins.list[str]:
         """Every session with a stored record, sorted."""

@@ -485,7 +485,9 @@ def test_a_frame_named_after_another_record_is_reported(tmp_path: Path, name: st
     [segment] = [s for s in segments(tmp_path) if _frames(s)[0].checkpoint_id == first.id]
     frames = _frames(segment)
     assert [f.checkpoint_id for f in frames] == [first.id, newest.id, last.id]
-    forged = {"older": first.id[:-1] + "0", "in another segment": other.id}[name]
+    # Another id sorting below the newest record (its random suffix's last digit changed).
+    older = first.id[:-1] + ("1" if first.id.endswith("0") else "0")
+    forged = {"older": older, "in another segment": other.id}[name]
     assert forged < newest.id
     data = segment.read_bytes()
     frame = frames[1]

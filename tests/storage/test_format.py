@@ -23,11 +23,13 @@ from actorflow.storage import (
     FORMAT_VERSION,
     Checkpoint,
     CheckpointKind,
+    HistoryEntry,
     blob_digest,
     decode_checkpoint,
     encode_checkpoint,
     new_checkpoint_id,
 )
+from actorflow.storage._format import RECORD_ID_SPAN, record_id
 
 DIGEST = blob_digest(b"chunk")
 
@@ -135,8 +137,63 @@ def test_non_bytes_raise_corrupt() -> None:
 
 def test_intact_record_of_other_version_is_unsupported() -> None:
     """A well-formed frame with an unknown version raises UnsupportedFormat."""
-    with pytest.raises(UnsupportedFormat, match="version 2"):
+    with pytest.raises(UnsupportedFormat, match=f"version {FORMAT_VERSION + 1}"):
         decode_checkpoint(frame(FORMAT_VERSION + 1, b"whatever a future version writes"))
+
+
+def test_format_2_records_still_decode_without_history() -> None:
+    """A record of format 2 (no history field, what earlier versions wrote) reads back
+    as the same record with an empty history."""
+    cp = make()
+    fields: dict[str, Any] = msgpack.unpackb(body_of(cp))
+    del fields["history"]
+    old = frame(2, msgpack.packb(fields, use_bin_type=True))
+    assert decode_checkpoint(old) == cp
+    assert record_id(old[:RECORD_ID_SPAN]) == cp.id
+
+
+def test_history_entries_round_trip_in_the_record() -> None:
+    """A record's history entries are encoded with it and come back equal, each naming
+    the record; a record of another format version is refused as corrupt if it carries
+    a field its version does not have."""
+    ident = new_checkpoint_id()
+    entries = (
+        HistoryEntry(4, "run_started", 1.5, b"\x80", ident),
+        HistoryEntry(9, "output", 2.5, b"\x01", ident),
+    )
+    cp = make(id=ident, history=entries)
+    back = decode_checkpoint(encode_checkpoint(cp))
+    assert back.history == entries
+    assert all(e.checkpoint_id == ident for e in back.history)
+    with pytest.raises(CheckpointCorrupt):
+        decode_checkpoint(frame(2, body_of(cp)))
+
+
+@pytest.mark.parametrize(
+    ("entries", "error"),
+    [
+        ([HistoryEntry(1, "output", 1.0, b"", "another-record")], ValueError),
+        (
+            [HistoryEntry(2, "output", 1.0, b"", "r"), HistoryEntry(2, "output", 1.0, b"", "r")],
+            ValueError,
+        ),
+        ([(1, "output", 1.0, b"")], TypeError),
+    ],
+)
+def test_history_entries_are_checked(entries: list[Any], error: type[Exception]) -> None:
+    """Entries must name their record and ascend strictly by seq."""
+    with pytest.raises(error):
+        make(id="r", history=tuple(entries))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [[[-1, "output", 1.0, b""]], [[1, "", 1.0, b""]], [[1, "output", "now", b""]], [[1, "o"]], [7]],
+)
+def test_damaged_history_entries_are_corrupt(bad: list[Any]) -> None:
+    """A history field that is not a list of [seq, kind, time, data] is corruption."""
+    with pytest.raises(CheckpointCorrupt):
+        decode_checkpoint(frame(FORMAT_VERSION, body_of(make(), history=bad)))
 
 
 def test_handmade_frame_of_current_version_decodes() -> None:
@@ -314,7 +371,14 @@ def test_kind_accepts_its_string_value() -> None:
     """kind may be given as its string value and is stored as a CheckpointKind."""
     cp = make(kind="final")
     assert cp.kind is CheckpointKind.FINAL
-    assert [k.value for k in CheckpointKind] == ["entry", "step", "response", "final", "partial"]
+    assert [k.value for k in CheckpointKind] == [
+        "entry",
+        "step",
+        "response",
+        "final",
+        "halt",
+        "partial",
+    ]
 
 
 def test_blob_digest_is_sha256_hex() -> None:

@@ -36,6 +36,7 @@ def test_public_names() -> None:
         "CheckpointKind",
         "CheckpointStore",
         "FileStore",
+        "HistoryEntry",
         "Lease",
         "MemoryStore",
         "PostgresStore",
