@@ -72,6 +72,7 @@ from actorflow.runtime import (
     ExecutorInvokedEvent,
     OutputEvent,
     PendingRequest,
+    RequestAnsweredEvent,
     RequestEvent,
     Resource,
     RestartPolicy,
@@ -86,6 +87,7 @@ from actorflow.runtime import (
     RunStatus,
     Session,
     SuperstepCompletedEvent,
+    SuperstepRolledBackEvent,
     SuperstepStartedEvent,
     Workflow,
     WorkflowBuilder,
@@ -94,7 +96,14 @@ from actorflow.runtime import (
     resource,
     response_handler,
 )
-from actorflow.storage import CheckpointStore, FileStore, Lease, MemoryStore, SQLiteStore
+from actorflow.storage import (
+    CheckpointStore,
+    FileStore,
+    HistoryEntry,
+    Lease,
+    MemoryStore,
+    SQLiteStore,
+)
 
 if _TYPE_CHECKING:
     from actorflow.storage import PostgresStore
@@ -132,6 +141,7 @@ __all__ = [
     "GraphError",
     "GraphMismatch",
     "HandlerReturnedValue",
+    "HistoryEntry",
     "HostLost",
     "InputNotAccepted",
     "Lease",
@@ -143,6 +153,7 @@ __all__ = [
     "PostgresStore",
     "RayBackend",
     "RegistrationError",
+    "RequestAnsweredEvent",
     "RequestError",
     "RequestEvent",
     "Resource",
@@ -170,6 +181,7 @@ __all__ = [
     "StoreLocked",
     "SuperstepCompletedEvent",
     "SuperstepLimitExceeded",
+    "SuperstepRolledBackEvent",
     "SuperstepStartedEvent",
     "ThreadBackend",
     "UnroutableMessage",

@@ -29,12 +29,15 @@ from .codec import (
     encode,
     encode_state,
     entry_named,
+    from_json,
     has_registered_subclass,
     is_registered,
     main_module_name,
     message,
     stable_name,
     state_names,
+    to_json,
+    type_named,
     wire_name,
 )
 from .ray import RayBackend
@@ -62,6 +65,7 @@ __all__ = [
     "encode",
     "encode_state",
     "entry_named",
+    "from_json",
     "group_wait",
     "has_registered_subclass",
     "is_registered",
@@ -70,5 +74,7 @@ __all__ = [
     "prefer_handoffs",
     "stable_name",
     "state_names",
+    "to_json",
+    "type_named",
     "wire_name",
 ]

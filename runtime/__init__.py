@@ -11,6 +11,7 @@ from ._events import (
     ExecutorInvokedEvent,
     OutputEvent,
     PendingRequest,
+    RequestAnsweredEvent,
     RequestEvent,
     RunCancelledEvent,
     RunCompletedEvent,
@@ -22,6 +23,7 @@ from ._events import (
     RunStartedEvent,
     RunStatus,
     SuperstepCompletedEvent,
+    SuperstepRolledBackEvent,
     SuperstepStartedEvent,
 )
 from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
@@ -47,6 +49,7 @@ __all__ = [
     "ExecutorInvokedEvent",
     "OutputEvent",
     "PendingRequest",
+    "RequestAnsweredEvent",
     "RequestEvent",
     "Resource",
     "RestartPolicy",
@@ -61,6 +64,7 @@ __all__ = [
     "RunStatus",
     "Session",
     "SuperstepCompletedEvent",
+    "SuperstepRolledBackEvent",
     "SuperstepStartedEvent",
     "Workflow",
     "WorkflowBuilder",
@@ -74,6 +78,8 @@ __all__ = [
 # modules): importable from the package so no one reaches into its private modules,
 # but not in __all__: not the public API.
 # isort: split
+from ._history import event_of as event_of
+from ._history import read_entries as read_entries
 from ._wire import StepRequest as StepRequest
 from .checkpoints import check_runtime as check_runtime
 from .checkpoints import check_runtime_bytes as check_runtime_bytes

@@ -3,6 +3,14 @@
 Events are small immutable records. Every event names its run, its superstep
 and its wall-clock time. Values inside events (outputs, request payloads) are
 decoded from bytes for each caller, so they are the caller's own.
+
+Some events are also the session's *history* (see ``docs/history.md``): a run
+started (with its input), an output, an executor that failed, a restart, a
+rolled-back superstep, a request asked or answered, and how the run ended. Those
+carry a per-session sequence number, ``seq``, and a store keeps them with the
+checkpoint they belong to, so they can be read back (``Session.history``) and a
+stream can be resumed from a number. The others (supersteps started and
+completed, executors invoked and completed, checkpoints written) have no ``seq``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ __all__ = [
     "ExecutorInvokedEvent",
     "OutputEvent",
     "PendingRequest",
+    "RequestAnsweredEvent",
     "RequestEvent",
     "RunCancelledEvent",
     "RunCompletedEvent",
@@ -31,6 +40,7 @@ __all__ = [
     "RunStartedEvent",
     "RunStatus",
     "SuperstepCompletedEvent",
+    "SuperstepRolledBackEvent",
     "SuperstepStartedEvent",
 ]
 
@@ -58,16 +68,22 @@ class Event:
     """Superstep it belongs to (0 before the first)."""
     time: float
     """Wall-clock time, seconds since the epoch."""
+    seq: int | None = field(default=None, kw_only=True)
+    """Its number in the session's history (see the module docstring), or ``None``
+    for an event that is not part of it."""
 
 
 @dataclass(frozen=True, slots=True)
 class RunStartedEvent(Event):
-    """A run began."""
+    """A run began (history)."""
 
     workflow: str = ""
     """Workflow name."""
     session: str = ""
     """Session (checkpoint lineage) id."""
+    input: Any = None
+    """The run's input (the caller's own copy); ``None`` for a run without one (it
+    continues what is in flight, or handles queued answers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +119,7 @@ class ExecutorCompletedEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class ExecutorFailedEvent(Event):
-    """An executor's handler raised, timed out or its actor died."""
+    """An executor's handler raised, timed out or its actor died (history)."""
 
     executor: str = ""
     """Executor id."""
@@ -111,11 +127,14 @@ class ExecutorFailedEvent(Event):
     """Qualified name of the exception type."""
     error: str = ""
     """The exception's message."""
+    traceback: str = ""
+    """The last frames of where it was raised, as text (empty for a timeout or a dead
+    actor, which raise nothing in the handler)."""
 
 
 @dataclass(frozen=True, slots=True)
 class OutputEvent(Event):
-    """A handler called ``ctx.output(value)``."""
+    """A handler called ``ctx.output(value)`` (history)."""
 
     executor: str = ""
     """Executor that emitted it."""
@@ -125,7 +144,7 @@ class OutputEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class RequestEvent(Event):
-    """A handler called ``ctx.request(value, response_type)``."""
+    """A handler called ``ctx.request(value, response_type)`` (history)."""
 
     request_id: str = ""
     """Id to answer with ``session.respond({request_id: answer})``."""
@@ -135,6 +154,18 @@ class RequestEvent(Event):
     """The request (the caller's own copy)."""
     response_type: str = ""
     """Name of the type the answer must have."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAnsweredEvent(Event):
+    """An answer to a request was queued for the executor that asked (history)."""
+
+    request_id: str = ""
+    """The request answered."""
+    executor: str = ""
+    """Executor that asked."""
+    value: Any = None
+    """The answer (the caller's own copy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +200,8 @@ class CheckpointFailedEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class RunRestartedEvent(Event):
-    """The supervisor restored a failed executor and re-ran its part of the superstep."""
+    """The supervisor restored a failed executor and re-ran its part of the superstep
+    (history)."""
 
     executor: str = ""
     """Executor that failed."""
@@ -179,6 +211,19 @@ class RunRestartedEvent(Event):
     """Qualified name of the exception that caused it."""
     error: str = ""
     """Its message."""
+    backoff: float = 0.0
+    """Seconds the supervisor waited (the policy's backoff) before the re-run."""
+
+
+@dataclass(frozen=True, slots=True)
+class SuperstepRolledBackEvent(Event):
+    """A superstep failed for good and was undone (history): every executor it ran is
+    back at its state of the last barrier, and its messages are in flight again."""
+
+    executors: tuple[str, ...] = ()
+    """Ids of the executors the superstep ran, sorted."""
+    reason: str = ""
+    """Why: the failure that ended the superstep."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +241,7 @@ class RunIdleWithPendingRequestsEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class RunCompletedEvent(Event):
-    """The run ended normally (status COMPLETED or IDLE_WITH_PENDING_REQUESTS)."""
+    """The run ended normally (status COMPLETED or IDLE_WITH_PENDING_REQUESTS) (history)."""
 
     status: RunStatus = RunStatus.COMPLETED
     """How it ended."""
@@ -204,7 +249,7 @@ class RunCompletedEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class RunFailedEvent(Event):
-    """The run failed."""
+    """The run failed (history)."""
 
     executor: str | None = None
     """The executor at fault, if any."""
@@ -216,7 +261,7 @@ class RunFailedEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class RunCancelledEvent(Event):
-    """The run was cancelled and stopped at a barrier."""
+    """The run was cancelled and stopped at a barrier (history)."""
 
 
 @dataclass(frozen=True, slots=True)

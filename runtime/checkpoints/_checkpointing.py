@@ -31,6 +31,7 @@ from actorflow.storage import (
     Cut,
     ExecutorDigests,
     Lease,
+    RawEntry,
     cut_saver,
     is_volatile,
     new_checkpoint_id,
@@ -110,8 +111,14 @@ class Checkpointer:
         snapshots: Mapping[str, list[str]],
         chunks: Mapping[str, bytes],
         metadata: bytes,
+        history: tuple[RawEntry, ...] = (),
+        next_seq: int = 0,
     ) -> str:
         """Write one checkpoint; returns its id.
+
+        ``history``: the session's entries this cut carries (see
+        ``actorflow.storage._history``); ``next_seq``: the number the session's next
+        entry will get, kept in the cut so a resume continues the numbering.
 
         Raises:
             CheckpointError (or what the store raised): the write failed; with async
@@ -137,8 +144,9 @@ class Checkpointer:
             kind if kind in _KINDS else CheckpointKind(kind).value,  # unknown kinds raise
             superstep,
             executors,
-            state.to_bytes(self._packed_graph),
+            state.to_bytes(self._packed_graph, next_seq),
             metadata,
+            history=history,
         )
         self._written = (blobs, cut.runtime)
         if self._sync or kind == "entry":
@@ -188,6 +196,8 @@ class Checkpointer:
         executors: ExecutorDigests,
         runtime: bytes,
         metadata: bytes,
+        *,
+        history: tuple[RawEntry, ...] = (),
     ) -> Cut:
         """A new record of this lineage (its parent: the last cut written).
 
@@ -207,6 +217,7 @@ class Checkpointer:
             executors,
             runtime,
             metadata,
+            history,
         )
 
     def flush(self) -> None:

@@ -24,10 +24,11 @@ PendingEntry = list[Any]
 """``[executor, request payload, response type label]``."""
 
 
-_OWN_FIELDS = 5
+_OWN_FIELDS = 6
 """Entries of the runtime map that :meth:`RunState.to_bytes` packs itself."""
 _SUPERSTEP_KEY = pack("superstep")
 _INBOX_KEY = pack("inbox")
+_SEQ_KEY = pack("seq")
 _EMPTY_ENTRIES = (
     pack("fan_in") + pack({}) + pack("pending") + pack({}) + pack("answered") + pack([])
 )
@@ -67,12 +68,13 @@ class RunState:
     snapshots: dict[str, list[str]] = field(default_factory=dict)
     """Executor id -> digests of its last checkpointed (or last good) snapshot."""
 
-    def to_bytes(self, extra: PackedEntries) -> bytes:
+    def to_bytes(self, extra: PackedEntries, seq: int = 0) -> bytes:
         """Encode for a checkpoint's ``runtime`` field.
 
         ``extra`` holds more map entries, already msgpack-encoded (the graph
         description, which is the same in every checkpoint: packing it once matters
-        for a graph of a thousand executors).
+        for a graph of a thousand executors). ``seq`` is the number the session's next
+        history entry gets (a resume continues from it).
         """
         fan_in = self.fan_in
         if not (fan_in or self.pending or self.answered):
@@ -86,6 +88,8 @@ class RunState:
                     _INBOX_KEY,
                     pack(self.inbox),
                     _EMPTY_ENTRIES,
+                    _SEQ_KEY,
+                    pack(seq),
                     extra.entries,
                 )
             )
@@ -96,6 +100,7 @@ class RunState:
                 "fan_in": {str(g): srcs for g, srcs in fan_in.items()} if fan_in else {},
                 "pending": self.pending,
                 "answered": sorted(self.answered) if self.answered else [],
+                "seq": seq,
             }
         )
         # Splice the extra entries into the packed map: with fewer than 16 entries the
@@ -144,14 +149,14 @@ MAX_SUPERSTEP = (1 << 62) - 1
 counter and the ids derived from it stay within msgpack's 64-bit ints)."""
 _MAX_GROUP = (1 << 31) - 1
 _OWN_KEYS = frozenset({"superstep", "inbox", "fan_in", "pending", "answered"})
-_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "left", "versions"})
+_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "left", "versions", "seq"})
 _SINGLE, _RESPONSE = -1, -2  # as in ._wire (SINGLE, RESPONSE)
 
 
 def decode_runtime(data: bytes) -> dict[str, Any]:
     """Decode and shape-check a checkpoint's ``runtime`` bytes; never runs code.
 
-    Accepts exactly what :meth:`RunState.to_bytes` writes: the five entries of the
+    Accepts exactly what :meth:`RunState.to_bytes` writes: the entries of the
     run state plus the graph description, the lineage tags and the state versions, every key a str, every count within
     the bounds a run can continue from, every payload bytes in the shape its
     delivery group implies, fan-in group keys as canonical decimal numbers.
@@ -209,6 +214,9 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
             ),
             "left",
         )
+    if "seq" in body:  # the session's next history number (older records have none)
+        seq = body["seq"]
+        _check(type(seq) is int and 0 <= seq < 2**63, "seq")
     if "versions" in body:  # written by ._migration.version_entries
         versions = body["versions"]
         _check(

@@ -16,13 +16,17 @@ from actorflow.runtime._wire import RESPONSE
 from actorflow.runtime.checkpoints import Lineage, RunState
 from actorflow.runtime.graph import a_label, type_label
 
-__all__ = ["Answers", "queue_answers"]
+__all__ = ["Answers", "Queued", "queue_answers"]
+
+
+Queued = list[tuple[str, str, bytes]]
+"""Answers queued: ``(request id, executor that asked, the answer encoded)``, in order."""
 
 
 def queue_answers(
     state: RunState, answers: Mapping[str, Any], lineage: Lineage | None = None
-) -> bool:
-    """Deliver ``answers`` to the requesting executors' inboxes; True if any was queued.
+) -> Queued:
+    """Deliver ``answers`` to the requesting executors' inboxes; returns what was queued.
 
     Every answer is checked before any is queued, so a bad one consumes nothing.
 
@@ -57,13 +61,15 @@ def queue_answers(
             encoded.append((request_id, encode(answer)))
         except EncodeError as exc:
             raise RequestError(f"the answer to {request_id!r} cannot be encoded: {exc}") from None
+    queued: Queued = []
     for request_id, payload in encoded:
         executor, request_payload, _ = state.pending.pop(request_id)
         state.answered.add(request_id)
         state.inbox.setdefault(executor, []).append(
             [RESPONSE_SOURCE, RESPONSE, [request_id, request_payload, payload]]
         )
-    return bool(encoded)
+        queued.append((request_id, executor, payload))
+    return queued
 
 
 class Answers:
@@ -76,7 +82,7 @@ class Answers:
 
     def __init__(self, lineage: Lineage) -> None:
         self._lineage = lineage
-        self._queued = False
+        self._queued: Queued = []
 
     @property
     def lineage(self) -> Lineage:
@@ -89,13 +95,12 @@ class Answers:
         Raises:
             RequestError: as :func:`queue_answers`; nothing is consumed.
         """
-        if queue_answers(state, answers, self._lineage):
-            self._queued = True
+        self._queued += queue_answers(state, answers, self._lineage)
 
-    def take(self) -> bool:
-        """Whether answers were queued since the last take (a run without input takes
-        them: its first checkpoint is then a ``response`` one)."""
-        queued, self._queued = self._queued, False
+    def take(self) -> Queued:
+        """The answers queued since the last take (a run without input takes them: its
+        first checkpoint is then a ``response`` one, and its history records them)."""
+        queued, self._queued = self._queued, []
         return queued
 
     def follow(self, lineage: Lineage) -> None:
@@ -104,4 +109,4 @@ class Answers:
 
     def drop(self) -> None:
         """Forget that answers were queued (a recycled one-off session starts clean)."""
-        self._queued = False
+        self._queued = []

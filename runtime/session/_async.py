@@ -19,6 +19,7 @@ from actorflow.runtime.supervisor import RunJob
 
 from ._delivery import AsyncSink, End, EndSink, materialize
 from ._engine import Engine
+from ._history import Chronicle
 from ._jobs import NO_INPUT, RunJobs
 from ._turn import STOP_WAIT, Turn
 
@@ -66,10 +67,20 @@ class AsyncRuns:
         value: Any,
         max_supersteps: int | None,
         metadata: Mapping[str, Any] | None,
+        history: Chronicle,
+        since: int | None,
     ) -> AsyncGenerator[ev.Event, None]:
-        """The run's events, each decoded on the loop; see ``Session.astream``."""
+        """The run's events, each decoded on the loop (after the history from ``since``,
+        if given); see ``Session.astream``."""
         sink = AsyncSink(asyncio.get_running_loop())
-        job = await self._begin(value, max_supersteps, metadata, None, sink)
+        backlog = await asyncio.to_thread(history.read, since) if since is not None else []
+
+        def prelude() -> None:  # the turn is held: nothing is numbered before the run
+            if since is not None:
+                for event in backlog + history.after(backlog, since):
+                    sink.queue.put_nowait(event)
+
+        job = await self._begin(value, max_supersteps, metadata, None, sink, prelude=prelude)
         # aclosing: closing this generator closes the drain at once (which waits for
         # the run to stop), instead of leaving it to the loop's garbage collection.
         async with aclosing(self._drain(job, sink)) as items:
@@ -86,6 +97,8 @@ class AsyncRuns:
         metadata: Mapping[str, Any] | None,
         answers: Mapping[str, Any] | None,
         sink: Callable[[Any], None],
+        *,
+        prelude: Callable[[], None] | None = None,
     ) -> RunJob:
         self._turn.check_open(self._runs.driver.session)
         if self._runs.needs_supervisor:
@@ -97,6 +110,8 @@ class AsyncRuns:
             # Starting an actor thread takes a few hundred microseconds: not on the loop.
             self._runs.adopt(await asyncio.to_thread(self._engine.acquire_supervisor))
         job = self._runs.begin(value, max_supersteps, metadata, sink, answers=answers)
+        if prelude is not None:
+            prelude()
         self._runs.submit(job)
         return job
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import actorflow.runtime._events as ev
@@ -33,7 +34,9 @@ def materialize(event: ev.Event) -> ev.Event:
     if kind is ev.OutputEvent:
         e: Any = event
         if type(e.value) is Payload:
-            return ev.OutputEvent(e.run_id, e.superstep, e.time, e.executor, decode(e.value))
+            return ev.OutputEvent(
+                e.run_id, e.superstep, e.time, e.executor, decode(e.value), seq=e.seq
+            )
     elif kind is ev.RequestEvent:
         e = event
         if type(e.value) is Payload:
@@ -45,7 +48,18 @@ def materialize(event: ev.Event) -> ev.Event:
                 e.executor,
                 decode(e.value),
                 e.response_type,
+                seq=e.seq,
             )
+    elif kind is ev.RunStartedEvent:
+        e = event
+        if type(e.input) is Payload:
+            started: ev.Event = replace(e, input=decode(e.input))
+            return started
+    elif kind is ev.RequestAnsweredEvent:
+        e = event
+        if type(e.value) is Payload:
+            answered: ev.Event = replace(e, value=decode(e.value))
+            return answered
     return event  # most events: nothing encoded inside
 
 

@@ -26,7 +26,7 @@ from actorflow.runtime._context import RUN_INPUT
 from actorflow.runtime._wire import SINGLE
 from actorflow.runtime.checkpoints import Restored
 from actorflow.runtime.graph import type_label
-from actorflow.runtime.supervisor import Driver, RunJob, SupervisorActor, new_run_id
+from actorflow.runtime.supervisor import Driver, Payload, RunJob, SupervisorActor, new_run_id
 from actorflow.runtime.telemetry import capture_context
 from actorflow.storage import EMPTY_METADATA, packed_metadata
 
@@ -188,17 +188,26 @@ class RunJobs:
         if not self._started:
             driver.start_hosts(self._restored.snapshots if self._restored is not None else None)
             self._started = True
-        job.emit(
-            ev.RunStartedEvent(
-                job.run_id, driver.state.superstep, time.time(), spec.name, driver.session
-            )
-        )
+        # From here on the run's history events are numbered (and kept for its cuts).
+        job.emit = emit = driver.history.emitter(job.emit)
+        now = time.time()
+        superstep = driver.state.superstep
+        given = Payload(job.input) if job.input is not None else None
+        emit(ev.RunStartedEvent(job.run_id, superstep, now, spec.name, driver.session, given))
         first: str | None = None
         if job.input is not None:
             driver.state.inbox.setdefault(spec.start, []).append([RUN_INPUT, SINGLE, job.input])
             first = "entry"
-        elif self._answers.take():
-            first = "response"
+        else:
+            answered = self._answers.take()
+            for request_id, executor, payload in answered:
+                emit(
+                    ev.RequestAnsweredEvent(
+                        job.run_id, superstep, now, request_id, executor, Payload(payload)
+                    )
+                )
+            if answered:
+                first = "response"
         status = driver.run(job, first_checkpoint=first)
         if driver.checkpointer is not None:
             driver.checkpointer.flush()

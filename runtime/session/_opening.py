@@ -23,9 +23,10 @@ from typing import Literal
 
 from actorflow.actors import HostPool
 from actorflow.errors import CheckpointNotFound, SessionExists
+from actorflow.runtime._history import read_entries
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
 from actorflow.runtime.checkpoints import Lineage, Restored, load_for_resume
-from actorflow.storage import Checkpoint, CheckpointStore
+from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 from ._engine import Engine
 from ._ownership import Ownership, acquire
@@ -82,6 +83,7 @@ def open_session(
                 ownership=ownership,
                 branch=False,
                 pool=pool,
+                history_seq=_next_seq(store, sid, restored, newest=True),
             )
         if if_exists == "fresh":
             return Session(
@@ -93,6 +95,7 @@ def open_session(
                 ownership=ownership,
                 lineage=Lineage.fresh(),
                 pool=pool,
+                history_seq=_next_seq(store, sid, None, newest=False),
             )
         raise _exists(sid, head, store)
     except BaseException:
@@ -148,10 +151,14 @@ def resume_session(
                 f"{restored.checkpoint.session!r}"
             )
         branch = False
+        newest = True
         if as_session is None and checkpoint_id is not None:
             head = store.latest(session=source)
             if head is not None and checkpoint_id not in (head.id, head.parent_id):
                 branch = True  # time travel: a new branch of this session
+            newest = head is not None and _is_head(head, restored.checkpoint)
+        # A fork is a new session id: its history starts afresh.
+        seq = 0 if as_session is not None else _next_seq(store, target, restored, newest=newest)
         return _session_on(
             engine,
             session_id=target,
@@ -162,10 +169,34 @@ def resume_session(
             ownership=ownership,
             branch=branch,
             pool=pool,
+            history_seq=seq,
         )
     except BaseException:
         ownership.release()
         raise
+
+
+def _is_head(head: Checkpoint, cut: Checkpoint) -> bool:
+    """Whether ``cut`` is the session's newest cut (``head`` the newest record)."""
+    return head.id == cut.id or (head.kind is CheckpointKind.PARTIAL and head.parent_id == cut.id)
+
+
+def _next_seq(
+    store: CheckpointStore, session: str, restored: Restored | None, *, newest: bool
+) -> int:
+    """The number the session's next history event gets: one more than any stored.
+
+    The newest cut records it (``seq`` in its runtime field), so resuming it reads
+    nothing more; a session that continues from an older cut, or starts a new lineage
+    beside others, reads its stored entries past that (every lineage of a session
+    shares one numbering, so none repeats a number).
+    """
+    known = restored.extra.get("seq") if restored is not None else None
+    start = known if isinstance(known, int) else 0
+    if newest and isinstance(known, int):
+        return known
+    entries = read_entries(store, session, start)
+    return entries[-1].seq + 1 if entries else start
 
 
 def open_private(
@@ -179,6 +210,7 @@ def open_private(
     if checkpoint_id is None:
         return Session(engine, session_id, store=store, checkpoint=policy)
     restored = load_for_resume(store, engine.spec, session=None, checkpoint_id=checkpoint_id)
+    known = restored.extra.get("seq")
     return _session_on(
         engine,
         session_id=restored.checkpoint.session,
@@ -188,6 +220,7 @@ def open_private(
         restored=restored,
         ownership=None,
         branch=False,
+        history_seq=known if isinstance(known, int) else 0,
     )
 
 
@@ -202,6 +235,7 @@ def _session_on(
     ownership: Ownership | None,
     branch: bool,
     pool: HostPool | None = None,
+    history_seq: int = 0,
 ) -> Session:
     lineage = Lineage.of(restored.extra)
     return Session(
@@ -214,6 +248,7 @@ def _session_on(
         ownership=ownership,
         lineage=lineage.branch(restored.checkpoint.superstep) if branch else lineage,
         pool=pool,
+        history_seq=history_seq,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from functools import partial
 from typing import Any, Self
 
@@ -23,13 +23,14 @@ import actorflow.runtime._events as ev
 from actorflow.actors import ActorBackend, HostedFactory, HostPool, HostRef
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
 from actorflow.runtime.checkpoints import Checkpointer, Lineage, Restored
-from actorflow.runtime.supervisor import Driver
+from actorflow.runtime.supervisor import Driver, HistoryLog
 from actorflow.storage import CheckpointStore, Lease
 
 from ._answers import Answers
 from ._async import AsyncRuns
 from ._delivery import End, EventStream, QueueSink, pending_of
 from ._engine import Engine
+from ._history import Chronicle
 from ._jobs import NO_INPUT, RunJobs
 from ._ownership import Ownership
 from ._turn import Turn
@@ -57,6 +58,7 @@ class Session:
         ownership: Ownership | None = None,
         lineage: Lineage | None = None,
         pool: HostPool | None = None,
+        history_seq: int = 0,
     ) -> None:
         self._engine = engine
         self._pool = pool if pool is not None else engine.pool
@@ -69,6 +71,9 @@ class Session:
         self._store = store
         self._policy = checkpoint or CheckpointPolicy()
         self._turn = Turn()
+        self._history = Chronicle(
+            HistoryLog(history_seq, durable=store is not None), store, self._turn, lambda: self._id
+        )
         self._runs = RunJobs(
             engine, self._turn, self._answers, self._new_driver(restored), restored
         )
@@ -100,6 +105,39 @@ class Session:
     def pending_requests(self) -> tuple[ev.PendingRequest, ...]:
         """Requests waiting for answers (also after a resume), sorted by id."""
         return pending_of(self._runs.driver.state.pending)
+
+    def history(self, since: int = 0) -> list[ev.Event]:
+        """The session's history from number ``since``: what its runs did, in order.
+
+        Each event has its number in ``seq``: a run started (with its input), its
+        outputs, executor failures (with a short traceback), restarts (with their
+        backoff), rolled-back supersteps, requests asked and answered, and how each
+        run ended. With a store this covers every run of the session id, in any
+        process, whose checkpoints are still stored (entries go with their
+        checkpoints); without one, the last 10,000 events of this session object.
+        Safe from any thread, during a run too. See ``docs/history.md``.
+
+        Raises:
+            CheckpointCorrupt: a stored record of the session cannot be decoded.
+            DecodeError: a stored value is of a type this process has not registered.
+        """
+        return self._history.read(_since(since))
+
+    def follow(self, since: int = 0, *, forever: bool = False) -> Generator[ev.Event, None, None]:
+        """The history from ``since`` (see :meth:`history`), then each history event as
+        it is emitted, by whatever runs this session.
+
+        Without ``forever`` it ends once no run is going (at once after the backlog
+        for an idle session, or when the run in progress ends); with it, when the
+        session closes. A consumer that lost its place follows again from the last
+        ``seq`` it saw plus one, and misses and repeats nothing. Closing the iterator
+        stops following; it never stops a run.
+        """
+        return self._history.follow(_since(since), forever=forever)
+
+    def afollow(self, since: int = 0, *, forever: bool = False) -> AsyncIterator[ev.Event]:
+        """Async :meth:`follow`: never blocks the event loop."""
+        return self._history.afollow(_since(since), forever=forever)
 
     def respond(
         self,
@@ -180,8 +218,13 @@ class Session:
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        since: int | None = None,
     ) -> Iterator[ev.Event]:
         """Run and yield each event as it happens.
+
+        With ``since``, the session's history from that number (see :meth:`history`)
+        comes first, then the run's events: a consumer that lost its connection
+        continues from the last ``seq`` it saw plus one.
 
         Abandoning the iterator (``close()``, even before the first event, or
         dropping it after a ``break``) cancels the run, as does a ``KeyboardInterrupt``
@@ -190,7 +233,12 @@ class Session:
         ``RunFailedEvent`` was yielded.
         """
         sink = QueueSink()
+        backlog = self._history.read(_since(since)) if since is not None else []
         job = self._runs.begin(input, max_supersteps, metadata, sink)
+        if since is not None:
+            # The turn is ours now: nothing can be numbered before this run starts.
+            for event in backlog + self._history.after(backlog, since):
+                sink(event)
         future = self._runs.submit(job)
         return EventStream(sink, partial(self._runs.abandon, future))
 
@@ -231,14 +279,22 @@ class Session:
         *,
         max_supersteps: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        since: int | None = None,
     ) -> AsyncGenerator[ev.Event, None]:
         """Async :meth:`stream`: never blocks the event loop.
 
+        ``since`` replays the history from that number first, as in :meth:`stream`.
         Leaving early (``break``, ``await it.aclose()``) or cancelling the consuming
         task cancels the run as :meth:`arun` does; once ``aclose()`` returns the
         session is free for the next call.
         """
-        return self._async.stream(input, max_supersteps, metadata)
+        return self._async.stream(
+            input,
+            max_supersteps,
+            metadata,
+            self._history,
+            _since(since) if since is not None else None,
+        )
 
     def cancel(self) -> None:
         """Ask the current run to stop at the next barrier (safe from any thread).
@@ -311,6 +367,7 @@ class Session:
     def _teardown(self, wait: bool) -> None:
         """Give back every actor (the turn is held: by the closer, or the run ending)."""
         self._runs.close(wait=wait)
+        self._history.log.close()  # followers end
         if self._ownership is not None:
             self._ownership.release()  # after the checkpointer drained its writes
 
@@ -358,6 +415,7 @@ class Session:
             restart=self._restart,
             restart_overrides=self._engine.restart_overrides,
             checkpointer=checkpointer,
+            history=self._history.log,
         )
         if restored is not None:
             driver.state = restored.state
@@ -389,3 +447,10 @@ class Session:
         self._id = os.urandom(16).hex()
         self._runs.recycle(self._id)
         self._answers.drop()
+
+
+def _since(since: object) -> int:
+    """``since`` checked: a history number (an int >= 0)."""
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError(f"since= must be a history number (an int >= 0), got {since!r}")
+    return since

@@ -40,6 +40,11 @@ class Turn:
         """Whether the session is closed (or left to close at its run's end)."""
         return self._closed
 
+    @property
+    def busy(self) -> bool:
+        """Whether something holds the turn now (a run, a reset, a close)."""
+        return self._busy.locked()
+
     def take(self, session: str, what: str) -> None:
         """Take the turn to do ``what`` on ``session``, or raise at once.
 

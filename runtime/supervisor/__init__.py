@@ -10,11 +10,13 @@ of each executor (``_last_good``).
 
 from ._barrier import CANCEL_GRACE
 from ._driver import Driver
+from ._history import HistoryLog
 from ._job import Payload, RunJob, SupervisorActor, new_run_id
 
 __all__ = [
     "CANCEL_GRACE",
     "Driver",
+    "HistoryLog",
     "Payload",
     "RunJob",
     "SupervisorActor",

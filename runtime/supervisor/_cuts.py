@@ -22,6 +22,7 @@ from actorflow.runtime.checkpoints import Checkpointer, RunState
 from actorflow.runtime.telemetry import Telemetry
 
 from ._failures import qualname
+from ._history import HistoryLog
 from ._hosts import Hosts
 from ._job import RunJob
 from ._last_good import LastGood
@@ -36,11 +37,18 @@ class CutWriter:
     """Writes one session's cuts to its store."""
 
     def __init__(
-        self, checkpointer: Checkpointer, hosts: Hosts, last: LastGood, *, log: Log
+        self,
+        checkpointer: Checkpointer,
+        hosts: Hosts,
+        last: LastGood,
+        history: HistoryLog,
+        *,
+        log: Log,
     ) -> None:
         self.checkpointer = checkpointer
         self._hosts = hosts
         self._last = last
+        self._history = history
         self._log = log
         self.completed: Parts = {}
         """The finished parts of the superstep a crashed process was running (resume)."""
@@ -63,6 +71,11 @@ class CutWriter:
         (asking a host for one would queue behind the next superstep and return its
         state after that superstep)."""
         return bool(state.inbox) and self.checkpointer.overlaps and not self._last.dirty
+
+    def may_halt(self) -> bool:
+        """Whether a ``halt`` cut can be written now without asking a host for its state:
+        every executor's state at the barrier is in hand."""
+        return not self._last.dirty
 
     def write(self, job: RunJob, kind: str, state: RunState, telemetry: Telemetry) -> None:
         """Write the ``kind`` cut of ``state``.
@@ -128,6 +141,7 @@ class CutWriter:
                         superstep=state.superstep,
                     ) from exc
                 last.remember(target, snapshot)
+        history = self._history.take()
         try:
             checkpoint_id = checkpointer.write(
                 kind=kind,
@@ -136,10 +150,13 @@ class CutWriter:
                 snapshots=last.digests,
                 chunks=last.chunks,
                 metadata=job.metadata,
+                history=history,
+                next_seq=self._history.next_seq,
             )
-            if kind == "final":
-                checkpointer.flush()  # a run is reported complete only once it is durable
+            if kind in ("final", "halt"):
+                checkpointer.flush()  # a run is reported ended only once that is durable
         except Exception as exc:
+            self._history.put_back(history)
             self._log.error(
                 f"checkpoint write failed after superstep {state.superstep}: "
                 f"{qualname(type(exc))}: {exc}; stopping the run",

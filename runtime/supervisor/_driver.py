@@ -23,7 +23,12 @@ from typing import Any
 
 import actorflow.runtime._events as ev
 from actorflow.actors import HostFuture, HostPool
-from actorflow.errors import RunCancelled, RunFailed, SuperstepLimitExceeded
+from actorflow.errors import (
+    CheckpointWriteFailed,
+    RunCancelled,
+    RunFailed,
+    SuperstepLimitExceeded,
+)
 from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._logging import get_logger
 from actorflow.runtime._pace import PACE
@@ -36,6 +41,7 @@ from actorflow.storage import BlobBatchReader
 from ._barrier import Interrupted, TimedOut, collect
 from ._cuts import CutWriter, Parts
 from ._failures import StepFailure, qualname
+from ._history import HistoryLog
 from ._hosts import Hosts, HostWrapper
 from ._job import Payload, RunJob
 from ._last_good import Chunks, LastGood
@@ -58,6 +64,7 @@ class Driver:
         restart: RestartPolicy | None,
         restart_overrides: dict[str, RestartPolicy],
         checkpointer: Checkpointer | None,
+        history: HistoryLog | None = None,
     ) -> None:
         self.spec = spec
         self.session = session
@@ -81,8 +88,12 @@ class Driver:
             keep_state=keep_state,
             log=self._log,
         )
+        self.history = (
+            history if history is not None else HistoryLog(durable=checkpointer is not None)
+        )
+        """The session's history: numbers events, and hands the cuts their entries."""
         self._cuts = (
-            CutWriter(checkpointer, self._hosts, self._last, log=self._log)
+            CutWriter(checkpointer, self._hosts, self._last, self.history, log=self._log)
             if checkpointer is not None
             else None
         )
@@ -145,6 +156,7 @@ class Driver:
         self._log = _log.bind(workflow=self.spec.name, session=session)
         self._recovery.renew(self._log)
         self._hosts.reload()
+        self.history.renew()
 
     # --- the run ------------------------------------------------------------------
 
@@ -197,7 +209,7 @@ class Driver:
                 ):
                     cuts.write_unwritten(job, state, telemetry)  # no next superstep: written now
                 if cancelled:
-                    emit(ev.RunCancelledEvent(job.run_id, state.superstep, time.time()))
+                    self._halt(job, ev.RunCancelledEvent(job.run_id, state.superstep, time.time()))
                     return ev.RunStatus.CANCELLED
                 if steps >= job.max_supersteps:
                     raise SuperstepLimitExceeded(
@@ -211,24 +223,28 @@ class Driver:
                 telemetry.superstep(state.superstep + 1, lambda: self._superstep(job))
             pending = tuple(sorted(state.pending))
             now = time.time()
+            status = ev.RunStatus.IDLE_WITH_PENDING_REQUESTS if pending else ev.RunStatus.COMPLETED
+            # Numbered before the final cut, which carries it; emitted once that is stored.
+            completed = self.history.note(
+                ev.RunCompletedEvent(job.run_id, state.superstep, now, status)
+            )
             if cuts is not None:
                 cuts.write(job, "final", state, telemetry)
             if pending:
                 emit(ev.RunIdleWithPendingRequestsEvent(job.run_id, state.superstep, now, pending))
-                status = ev.RunStatus.IDLE_WITH_PENDING_REQUESTS
             else:
                 emit(ev.RunIdleEvent(job.run_id, state.superstep, now))
-                status = ev.RunStatus.COMPLETED
-            emit(ev.RunCompletedEvent(job.run_id, state.superstep, time.time(), status))
+            emit(completed)
             log.info("run completed", status=status.value, supersteps=steps)
             return status
         except RunCancelled:
             # cancel() arrived during a restart backoff: the superstep was rolled back.
-            emit(ev.RunCancelledEvent(job.run_id, state.superstep, time.time()))
+            self._halt(job, ev.RunCancelledEvent(job.run_id, state.superstep, time.time()))
             return ev.RunStatus.CANCELLED
         except RunFailed as exc:
             cause = exc.__cause__ or exc
-            emit(
+            self._halt(
+                job,
                 ev.RunFailedEvent(
                     job.run_id,
                     state.superstep,
@@ -236,7 +252,8 @@ class Driver:
                     getattr(exc, "executor", None),
                     qualname(type(cause)),
                     str(exc),
-                )
+                ),
+                write=not isinstance(exc, CheckpointWriteFailed),
             )
             log.info(
                 f"run failed in superstep {state.superstep}: {exc}",
@@ -244,6 +261,29 @@ class Driver:
                 error=str(exc),
             )
             raise
+
+    def _halt(self, job: RunJob, end: ev.Event, *, write: bool = True) -> None:
+        """End a run that did not go idle with ``end`` (its failure or cancel): with a
+        store, a ``halt`` cut of the last barrier carries it (and what led to it), so
+        the session's history says why it stopped; then ``end`` is emitted.
+
+        No cut is written (``write`` false) when the run failed because its store did:
+        a run whose entry could not be written was never accepted, and leaves nothing.
+        Nor when the driver is broken or some executor's state at the barrier was never
+        snapshotted (a policy that skips barriers): asking a host for it now could wait
+        on the very host that failed. The entries then go with the session's next cut.
+        """
+        self.history.note(end)
+        cuts = self._cuts
+        if write and cuts is not None and self.broken is None and cuts.may_halt():
+            try:
+                cuts.write(job, "halt", self.state, self._telemetry)
+            except RunFailed as exc:  # the store failed too: reported as its own event
+                self._log.warning(
+                    f"the halt checkpoint of run {job.run_id} could not be written: {exc}",
+                    run=job.run_id,
+                )
+        job.emit(end)
 
     def _superstep(self, job: RunJob) -> None:
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
@@ -291,6 +331,12 @@ class Driver:
             )
             if broken is not None:
                 self.broken = broken
+            else:
+                emit(
+                    ev.SuperstepRolledBackEvent(
+                        job.run_id, superstep, time.time(), tuple(targets), _reason(exc)
+                    )
+                )
             if cuts is not None and cuts.unwritten:
                 cuts.write_unwritten(job, state, telemetry)  # no host started: the cut counts
             raise
@@ -454,3 +500,9 @@ class Driver:
                 "in their handlers; they were abandoned and the superstep rolled back"
             )
         return failures
+
+
+def _reason(error: BaseException) -> str:
+    """Why a superstep failed, for its rollback event."""
+    cause = error.__cause__ if isinstance(error, RunFailed) and error.__cause__ else error
+    return f"{qualname(type(cause))}: {error}"

@@ -19,7 +19,7 @@ from actorflow.runtime._pace import unpaced
 from actorflow.runtime._policy import RestartPolicy, Restarts
 
 from ._barrier import TimedOut
-from ._failures import StepFailure, qualname
+from ._failures import StepFailure, qualname, short_traceback
 from ._hosts import Hosts
 from ._job import RunJob
 from ._last_good import LastGood
@@ -68,7 +68,13 @@ class Recovery:
         now = time.time()
         job.emit(
             ev.ExecutorFailedEvent(
-                job.run_id, superstep, now, target, qualname(type(error)), str(error)
+                job.run_id,
+                superstep,
+                now,
+                target,
+                qualname(type(error)),
+                str(error),
+                short_traceback(error),
             )
         )
         decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
@@ -118,6 +124,7 @@ class Recovery:
                 attempt,
                 qualname(type(error)),
                 str(error),
+                delay,
             )
         )
 

@@ -117,11 +117,12 @@ def test_runtime_record_is_one_msgpack_map_with_the_extra_entries() -> None:
                 "fan_in": {str(g): s for g, s in state.fan_in.items()},
                 "pending": state.pending,
                 "answered": sorted(state.answered),
+                "seq": state.superstep * 3,
                 "graph": graph,
             },
             use_bin_type=True,
         )
-        assert state.to_bytes(extra) == expected
+        assert state.to_bytes(extra, state.superstep * 3) == expected
 
 
 def test_last_good_holds_exactly_the_chunks_some_snapshot_uses() -> None:

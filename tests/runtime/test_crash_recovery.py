@@ -35,6 +35,7 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode_state
+from actorflow.runtime import event_of
 from actorflow.runtime.session._ownership import acquire
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 from actorflow.storage.file._segment import scan_segment
@@ -190,6 +191,28 @@ def check_recovered(
     assert steps == sorted(steps, reverse=True)
     if resumed_from is not None:
         assert resumed_from.id in {cp.id for cp in chain}, "the resume did not continue the lineage"
+    check_history(store, ref)
+
+
+def check_history(store: CheckpointStore, ref: Reference) -> None:
+    """The session's history agrees with its lineage after the crash: numbers without a
+    gap or a repeat (the killed process's unstored tail numbered again by the resume),
+    every output of the uninterrupted run exactly once, and the run's end recorded."""
+    history = [event_of(e) for e in store.session_history(SESSION)]
+    assert [e.seq for e in history] == list(range(len(history))), "history numbers repeat or skip"
+    outputs = [
+        (e.superstep, e.executor, _normal(e.value))
+        for e in history
+        if isinstance(e, af.OutputEvent)
+    ]
+    assert outputs == ref.outputs, "the history lost or doubled an output"
+    assert isinstance(history[0], af.RunStartedEvent) and history[0].input is not None
+    assert isinstance(history[-1], af.RunCompletedEvent)
+    # Every run recorded (the killed one, if its entry cut was stored, and the resumed
+    # one) has its start; the last one its end.
+    starts = sum(isinstance(e, af.RunStartedEvent) for e in history)
+    ends = sum(isinstance(e, af.RunCompletedEvent) for e in history)
+    assert 1 <= ends <= starts
 
 
 def resume_here(

@@ -302,7 +302,11 @@ def test_an_error_retry_on_does_not_match_fails_at_once() -> None:
     assert isinstance(outcome.error.__cause__, ValueError)
     assert outcome.restarts == 0
     assert len(outcome.failures) == 1
-    assert [type(e) for e in outcome.events[-2:]] == [af.ExecutorFailedEvent, af.RunFailedEvent]
+    assert [type(e) for e in outcome.events[-3:]] == [
+        af.ExecutorFailedEvent,
+        af.SuperstepRolledBackEvent,
+        af.RunFailedEvent,
+    ]
 
 
 @pytest.mark.timeout(30)

@@ -172,7 +172,6 @@ def test_history_entries_round_trip_in_the_record() -> None:
 @pytest.mark.parametrize(
     ("entries", "error"),
     [
-        ([HistoryEntry(1, "output", 1.0, b"", "another-record")], ValueError),
         (
             [HistoryEntry(2, "output", 1.0, b"", "r"), HistoryEntry(2, "output", 1.0, b"", "r")],
             ValueError,
@@ -181,9 +180,16 @@ def test_history_entries_round_trip_in_the_record() -> None:
     ],
 )
 def test_history_entries_are_checked(entries: list[Any], error: type[Exception]) -> None:
-    """Entries must name their record and ascend strictly by seq."""
+    """Entries must be HistoryEntry values ascending strictly by seq."""
     with pytest.raises(error):
         make(id="r", history=tuple(entries))
+
+
+def test_history_entries_name_the_record_that_holds_them() -> None:
+    """An entry naming another record (a record copied under a new id) names this one."""
+    copied = make(id="copy", history=(HistoryEntry(1, "output", 1.0, b"", "original"),))
+    assert [e.checkpoint_id for e in copied.history] == ["copy"]
+    assert dataclasses.replace(copied, id="again").history[0].checkpoint_id == "again"
 
 
 @pytest.mark.parametrize(
