@@ -13,45 +13,45 @@ from actorflow.errors import DecodeError
 
 
 @af.message
-class Colour(enum.Enum):
+class JsonColour(enum.Enum):
     RED = "red"
     BLUE = "blue"
 
 
 @af.message
 @dataclass
-class Note:
+class JsonNote:
     text: str
     tags: list[str] = field(default_factory=list)
 
 
 @af.message
 @dataclass
-class Verdict:
+class JsonVerdict:
     approved: bool
-    note: Note | None = None
-    colour: Colour = Colour.RED
+    note: JsonNote | None = None
+    colour: JsonColour = JsonColour.RED
     score: float = 0.0
     raw: bytes = b""
 
 
 def test_registered_values_round_trip_through_json() -> None:
     """A value with nested registered types comes back equal from its JSON shape."""
-    value = Verdict(True, Note("ok", ["a"]), Colour.BLUE, 2.5, b"\x00\xff")
+    value = JsonVerdict(True, JsonNote("ok", ["a"]), JsonColour.BLUE, 2.5, b"\x00\xff")
     data = to_json(value)
-    assert data["$type"] == "Verdict"
+    assert data["$type"] == "JsonVerdict"
     assert data["raw"] == {"$bytes": "AP8="}
     assert from_json(data) == value
-    assert from_json(data, "Verdict") == value
+    assert from_json(data, "JsonVerdict") == value
 
 
 def test_a_plain_object_becomes_the_expected_type() -> None:
     """A client writes the fields only; the expected type's annotations do the rest."""
     got = from_json(
         {"approved": False, "note": {"text": "no", "tags": ["x"]}, "colour": "blue", "score": 1},
-        "Verdict",
+        "JsonVerdict",
     )
-    assert got == Verdict(False, Note("no", ["x"]), Colour.BLUE, 1.0)
+    assert got == JsonVerdict(False, JsonNote("no", ["x"]), JsonColour.BLUE, 1.0)
     assert isinstance(got.score, float)
     assert from_json(3, "int") == 3
     assert from_json([1, 2], "object") == [1, 2]
@@ -60,9 +60,9 @@ def test_a_plain_object_becomes_the_expected_type() -> None:
 @pytest.mark.parametrize(
     ("data", "label", "message"),
     [
-        ({"approved": "yes"}, "Verdict", "value.approved: expected bool"),
-        ({}, "Verdict", r"needs the field\(s\) approved"),
-        ({"approved": True, "bogus": 1}, "Verdict", "has no field bogus"),
+        ({"approved": "yes"}, "JsonVerdict", "value.approved: expected bool"),
+        ({}, "JsonVerdict", r"needs the field\(s\) approved"),
+        ({"approved": True, "bogus": 1}, "JsonVerdict", "has no field bogus"),
         ("three", "int", "expected int, got a string"),
         (True, "int", "expected int, got a boolean"),
         ({"$type": "no.such.Type"}, "object", "not registered"),

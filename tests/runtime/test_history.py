@@ -23,7 +23,7 @@ RELEASE = threading.Event()
 
 @af.message
 @dataclass
-class Decision:
+class Ruling:
     approved: bool
     note: str
 
@@ -50,10 +50,10 @@ class Worker(af.Executor):
         self.seen.append(n)
         ctx.output(n * 10)
         if n < 0:
-            ctx.request(n, Decision)
+            ctx.request(n, Ruling)
 
     @af.response_handler
-    def on_decision(self, asked: int, answer: Decision, ctx: af.Context[None]) -> None:
+    def on_decision(self, asked: int, answer: Ruling, ctx: af.Context[None]) -> None:
         ctx.output(f"{asked}: {answer.approved} ({answer.note})")
 
 
@@ -185,7 +185,7 @@ def test_requests_and_answers_are_recorded(store: af.CheckpointStore) -> None:
     """A request asked and the answer given are both in the history, values decoded."""
     with build() as wf, wf.session("s", store=store) as s:
         [pending] = s.run(-1).pending_requests
-        s.respond({pending.request_id: Decision(True, "fine")})
+        s.respond({pending.request_id: Ruling(True, "fine")})
         history = s.history()
     asked = [e for e in history if isinstance(e, af.RequestEvent)]
     answered = [e for e in history if isinstance(e, af.RequestAnsweredEvent)]
@@ -193,7 +193,7 @@ def test_requests_and_answers_are_recorded(store: af.CheckpointStore) -> None:
         (pending.request_id, -1, pending.response_type)
     ]
     assert [(e.request_id, e.executor, e.value) for e in answered] == [
-        (pending.request_id, "worker", Decision(True, "fine"))
+        (pending.request_id, "worker", Ruling(True, "fine"))
     ]
     completed = [e for e in history if isinstance(e, af.RunCompletedEvent)]
     assert [e.status for e in completed] == [
