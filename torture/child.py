@@ -49,7 +49,7 @@ from actorflow.errors import ActorflowError, CheckpointError, SessionClosed
 from actorflow.testing import inject_fault
 
 from . import flows
-from .observe import AttemptLog, canonical, final_states, lineage_outputs
+from .observe import AttemptLog, canonical, final_states, history_of, lineage_outputs
 from .stores import FaultyStore, Progress, open_store
 
 __all__ = ["Log", "Opener", "drive", "main", "policy_of", "restart_of", "split_attempts"]
@@ -399,6 +399,7 @@ def _report(config: Mapping[str, Any], store: Any, logs: Mapping[str, Log]) -> N
         report["sessions"][sid] = {
             "outputs": lineage_outputs(store, sid, attempts),
             "states": final_states(store, sid),
+            "history": history_of(store, sid),
         }
     Path(config["report"]).write_text(json.dumps(report))
 

@@ -10,6 +10,11 @@ was not committed and is not counted; one that two attempts logged for superstep
 single cut covers would be counted twice only if the attempt that wrote the cut logged
 it twice. So "exactly the oracle's outputs" means nothing lost and nothing doubled.
 
+**The history.** The session's history entries (stored inside its cuts) must agree
+with its lineage: numbered 0, 1, 2, ... without a gap or a repeat (a crashed or
+fenced attempt's unstored entries numbered again by the attempt that continued),
+and their outputs exactly the lineage's outputs.
+
 **Final states.** Each executor's state in the newest cut, decoded; a sub-workflow's
 nested checkpoint is decoded into its inner executors' states, recursively, so that
 ids and times (which differ between runs) do not enter the comparison.
@@ -23,9 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from actorflow.actors import decode_state
+from actorflow.runtime import OutputEvent, event_of
 from actorflow.storage import Checkpoint, CheckpointKind, decode_checkpoint
 
-__all__ = ["AttemptLog", "canonical", "final_states", "lineage_outputs"]
+__all__ = ["AttemptLog", "canonical", "final_states", "history_of", "lineage_outputs"]
 
 Output = list[Any]
 """``[superstep, executor, value]`` of one output event (value in canonical JSON form)."""
@@ -113,6 +119,20 @@ def lineage_outputs(store: Any, session: str, attempts: Sequence[AttemptLog]) ->
         outputs += [o for o in attempt.outputs if covered < o[0] <= cut.superstep]
         covered = cut.superstep
     return outputs
+
+
+def history_of(store: Any, session: str) -> dict[str, Any]:
+    """The session's stored history: its numbers, and its outputs as ``[superstep,
+    executor, value]`` (canonical), in order."""
+    events = [event_of(entry) for entry in store.session_history(session)]
+    return {
+        "seqs": [event.seq for event in events],
+        "outputs": [
+            [e.superstep, e.executor, canonical(e.value)]
+            for e in events
+            if isinstance(e, OutputEvent)
+        ],
+    }
 
 
 def final_states(store: Any, session: str) -> dict[str, Any]:

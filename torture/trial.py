@@ -49,7 +49,7 @@ import actorflow as af
 
 from . import flows, grammar
 from .child import Log, Opener, drive, split_attempts
-from .observe import AttemptLog, final_states, lineage_outputs
+from .observe import AttemptLog, final_states, history_of, lineage_outputs
 from .stores import DURABLE, FaultyStore, drop_store, open_store
 
 __all__ = ["KINDS", "Failure", "Oracle", "Trial", "oracle_of"]
@@ -496,6 +496,14 @@ class _Runner:
                     f"session {sid}: outputs along the lineage differ from the oracle's\n"
                     + _diff(self.oracle.outputs, seen["outputs"])
                 )
+            history = seen["history"]
+            if history["seqs"] != list(range(len(history["seqs"]))):
+                raise Failure(f"session {sid}: history numbers skip or repeat: {history['seqs']}")
+            if history["outputs"] != seen["outputs"]:
+                raise Failure(
+                    f"session {sid}: the history's outputs differ from the lineage's\n"
+                    + _diff(seen["outputs"], history["outputs"])
+                )
             if seen["states"] != self.oracle.states:
                 raise Failure(
                     f"session {sid}: final states differ from the oracle's\n"
@@ -512,6 +520,7 @@ class _Runner:
                 observed["sessions"][sid] = {
                     "outputs": _json(lineage_outputs(store, sid, attempts)),
                     "states": _json(final_states(store, sid)),
+                    "history": _json(history_of(store, sid)),
                 }
             return observed
         finally:

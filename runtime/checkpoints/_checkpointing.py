@@ -90,6 +90,10 @@ class Checkpointer:
         self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._unwritten: list[RawEntry] = []
+        """History entries of queued cuts that were never written (a background write
+        failed, and the writer skipped what was queued after it): the session's next
+        cut carries them, so a failed write loses no history (see :meth:`unwritten`)."""
         self._written: tuple[Mapping[str, bytes], bytes] = ({}, b"")
         trace = parent.metadata.get(TRACE_KEY) if parent is not None else None
         self.resumed_trace: bytes | None = trace if isinstance(trace, bytes) else None
@@ -227,6 +231,12 @@ class Checkpointer:
         self.raise_failure()
         self.queued = False
 
+    def unwritten(self) -> tuple[RawEntry, ...]:
+        """The history entries of cuts a background write lost, oldest first (taken: the
+        caller's next cut carries them). Read after :meth:`raise_failure` raised."""
+        taken, self._unwritten = tuple(self._unwritten), []
+        return taken
+
     def raise_failure(self) -> None:
         """Re-raise a background write failure (once), resetting the lineage to what is stored."""
         if self._failure is None:
@@ -269,8 +279,12 @@ class Checkpointer:
                 if self._failure is None:
                     self._save(*item)
                     self._confirmed_id = item[0].id
+                else:
+                    self._unwritten.extend(item[0].history)
             except Exception as exc:  # noqa: BLE001 - surfaced by raise_failure at the next barrier
                 self._failure = exc
+                assert item is not None  # (the sentinel returns before anything can raise)
+                self._unwritten.extend(item[0].history)
             finally:
                 work.task_done()
 

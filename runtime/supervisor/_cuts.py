@@ -156,7 +156,9 @@ class CutWriter:
             if kind in ("final", "halt"):
                 checkpointer.flush()  # a run is reported ended only once that is durable
         except Exception as exc:
-            self._history.put_back(history)
+            # Nothing of it was stored: the next cut carries these entries, after those
+            # of earlier cuts a background write lost (older numbers first).
+            self._history.put_back(checkpointer.unwritten() + history)
             self._log.error(
                 f"checkpoint write failed after superstep {state.superstep}: "
                 f"{qualname(type(exc))}: {exc}; stopping the run",
