@@ -18,7 +18,11 @@ def _blocks(page: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("page", "index"),
-    [(page, i) for page in ("requests.md", "running.md", "history.md") for i in range(len(_blocks(page)))],
+    [
+        (page, i)
+        for page in ("requests.md", "running.md", "history.md")
+        for i in range(len(_blocks(page)))
+    ],
 )
 def test_every_code_block_runs(page: str, index: int, tmp_path: Path) -> None:
     """Each python block of the page runs in a fresh interpreter without error."""

@@ -229,7 +229,11 @@ class Driver:
                 ev.RunCompletedEvent(job.run_id, state.superstep, now, status)
             )
             if cuts is not None:
-                cuts.write(job, "final", state, telemetry)
+                try:
+                    cuts.write(job, "final", state, telemetry)
+                except RunFailed:
+                    self.history.retract(completed)  # it did not complete: it fails
+                    raise
             if pending:
                 emit(ev.RunIdleWithPendingRequestsEvent(job.run_id, state.superstep, now, pending))
             else:

@@ -60,6 +60,16 @@ class HistoryLog:
             self._pending.append(raw_entry(event))
         return event
 
+    def retract(self, event: ev.Event) -> None:
+        """Take back the number of ``event``, the last one :meth:`note` gave, before it
+        was emitted (a run's completion whose final cut could not be written: the run
+        failed instead, and no number is skipped)."""
+        assert event.seq == self.next_seq - 1, "only the last numbered event is retracted"
+        if self._durable and self._pending and self._pending[-1][0] == event.seq:
+            self._pending.pop()
+        self.next_seq -= 1
+        object.__setattr__(event, "seq", None)
+
     def emitter(self, emit: Callable[[object], None]) -> Callable[[object], None]:
         """``emit`` (a run's event sink) with history events numbered and published
         first; other events pass through as they are."""

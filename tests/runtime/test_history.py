@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import actorflow as af
-from actorflow.storage import CheckpointKind
+from actorflow.storage import Checkpoint, CheckpointKind, Lease
 
 WAIT_S = 10.0
 FAIL = threading.Event()
@@ -319,3 +319,40 @@ def test_since_must_be_a_number() -> None:
             s.history(since=-1)
         with pytest.raises(ValueError, match="since="):
             s.follow(since="3")  # type: ignore[arg-type]
+
+
+class RefusingFinal(af.MemoryStore):
+    """Refuses the first ``final`` cut, as a full disk would."""
+
+    refused = False
+
+    def save(
+        self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
+    ) -> None:
+        if checkpoint.kind == "final" and not self.refused:
+            self.refused = True
+            raise OSError("disk full (simulated)")
+        super().save(checkpoint, blobs, lease=lease)
+
+
+def test_a_run_whose_final_cut_fails_is_recorded_as_failed_not_completed() -> None:
+    """The completion is numbered before its cut is written; when that write fails the
+    run fails instead, and the history says so without a gap in its numbers."""
+    store = RefusingFinal()
+    with build() as wf, wf.session("s", store=store) as s:
+        with pytest.raises(af.CheckpointWriteFailed):
+            s.run(1)
+        s.run(2)
+        history = s.history()
+    assert [e.seq for e in history] == list(range(len(history)))
+    assert kinds(history) == [
+        "RunStartedEvent",
+        "OutputEvent",
+        "OutputEvent",
+        "RunFailedEvent",
+        "RunStartedEvent",
+        "OutputEvent",
+        "OutputEvent",
+        "RunCompletedEvent",
+    ]
+    assert [e.seq for e in store.session_history("s")] == list(range(8))
