@@ -190,11 +190,14 @@ def resume_and_step(wf: af.Workflow, store: Any) -> af.Session:
 
 
 def undo_step(store: Any) -> None:
-    """Delete superstep 101's checkpoint, so the next repetition resumes from W3's last cut."""
+    """Delete superstep 101's checkpoints (its step cut and the halt cut that ends the run
+    at the limit), so the next repetition resumes from W3's last cut."""
     latest = store.latest(session=SESSION)
     if latest is None or latest.superstep != STEPS + 1:
         raise AssertionError(f"expected a checkpoint of superstep {STEPS + 1}, got {latest}")
-    store.delete(latest.id)
+    for checkpoint in store.list(session=SESSION):
+        if checkpoint.superstep > STEPS:
+            store.delete(checkpoint.id)
 
 
 def resume_w4(

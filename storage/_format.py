@@ -127,7 +127,8 @@ class Checkpoint:
     history: tuple[HistoryEntry, ...] = ()
     """The session's history entries this cut carries (what happened since the
     lineage's previous cut), ascending by ``seq``; each names this record as its
-    ``checkpoint_id``. Stored atomically with the record (see ``_history``)."""
+    ``checkpoint_id`` (an entry naming another record is given this one's id).
+    Stored atomically with the record (see ``_history``)."""
 
     def __post_init__(self) -> None:
         for name in ("id", "session", "workflow", "graph_signature"):
@@ -220,22 +221,28 @@ def _is_int(value: object) -> bool:
 
 
 def _checked_history(checkpoint_id: str, history: object) -> tuple[HistoryEntry, ...]:
-    """``history`` as a tuple of this record's entries in ascending ``seq``."""
+    """``history`` as a tuple of this record's entries in ascending ``seq``.
+
+    An entry's ``checkpoint_id`` is the record that holds it, so an entry naming
+    another one (a record copied under a new id) is given this record's id.
+    """
     if not isinstance(history, tuple | list):
         raise TypeError("Checkpoint.history must be a tuple of HistoryEntry")
+    entries: list[HistoryEntry] = []
     last = -1
     for entry in history:
         if not isinstance(entry, HistoryEntry):
             raise TypeError("Checkpoint.history must hold HistoryEntry values")
-        if entry.checkpoint_id != checkpoint_id:
-            raise ValueError(
-                f"history entry {entry.seq} names checkpoint {entry.checkpoint_id!r}, "
-                f"not the record {checkpoint_id!r} that holds it"
-            )
         if entry.seq <= last:
             raise ValueError("Checkpoint.history must be in strictly ascending seq")
         last = entry.seq
-    return tuple(history)
+        if entry.checkpoint_id == checkpoint_id:
+            entries.append(entry)
+        else:
+            entries.append(
+                HistoryEntry(entry.seq, entry.kind, entry.time, entry.data, checkpoint_id)
+            )
+    return tuple(entries)
 
 
 def _plain_copy(value: Any, path: str) -> Any:

@@ -296,15 +296,18 @@ class Driver:
         targets = sorted(inbox)
         emit = job.emit
         on_sent: Callable[[], None] | None = None
+        announced = [False]  # whether the caller heard of this superstep (a cell: on_sent sets it)
         if cuts is not None and cuts.unwritten:
             # The last barrier's cut is written while the hosts start on this superstep;
             # its answers are read only after, and its events follow the cut's event.
             def on_sent() -> None:
                 cuts.write_unwritten(job, state, telemetry, barrier_inbox=inbox)
                 self._announce(job, superstep, targets, inbox)
+                announced[0] = True
 
         else:
             self._announce(job, superstep, targets, inbox)
+            announced[0] = True
         checkpoint_now = cuts is not None and cuts.due(superstep)
         want_snapshot = self._recovery.active or checkpoint_now
         persist = checkpoint_now and cuts is not None and cuts.persists_parts(targets)
@@ -335,7 +338,7 @@ class Driver:
             )
             if broken is not None:
                 self.broken = broken
-            else:
+            elif announced[0]:  # (a superstep whose start the caller never heard of is not news)
                 emit(
                     ev.SuperstepRolledBackEvent(
                         job.run_id, superstep, time.time(), tuple(targets), _reason(exc)

@@ -49,9 +49,14 @@ class HeldStore(af.MemoryStore):
 
 
 def assert_latest_is_step_cut(store: af.MemoryStore, superstep: int) -> None:
-    latest = store.latest(session="s")
-    assert latest is not None
-    assert (latest.superstep, latest.kind) == (superstep, CheckpointKind.STEP)
+    """The run stopped at barrier ``superstep``: its step cut is stored, and the halt cut
+    that ends the run (saying why) follows it with the same state."""
+    halt = store.latest(session="s")
+    assert halt is not None and halt.parent_id is not None
+    assert (halt.superstep, halt.kind) == (superstep, CheckpointKind.HALT)
+    step = store.load(halt.parent_id)
+    assert (step.superstep, step.kind) == (superstep, CheckpointKind.STEP)
+    assert step.executors == halt.executors
 
 
 def assert_as_uninterrupted(outputs: list[Any], store: af.MemoryStore) -> None:
