@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,47 @@ def test_postgres_uri_works_for_list_show_verify_prune(
         assert "removed 1 checkpoint(s)" in capsys.readouterr().out
         assert main(["checkpoints", "list", uri]) == 0
         assert capsys.readouterr().out == ""
+
+
+def _cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``actorflow ARGS`` in a child process, and the seconds it took."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", *args],
+        capture_output=True,
+        text=True,
+        timeout=55,
+        check=False,
+    )
+    return done, time.monotonic() - started
+
+
+def test_a_postgres_server_that_refuses_is_one_line_within_seconds() -> None:
+    """Nothing listening at the URI: exit 2 within seconds, one line with the reason,
+    and none of the connection pool's log lines."""
+    done, seconds = _cli("checkpoints", "list", "postgresql://u@127.0.0.1:1/db")
+    assert done.returncode == 2 and seconds < 10
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "Connection refused" in done.stderr
+
+
+def test_a_postgres_database_that_does_not_exist_is_named() -> None:
+    """An unknown database: the server's own message, in one line, within seconds."""
+    from tests.support import pg
+
+    uri = pg.dsn().rsplit("/", 1)[0] + "/af_no_such_db"
+    done, seconds = _cli("checkpoints", "list", uri)
+    assert done.returncode == 2 and seconds < 10
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert 'database "af_no_such_db" does not exist' in done.stderr
+
+
+def test_a_mistyped_uri_option_is_named() -> None:
+    """``?schem=x``: the option named, and the one meant, at once."""
+    done, seconds = _cli("checkpoints", "list", "postgresql://u:pw@127.0.0.1:1/db?schem=x")
+    assert done.returncode == 2 and seconds < 10
+    assert "'schem'" in done.stderr and "?schema=NAME" in done.stderr
+    assert ":pw@" not in done.stderr
 
 
 @pytest.mark.parametrize("action", ["list", "verify", "show", "prune"])

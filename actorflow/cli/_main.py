@@ -4,6 +4,7 @@ dispatch that turns a mistake into one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _demo.register(commands)
 
     args = parser.parse_args(argv)
+    _quiet_pool_logs()
     try:
         code: int = args.func(args)
         sys.stdout.flush()
@@ -50,3 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return code
+
+
+def _quiet_pool_logs() -> None:
+    """Keep psycopg_pool's warnings (one per failed connection attempt, on the
+    ``psycopg.pool`` logger) off the terminal: a command reports the failure itself,
+    as one line. Only the command does this; the library configures no logging."""
+    pool_logger = logging.getLogger("psycopg.pool")
+    if not any(isinstance(h, logging.NullHandler) for h in pool_logger.handlers):
+        pool_logger.addHandler(logging.NullHandler())
+    pool_logger.propagate = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import urllib.parse
 from pathlib import Path
 
@@ -58,11 +59,26 @@ def _open_postgres(uri: str) -> CheckpointStore:
     parts = urllib.parse.urlsplit(uri)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     schemas = [value for key, value in query if key == "schema"]
+    for key, _value in query:
+        if key != "schema" and difflib.get_close_matches(key, ["schema"], cutoff=0.7):
+            raise CheckpointError(
+                f"{_shown(uri)}: unknown option {key!r} in the URI; did you mean "
+                "?schema=NAME (the PostgreSQL schema of the store)?"
+            )
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "schema"])
     dsn = urllib.parse.urlunsplit(parts._replace(query=rest))
     from actorflow.storage import PostgresStore  # noqa: PLC0415  # the extra is optional
 
     return PostgresStore(dsn, schema=schemas[-1] if schemas else "actorflow")
+
+
+def _shown(uri: str) -> str:
+    """``uri`` without its password, for messages."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _is_sqlite(path: Path) -> bool:

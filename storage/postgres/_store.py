@@ -46,7 +46,7 @@ from actorflow.storage._sql import (
 
 from . import _sql as sql
 from ._leases import FENCED, UNLEASED, PostgresLeases, session_key
-from ._pool import PostgresConnections, new_pool
+from ._pool import PostgresConnections, connect_settings, new_pool, probe
 from ._schema import open_schema
 from ._verify import PostgresVerify
 
@@ -94,13 +94,21 @@ class PostgresStore:
         schema: the PostgreSQL schema holding the tables; a plain lowercase identifier.
         pool_size: the most connections the store's own pool opens.
         timeout: seconds to wait for a free connection before raising CheckpointError.
+        connect_timeout: seconds a new connection may take (libpq counts whole
+            seconds, at least 2); None: the DSN's own ``connect_timeout``, else 5.
+            The store connects once as it opens, so a server that refuses (nothing
+            listening, an unknown database or role, a wrong password) or does not
+            answer fails the constructor within this bound, with the server's reason.
         max_lifetime: seconds after which a pooled connection is replaced.
         max_idle: seconds after which an idle pooled connection is closed.
 
     Raises:
-        ValueError: ``schema`` is not a plain identifier.
+        ValueError: ``schema`` is not a plain identifier, or ``connect_timeout`` not
+            a positive number.
         UnsupportedFormat: the schema was written by a newer actorflow.
-        CheckpointError: the server cannot be reached within ``timeout``.
+        CheckpointError: the DSN is not valid, the server refuses the connection or
+            does not answer within ``connect_timeout`` (the message carries the
+            server's reason), or no pooled connection comes within ``timeout``.
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class PostgresStore:
         timeout: float = 30.0,
         max_lifetime: float = 3600.0,
         max_idle: float = 600.0,
+        connect_timeout: float | None = None,
     ) -> None:
         self._sql = sql.Statements(schema)
         self._schema = schema
@@ -120,7 +129,9 @@ class PostgresStore:
             pool: psycopg_pool.ConnectionPool[Any] = dsn_or_pool
             self._where = f"pool {dsn_or_pool.name}"
         else:
+            settings = connect_settings(dsn_or_pool, connect_timeout)
             self._where = _redact(dsn_or_pool)
+            probe(dsn_or_pool, settings, self._where)
             pool = new_pool(
                 dsn_or_pool,
                 schema=schema,
@@ -128,6 +139,7 @@ class PostgresStore:
                 timeout=timeout,
                 max_lifetime=max_lifetime,
                 max_idle=max_idle,
+                settings=settings,
             )
         self._connections = PostgresConnections(
             pool, owns_pool=owns_pool, where=self._where, name=repr(self)
