@@ -36,6 +36,7 @@ class's other bases::
             CheckpointWriteFailed (also RunFailed)
             StoreClosed
             StoreLocked
+            StoreNotFound
             LeaseError: the session leases
                 SessionOwned
                 LeaseLost
@@ -84,6 +85,7 @@ __all__ = [
     "StateMigrationError",
     "StoreClosed",
     "StoreLocked",
+    "StoreNotFound",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkerImportFailed",
@@ -397,6 +399,16 @@ class StoreLocked(CheckpointError):
 
 def _rebuild_locked(message: str, lock: str, holder: str) -> StoreLocked:
     return StoreLocked(message, lock=lock, holder=holder)
+
+
+class StoreNotFound(CheckpointError):
+    """A store opened with ``create=False`` found no actorflow store where it looked:
+    no SQLite file (or one without actorflow's tables), no FileStore folder (or one
+    without its marker), no PostgreSQL schema (or one without actorflow's tables).
+
+    Nothing was created or changed. Check the path, URI or ``schema`` name; to make
+    a new store there, open it with ``create=True`` (the default).
+    """
 
 
 class LeaseError(CheckpointError):

@@ -247,6 +247,46 @@ def test_a_mistyped_uri_option_is_named() -> None:
     assert ":pw@" not in done.stderr
 
 
+@pytest.mark.parametrize("action", ["list", "verify", "show"])
+def test_read_only_commands_never_create_a_postgres_schema(
+    action: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``?schema=typo``: exit 2, one line saying there is no actorflow store there, and
+    no schema or table created."""
+    import psycopg
+
+    from tests.support import pg
+
+    dsn, schema = pg.dsn(), pg.new_schema()
+    extra = ["some-id"] if action == "show" else []
+    try:
+        assert main(["checkpoints", action, f"{dsn}?schema={schema}", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no actorflow store there" in err and schema in err
+        with psycopg.connect(dsn, autocommit=True) as db:
+            assert db.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
+    finally:
+        pg.drop_schema(dsn, schema)
+
+
+def test_read_only_commands_leave_a_foreign_sqlite_file_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQLite file of another program: exit 2, one line, the file unchanged."""
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE notes (text TEXT)")
+    db.commit()
+    db.close()
+    before = other.read_bytes()
+    assert main(["checkpoints", "list", str(other)]) == 2
+    assert "no actorflow tables" in capsys.readouterr().err
+    assert other.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.db"]
+
+
 @pytest.mark.parametrize("action", ["list", "verify", "show", "prune"])
 def test_commands_never_create_a_store_at_a_mistyped_path(
     action: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -4,7 +4,7 @@
 PostgreSQL URI (``PostgresStore``, extra ``actorflow[postgres]``:
 ``postgresql://user@host/db``, with ``?schema=NAME`` for a schema other than
 ``actorflow``); every command opens it with :func:`open_store`, and no command
-creates a file or a folder.
+creates a file, a folder or a schema (stores open with ``create=False``).
 
     actorflow checkpoints list STORE [--session S] [--workflow W]
     actorflow checkpoints show STORE CHECKPOINT_ID [--decode] [--import MODULE]

@@ -19,7 +19,7 @@ __all__ = ["main"]
 _DESCRIPTION = (
     "Inspect actorflow checkpoint stores, draw workflow graphs, run the demo. "
     "STORE is a SQLite file (SQLiteStore), a folder (FileStore) or a postgresql:// URI "
-    "(PostgresStore, extra actorflow[postgres]); no command creates a file or a folder."
+    "(PostgresStore, extra actorflow[postgres]); no command creates a file, a folder or a schema."
 )
 
 

@@ -101,11 +101,16 @@ class PostgresStore:
             answer fails the constructor within this bound, with the server's reason.
         max_lifetime: seconds after which a pooled connection is replaced.
         max_idle: seconds after which an idle pooled connection is closed.
+        create: whether to create the schema and its tables when they are missing.
+            With ``create=False`` the store opens only a schema actorflow made (what
+            a reader such as ``actorflow checkpoints list`` wants): otherwise it
+            raises :class:`StoreNotFound` and nothing is created.
 
     Raises:
         ValueError: ``schema`` is not a plain identifier, or ``connect_timeout`` not
             a positive number.
         UnsupportedFormat: the schema was written by a newer actorflow.
+        StoreNotFound: ``create=False`` and the schema holds no actorflow tables.
         CheckpointError: the DSN is not valid, the server refuses the connection or
             does not answer within ``connect_timeout`` (the message carries the
             server's reason), or no pooled connection comes within ``timeout``.
@@ -121,6 +126,7 @@ class PostgresStore:
         max_lifetime: float = 3600.0,
         max_idle: float = 600.0,
         connect_timeout: float | None = None,
+        create: bool = True,
     ) -> None:
         self._sql = sql.Statements(schema)
         self._schema = schema
@@ -186,7 +192,7 @@ class PostgresStore:
         try:
             if owns_pool:
                 pool.open(wait=True, timeout=timeout)
-            self._init_schema()
+            self._init_schema(create)
         except psycopg_pool.PoolTimeout as exc:
             self.close()
             raise CheckpointError(
@@ -534,9 +540,11 @@ class PostgresStore:
         row = db.execute(self._q_record, (checkpoint_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def _init_schema(self) -> None:
+    def _init_schema(self, create: bool) -> None:
         where = f"PostgresStore {self._where} schema {self._schema!r}"
-        self._run(lambda db: open_schema(db, self._sql, where), what="open its schema")
+        self._run(
+            lambda db: open_schema(db, self._sql, where, create=create), what="open its schema"
+        )
 
 
 def _redact(dsn: str) -> str:
