@@ -44,6 +44,7 @@ class's other bases::
         BackendError: a host process of a distributed backend (Ray) failed
             HostLost
             WorkerImportFailed
+        MissingExtra (also ImportError): an optional extra is not installed
 
 This module is also the definition site: the runtime, actor and storage packages
 import from here, never the other way round.
@@ -73,6 +74,7 @@ __all__ = [
     "InputNotAccepted",
     "LeaseError",
     "LeaseLost",
+    "MissingExtra",
     "RegistrationError",
     "RequestError",
     "RunCancelled",
@@ -119,6 +121,35 @@ class HeldLease(Protocol):
 
 class ActorflowError(Exception):
     """Base class of every error raised by actorflow."""
+
+
+class MissingExtra(ActorflowError, ImportError):
+    """A feature needs an optional extra of actorflow that is not installed.
+
+    Raised where the feature is first asked for: ``RayBackend()`` without Ray,
+    ``PostgresStore`` (or a ``postgresql://`` store on the command line) without
+    psycopg, ``actorflow ui`` without its web server, the conformance kit without
+    pytest. Install the extra the message names (``pip install 'actorflow[ray]'``).
+    Also an ``ImportError``, so code that guards an optional import keeps working.
+
+    Attributes:
+        feature: what needed the extra (``RayBackend``, ``PostgresStore``, ...).
+        extra: the extra to install (``ray``, ``postgres``, ``ui``, ``test``).
+        missing: the module that could not be imported (also ``name``).
+    """
+
+    def __init__(self, feature: str, extra: str, missing: str) -> None:
+        super().__init__(
+            f"{feature} needs the actorflow[{extra}] extra, which is not installed (no module "
+            f"named {missing!r}): pip install 'actorflow[{extra}]'",
+            name=missing,
+        )
+        self.feature = feature
+        self.extra = extra
+        self.missing = missing
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.feature, self.extra, self.missing))
 
 
 # --- codec -------------------------------------------------------------------------

@@ -27,8 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``actorflow`` command (and of ``python -m actorflow``).
 
     Returns:
-        The exit status: 0, 1 (``verify`` found problems), or 2 (a mistake or an
-        error, printed as one line on stderr).
+        The exit status: 0, 1 (``verify`` found problems), 2 (a mistake or an
+        error, printed as one line on stderr), or 130 (interrupted: Ctrl-C, one
+        line on stderr).
     """
     parser = argparse.ArgumentParser(prog="actorflow", description=_DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -46,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ActorflowError, Usage) as exc:
         print(f"actorflow: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C is how a user stops a command (``ui`` runs until it): no traceback.
+        # Whatever the command opened was closed on the way out (its finally blocks).
+        print("actorflow: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader left (``| head``): nothing more to say, and no traceback. Point
         # stdout at devnull so the interpreter's final flush does not fail again.
