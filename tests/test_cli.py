@@ -445,3 +445,74 @@ def test_demo_runs_from_the_installed_package(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "identical to the reference run: True" in done.stdout
+
+
+FLOWS = """
+from dataclasses import dataclass
+
+import actorflow as af
+
+
+@af.message
+@dataclass
+class Parcel:
+    weight: int
+
+
+class Keep(af.Executor):
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.kept: list[Parcel] = []
+
+    @af.handler
+    def on_parcel(self, parcel: Parcel, ctx: af.Context[None]) -> None:
+        self.kept.append(parcel)
+
+
+def build() -> af.Workflow:
+    return af.WorkflowBuilder("flows", start=Keep("keep")).build()
+
+
+if __name__ == "__main__":
+    store = af.SQLiteStore("runs.db")
+    with build() as wf, wf.session("s", store=store) as s:
+        s.run(Parcel(3))
+        print(s.last_checkpoint_id)
+    store.close()
+"""
+
+
+def test_import_and_graph_see_the_current_folder_alike(tmp_path: Path) -> None:
+    """From the folder holding flows.py, ``show --decode --import flows`` imports it as
+    ``graph flows:build`` does (the current folder is importable, as under ``python -m``)."""
+    (tmp_path / "flows.py").write_text(FLOWS)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        # -P: the current folder is not put on the path by Python itself, as with the
+        # installed `actorflow` script (whose folder is put there instead).
+        return subprocess.run(
+            [sys.executable, "-P", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=55,
+            check=False,
+        )
+
+    made = run("flows.py")  # a script's own folder is on its path
+    assert made.returncode == 0, made.stderr
+    checkpoint_id = made.stdout.strip()
+    graph = run("-m", "actorflow", "graph", "flows:build")
+    assert graph.returncode == 0, graph.stderr
+    shown = run(
+        "-m", "actorflow", "checkpoints", "show", "runs.db", checkpoint_id, "--decode",
+        "--import", "flows",
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    state = json.loads(shown.stdout)["executors"]["keep"]["state"]
+    assert state == {"kept": ["Parcel(weight=3)"]}, state
+    missing = run(
+        "-m", "actorflow", "checkpoints", "show", "runs.db", checkpoint_id, "--import", "flow"
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and "no module named 'flow'" in missing.stderr
