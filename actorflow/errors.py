@@ -15,10 +15,14 @@ class's other bases::
             InputNotAccepted
             HandlerReturnedValue
             UnroutableMessage
+                MessageDropped
+                    _DroppedRunFailure (also _UnroutableRunFailure)
                 _UnroutableRunFailure (also ExecutorFailed)
+                    _DroppedRunFailure (also MessageDropped)
             RunFailed
                 ExecutorFailed
                     _UnroutableRunFailure (also UnroutableMessage)
+                        _DroppedRunFailure (also MessageDropped)
                 SuperstepLimitExceeded
                 CheckpointWriteFailed (also CheckpointError)
             RunCancelled
@@ -74,6 +78,7 @@ __all__ = [
     "InputNotAccepted",
     "LeaseError",
     "LeaseLost",
+    "MessageDropped",
     "MissingExtra",
     "RegistrationError",
     "RequestError",
@@ -238,6 +243,18 @@ class UnroutableMessage(WorkflowError):
     """
 
 
+class MessageDropped(UnroutableMessage):
+    """A sent value reached no executor although a target handles its type: every
+    condition on the way declined it (an edge's ``when``, a switch without a
+    ``Default``, a fan-out selector that chose nobody).
+
+    Raised only in workflows built with ``strict_routing=True`` (otherwise such a
+    drop is a ``MessageDroppedEvent`` and a log line); the run fails as for an
+    unroutable message. Make a condition take the value, add a ``Default`` to the
+    switch, or build without ``strict_routing`` if dropping it is intended.
+    """
+
+
 class RunFailed(WorkflowError):
     """A run ended in failure. The original error is chained as ``__cause__``.
 
@@ -278,6 +295,12 @@ class _UnroutableRunFailure(ExecutorFailed, UnroutableMessage):
     """How a run fails when a handler sent a value no target handles: an
     :class:`ExecutorFailed` (the executor, the run) that ``except UnroutableMessage``
     catches too. The handler's own ``UnroutableMessage`` is chained."""
+
+
+class _DroppedRunFailure(_UnroutableRunFailure, MessageDropped):
+    """How a ``strict_routing`` run fails when every condition declined a sent value:
+    what ``except MessageDropped`` (and ``except ExecutorFailed``) catches. The
+    handler's own ``MessageDropped`` is chained."""
 
 
 class SuperstepLimitExceeded(RunFailed):
