@@ -391,6 +391,9 @@ class CheckpointCorrupt(CheckpointError):
 
     Never skipped silently. Restore from an older checkpoint (``store.list()``),
     or run ``actorflow checkpoints verify STORE`` to find every damaged record.
+    Raised by ``wf.resume``, the message names the session's newest intact
+    checkpoint and the ``wf.resume(store, session=..., checkpoint_id=...)`` call
+    that resumes from it.
     """
 
 
