@@ -17,6 +17,7 @@ import pytest
 import actorflow as af
 from actorflow.cli import _checkpoints, main
 from tests.support import python_path
+from tests.support.signals import CHILD_PRELUDE
 
 _BLOCKER = '''
 import sys
@@ -131,8 +132,7 @@ def test_ctrl_c_in_the_ui_is_one_line_and_exit_130(tmp_path: Path) -> None:
     # The child gives itself Python's SIGINT handler: this process may run with SIGINT
     # ignored (`nohup make test &`), which a child would otherwise inherit.
     code = (
-        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "from actorflow.cli import main; sys.exit(main(sys.argv[1:]))"
+        CHILD_PRELUDE + "import sys; from actorflow.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     child = subprocess.Popen(
         [sys.executable, "-c", code, "ui", str(store), "--port", "0"],
