@@ -516,3 +516,94 @@ def test_import_and_graph_see_the_current_folder_alike(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "no module named 'flow'" in missing.stderr
+
+
+GRAPH_FLOWS = """
+import actorflow as af
+
+
+class Pass(af.Executor):
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        ctx.send(n)
+
+
+class Keep(af.Executor):
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[None]) -> None:
+        ctx.output(n)
+
+
+class Gather(af.Executor):
+    @af.handler
+    def on_nums(self, n: list[int], ctx: af.Context[None]) -> None:
+        ctx.output(sum(n))
+
+
+def is_big(n: int) -> bool:
+    return n > 5
+
+
+def build() -> af.Workflow:
+    b = af.WorkflowBuilder('shop "eu"', start=Pass("src"))
+    b.add_edge("src", Keep("big"), when=is_big)
+    b.add_edge("src", Keep("small"), when=lambda n: n <= 5)
+    b.add_switch(
+        "src",
+        [af.Case(is_big, Pass("s1")), af.Case(lambda n: n == 0, Keep("zero")), af.Default(Pass("s2"))],
+    )
+    b.add_fan_in(["s1", "s2"], Gather("gather"))
+    return b.build()
+"""
+
+
+def _graph_of(tmp_path: Path, *extra: str) -> str:
+    (tmp_path / "graph_flows.py").write_text(GRAPH_FLOWS)
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", "graph", "graph_flows:build", *extra],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=55,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_graph_labels_conditional_edges_in_mermaid(tmp_path: Path) -> None:
+    """Conditional edges are dashed and say what decides them: the predicate's name,
+    ``when`` for a lambda, ``case i[: name]`` and ``default`` for a switch."""
+    lines = _graph_of(tmp_path).splitlines()
+    assert lines[0] == "flowchart LR"
+    assert '    n_src(("src<br/>Pass"))' in lines
+    assert '    n_big["big<br/>Keep"]' in lines
+    for edge in (
+        '    n_src -.->|"is_big"| n_big',
+        '    n_src -.->|"when"| n_small',
+        '    n_src -.->|"case 0: is_big"| n_s1',
+        '    n_src -.->|"case 1"| n_zero',
+        '    n_src -.->|"default"| n_s2',
+        '    n_s1 -->|"fan_in"| n_gather',
+        '    n_s2 -->|"fan_in"| n_gather',
+    ):
+        assert edge in lines, (edge, lines)
+
+
+def test_graph_in_graphviz_dot(tmp_path: Path) -> None:
+    """``--format dot``: a digraph named after the workflow (quotes escaped), the start
+    executor in bold, conditional edges dashed with their labels."""
+    text = _graph_of(tmp_path, "--format", "dot")
+    lines = text.splitlines()
+    assert lines[0] == 'digraph "shop \\"eu\\"" {' and lines[-1] == "}"
+    assert '    "src" [label="src\\nPass", shape=ellipse, style=bold];' in lines
+    assert '    "gather" [label="gather\\nGather"];' in lines
+    for edge in (
+        '    "src" -> "big" [label="is_big", style=dashed];',
+        '    "src" -> "small" [label="when", style=dashed];',
+        '    "src" -> "s1" [label="case 0: is_big", style=dashed];',
+        '    "src" -> "zero" [label="case 1", style=dashed];',
+        '    "src" -> "s2" [label="default", style=dashed];',
+        '    "s1" -> "gather" [label="fan_in"];',
+    ):
+        assert edge in lines, (edge, lines)

@@ -12,7 +12,7 @@ creates a file, a folder or a schema (stores open with ``create=False``).
     actorflow checkpoints prune STORE --session S --keep N
     actorflow checkpoints prune STORE --older-than AGE [--whole-sessions]   (AGE: 90s, 30m, 12h, 7d, 2w)
     actorflow checkpoints upgrade STORE
-    actorflow graph MODULE:ATTRIBUTE [--format mermaid]
+    actorflow graph MODULE:ATTRIBUTE [--format mermaid|dot]
     actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
     actorflow demo
 
