@@ -4,15 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# A path-based editable install (a .pth naming the checkout, which the symlinks under
+# actorflow/ make importable as one package), not setuptools' default import hook, which
+# type checkers cannot follow: mypy on code outside the checkout finds actorflow.
+EDITABLE := --config-settings editable_mode=compat
 
 .PHONY: demo test lint typecheck unit examples bench fuzz torture pictures clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# The Makefile too: a changed recipe re-installs a .venv made by the old one.
+$(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

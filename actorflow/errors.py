@@ -15,10 +15,14 @@ class's other bases::
             InputNotAccepted
             HandlerReturnedValue
             UnroutableMessage
+                MessageDropped
+                    _DroppedRunFailure (also _UnroutableRunFailure)
                 _UnroutableRunFailure (also ExecutorFailed)
+                    _DroppedRunFailure (also MessageDropped)
             RunFailed
                 ExecutorFailed
                     _UnroutableRunFailure (also UnroutableMessage)
+                        _DroppedRunFailure (also MessageDropped)
                 SuperstepLimitExceeded
                 CheckpointWriteFailed (also CheckpointError)
             RunCancelled
@@ -36,6 +40,7 @@ class's other bases::
             CheckpointWriteFailed (also RunFailed)
             StoreClosed
             StoreLocked
+            StoreNotFound
             LeaseError: the session leases
                 SessionOwned
                 LeaseLost
@@ -43,6 +48,7 @@ class's other bases::
         BackendError: a host process of a distributed backend (Ray) failed
             HostLost
             WorkerImportFailed
+        MissingExtra (also ImportError): an optional extra is not installed
 
 This module is also the definition site: the runtime, actor and storage packages
 import from here, never the other way round.
@@ -72,6 +78,8 @@ __all__ = [
     "InputNotAccepted",
     "LeaseError",
     "LeaseLost",
+    "MessageDropped",
+    "MissingExtra",
     "RegistrationError",
     "RequestError",
     "RunCancelled",
@@ -84,6 +92,7 @@ __all__ = [
     "StateMigrationError",
     "StoreClosed",
     "StoreLocked",
+    "StoreNotFound",
     "SuperstepLimitExceeded",
     "UnroutableMessage",
     "WorkerImportFailed",
@@ -117,6 +126,35 @@ class HeldLease(Protocol):
 
 class ActorflowError(Exception):
     """Base class of every error raised by actorflow."""
+
+
+class MissingExtra(ActorflowError, ImportError):
+    """A feature needs an optional extra of actorflow that is not installed.
+
+    Raised where the feature is first asked for: ``RayBackend()`` without Ray,
+    ``PostgresStore`` (or a ``postgresql://`` store on the command line) without
+    psycopg, ``actorflow ui`` without its web server, the conformance kit without
+    pytest. Install the extra the message names (``pip install 'actorflow[ray]'``).
+    Also an ``ImportError``, so code that guards an optional import keeps working.
+
+    Attributes:
+        feature: what needed the extra (``RayBackend``, ``PostgresStore``, ...).
+        extra: the extra to install (``ray``, ``postgres``, ``ui``, ``test``).
+        missing: the module that could not be imported (also ``name``).
+    """
+
+    def __init__(self, feature: str, extra: str, missing: str) -> None:
+        super().__init__(
+            f"{feature} needs the actorflow[{extra}] extra, which is not installed (no module "
+            f"named {missing!r}): pip install 'actorflow[{extra}]'",
+            name=missing,
+        )
+        self.feature = feature
+        self.extra = extra
+        self.missing = missing
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.feature, self.extra, self.missing))
 
 
 # --- codec -------------------------------------------------------------------------
@@ -205,6 +243,18 @@ class UnroutableMessage(WorkflowError):
     """
 
 
+class MessageDropped(UnroutableMessage):
+    """A sent value reached no executor although a target handles its type: every
+    condition on the way declined it (an edge's ``when``, a switch without a
+    ``Default``, a fan-out selector that chose nobody).
+
+    Raised only in workflows built with ``strict_routing=True`` (otherwise such a
+    drop is a ``MessageDroppedEvent`` and a log line); the run fails as for an
+    unroutable message. Make a condition take the value, add a ``Default`` to the
+    switch, or build without ``strict_routing`` if dropping it is intended.
+    """
+
+
 class RunFailed(WorkflowError):
     """A run ended in failure. The original error is chained as ``__cause__``.
 
@@ -245,6 +295,12 @@ class _UnroutableRunFailure(ExecutorFailed, UnroutableMessage):
     """How a run fails when a handler sent a value no target handles: an
     :class:`ExecutorFailed` (the executor, the run) that ``except UnroutableMessage``
     catches too. The handler's own ``UnroutableMessage`` is chained."""
+
+
+class _DroppedRunFailure(_UnroutableRunFailure, MessageDropped):
+    """How a ``strict_routing`` run fails when every condition declined a sent value:
+    what ``except MessageDropped`` (and ``except ExecutorFailed``) catches. The
+    handler's own ``MessageDropped`` is chained."""
 
 
 class SuperstepLimitExceeded(RunFailed):
@@ -335,6 +391,9 @@ class CheckpointCorrupt(CheckpointError):
 
     Never skipped silently. Restore from an older checkpoint (``store.list()``),
     or run ``actorflow checkpoints verify STORE`` to find every damaged record.
+    Raised by ``wf.resume``, the message names the session's newest intact
+    checkpoint and the ``wf.resume(store, session=..., checkpoint_id=...)`` call
+    that resumes from it.
     """
 
 
@@ -397,6 +456,16 @@ class StoreLocked(CheckpointError):
 
 def _rebuild_locked(message: str, lock: str, holder: str) -> StoreLocked:
     return StoreLocked(message, lock=lock, holder=holder)
+
+
+class StoreNotFound(CheckpointError):
+    """A store opened with ``create=False`` found no actorflow store where it looked:
+    no SQLite file (or one without actorflow's tables), no FileStore folder (or one
+    without its marker), no PostgreSQL schema (or one without actorflow's tables).
+
+    Nothing was created or changed. Check the path, URI or ``schema`` name; to make
+    a new store there, open it with ``create=True`` (the default).
+    """
 
 
 class LeaseError(CheckpointError):

@@ -30,7 +30,7 @@ class Validate(af.Executor):
 
 class Ship(af.Executor):
     @af.handler
-    async def on_order(self, order: Order, ctx: af.Context) -> None:  # async handlers too
+    async def on_order(self, order: Order, ctx: af.Context[None]) -> None:  # sends nothing
         ctx.output(len(order.items))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from actorflow.actors import encode
-from actorflow.errors import EncodeError
+from actorflow.errors import EncodeError, MessageDropped
 
-from .graph import OutEdge, route, type_label
+from .graph import OutEdge, a_label, passed_over, route, type_label
 
 __all__ = ["StepBuffer"]
 
@@ -15,12 +15,32 @@ __all__ = ["StepBuffer"]
 class StepBuffer:
     """What one superstep of one executor produced, before it is framed as bytes."""
 
-    __slots__ = ("edges", "executor_id", "outputs", "requests", "sends", "suffix", "superstep")
+    __slots__ = (
+        "dropped",
+        "edges",
+        "executor_id",
+        "outputs",
+        "requests",
+        "sends",
+        "strict",
+        "suffix",
+        "superstep",
+    )
 
     def __init__(
-        self, executor_id: str, edges: tuple[OutEdge, ...], superstep: int, suffix: str = ""
+        self,
+        executor_id: str,
+        edges: tuple[OutEdge, ...],
+        superstep: int,
+        suffix: str = "",
+        *,
+        strict: bool = False,
     ) -> None:
         self.executor_id = executor_id
+        self.strict = strict
+        """Whether a send every condition declines raises MessageDropped (else: reported)."""
+        self.dropped: list[list[Any]] | None = None
+        """``[type name, [targets passed over]]`` per declined send; None while none."""
         self.suffix = suffix
         """Appended to default request ids: the lineage's tag (see ``_lineage``)."""
         self.edges = edges
@@ -32,10 +52,27 @@ class StepBuffer:
     def send(self, value: object, to: str | None) -> None:
         routes = route(self.executor_id, self.edges, value, to)
         if not routes:
+            self._drop(value, to)
             return
         payload = self._encode(value, "message")
         for target, group in routes:
             self.sends.append([target, group, payload])
+
+    def _drop(self, value: object, to: str | None) -> None:
+        """Record (or, strict, refuse) a value that every condition declined."""
+        type_name = type_label(type(value))
+        targets = passed_over(self.edges, value, to)
+        if self.strict:
+            raise MessageDropped(
+                f"executor {self.executor_id!r} sent {a_label(type_name)} that no executor "
+                f"received: every condition declined it (targets handling it: "
+                f"{', '.join(repr(t) for t in targets)}), and the workflow was built with "
+                "strict_routing=True; make a condition (or a switch Default) take it, or "
+                "build without strict_routing if dropping it is intended"
+            )
+        if self.dropped is None:
+            self.dropped = []
+        self.dropped.append([type_name, targets])
 
     def output(self, value: object) -> None:
         self.outputs.append(self._encode(value, "output"))

@@ -56,6 +56,13 @@ class WorkflowBuilder:
         start: the executor that receives the run's input.
         max_supersteps: bound on one run (``SuperstepLimitExceeded`` beyond it).
         restart: how failed executors are restarted; None (default) fails fast.
+        strict_routing: a sent value whose type some target handles, but that every
+            condition declines (a ``when``, a switch without ``Default``, a fan-out
+            selector choosing nobody), reaches no executor. By default that is the
+            graph's choice, reported as a ``MessageDroppedEvent`` and an INFO log
+            line; with ``strict_routing=True`` it fails the run with
+            ``MessageDropped`` (an ``UnroutableMessage``), as a value no target
+            handles always does.
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class WorkflowBuilder:
         *,
         max_supersteps: int = 1000,
         restart: RestartPolicy | None = None,
+        strict_routing: bool = False,
     ) -> None:
         if not name:
             raise ValueError("a workflow needs a non-empty name")
@@ -78,6 +86,7 @@ class WorkflowBuilder:
         self._start = self._register(start)
         self._restart = restart
         self._restart_overrides: dict[str, RestartPolicy] = {}
+        self._strict_routing = strict_routing
 
     # --- declaring ---------------------------------------------------------------
 
@@ -241,6 +250,7 @@ class WorkflowBuilder:
                 edges=tuple(out[eid]),
                 # Duck-typed so that Executor needs no knowledge of sub-workflows.
                 code=getattr(ex, "_af_code", None),
+                strict_routing=self._strict_routing,
             )
             for eid, ex in self._executors.items()
         }

@@ -26,6 +26,7 @@ __all__ = [
     "ExecutorCompletedEvent",
     "ExecutorFailedEvent",
     "ExecutorInvokedEvent",
+    "MessageDroppedEvent",
     "OutputEvent",
     "PendingRequest",
     "RequestAnsweredEvent",
@@ -130,6 +131,21 @@ class ExecutorFailedEvent(Event):
     traceback: str = ""
     """The last frames of where it was raised, as text (empty for a timeout or a dead
     actor, which raise nothing in the handler)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDroppedEvent(Event):
+    """A value an executor sent reached no executor: targets handle its type, but every
+    condition on the way declined it (a ``when``, a switch without a ``Default``, a
+    fan-out selector choosing nobody). Not an error unless the workflow was built
+    with ``strict_routing=True`` (then the run fails with ``MessageDropped``)."""
+
+    executor: str = ""
+    """Executor that sent it."""
+    type_name: str = ""
+    """Name of the value's type."""
+    targets: tuple[str, ...] = ()
+    """The out-edge targets that handle the type and were passed over."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ from actorflow.actors import stable_name
 from actorflow.errors import GraphMismatch
 
 from ._runner import ExecutorProgram
-from .graph import Accepts, HandlerInfo, a_label
+from .graph import Accepts, EdgeKind, HandlerInfo, a_label
 
-__all__ = ["GraphSpec", "describe", "explain_mismatch", "signature_of"]
+__all__ = ["GraphSpec", "describe", "edge_labels", "explain_mismatch", "signature_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,46 @@ def describe(
     )
     groups = [[target, list(sources)] for target, sources in fan_in]
     return {"start": start, "executors": executors, "edges": edges, "fan_in": groups}
+
+
+def edge_labels(programs: Mapping[str, ExecutorProgram]) -> list[tuple[str, str, str, str]]:
+    """Every edge as ``(kind, source, target, label)``, sorted, for drawing the graph.
+
+    ``label`` says what decides whether a value takes the edge: ``""`` for a plain
+    edge; for a ``when`` edge the predicate's name (``"when"`` for a lambda); for a
+    switch ``"case i: name"`` per case (``"case i"`` for a lambda; cases are tried in
+    order) and ``"default"``;
+    for a fan-out its selector's name (``"select"`` for a lambda; ``""`` without
+    one); ``"fan_in"`` for a fan-in. Names are code, not state: they never enter the
+    signature.
+    """
+    found: list[tuple[str, str, str, str]] = []
+    for source, program in programs.items():
+        for edge in program.edges:
+            if edge.kind == EdgeKind.FAN_IN:
+                found.extend((edge.kind, source, t, "fan_in") for t in edge.targets)
+            elif edge.kind == EdgeKind.SWITCH:
+                for index, predicate in enumerate(edge.predicates):
+                    name = _callable_name(predicate)
+                    label = f"case {index}: {name}" if name else f"case {index}"
+                    found.append((edge.kind, source, edge.targets[index], label))
+                if edge.has_default:
+                    found.append((edge.kind, source, edge.targets[-1], "default"))
+            elif edge.kind == EdgeKind.FAN_OUT:
+                chosen = "" if edge.select is None else _callable_name(edge.select) or "select"
+                found.extend((edge.kind, source, t, chosen) for t in edge.targets)
+            else:
+                label = "" if edge.when is None else _callable_name(edge.when) or "when"
+                found.extend((edge.kind, source, t, label) for t in edge.targets)
+    return sorted(found)
+
+
+def _callable_name(fn: object) -> str:
+    """A function's name, a callable object's class name; "" for a lambda."""
+    name = getattr(fn, "__name__", None)
+    if name is None:
+        name = type(fn).__name__
+    return "" if name == "<lambda>" else str(name)
 
 
 def signature_of(description: Mapping[str, Any]) -> str:

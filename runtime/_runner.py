@@ -70,6 +70,8 @@ class ExecutorProgram:
     code: Attachment | None = None
     """Code the instance needs besides its class (a sub-workflow); never encoded.
     Not picklable when set: a backend that ships programs by pickling must rebuild it."""
+    strict_routing: bool = False
+    """Whether a send every condition declines fails the step (``MessageDropped``)."""
     _frozen_state: list[dict[str, Any]] = field(
         default_factory=list, compare=False, hash=False, repr=False
     )
@@ -249,7 +251,13 @@ class ExecutorRunner:
         if request.trace is not None:  # the run is traced
             return traced_step(self, request)
         program = self._program
-        buffer = StepBuffer(program.executor_id, program.edges, request.superstep, request.suffix)
+        buffer = StepBuffer(
+            program.executor_id,
+            program.edges,
+            request.superstep,
+            request.suffix,
+            strict=program.strict_routing,
+        )
         return self.handle(buffer, request).packed()
 
     def handle(self, buffer: StepBuffer, step: StepRequest) -> StepReport:
@@ -289,7 +297,9 @@ class ExecutorRunner:
                     "ctx.send(value) to pass it on, and return nothing"
                 )
         snapshot = self._snapshot() if step.want_snapshot else None
-        return StepReport(buffer.sends, buffer.outputs, buffer.requests, snapshot, None)
+        return StepReport(
+            buffer.sends, buffer.outputs, buffer.requests, snapshot, None, buffer.dropped
+        )
 
     def _snapshot(self) -> list[list[Any]]:
         """The state as content-addressed chunks; chunks reported before are elided."""

@@ -12,8 +12,9 @@ value, answer value]``); ``suffix`` tags default request ids (see ``_lineage``),
 ``trace`` is the trace part of a traced run (see ``telemetry``) or None.
 
 ``step`` report (:class:`StepReport`): ``[sends, outputs, requests, snapshot,
-send_contexts]``; a send is ``[target, group, payload]``, a request ``[request_id,
-payload, response_type]``, and the snapshot (only when asked for) is a list of
+send_contexts, dropped]``; a send is ``[target, group, payload]``, a request ``[request_id,
+payload, response_type]``, a drop (None when there is none) ``[type name, [targets
+passed over]]``, and the snapshot (only when asked for) is a list of
 ``[digest, chunk or None]``, the chunk omitted when the runner already reported
 that digest (or was given it by a ``restore`` or its blueprint: the supervisor
 holds those). ``send_contexts`` (traced runs only, else None) holds the span
@@ -111,6 +112,8 @@ Send = list[Any]
 """``[target, group, payload]``."""
 Request = list[Any]
 """``[request_id, payload, response_type]``."""
+Drop = list[Any]
+"""``[type name, [targets passed over]]``: a send that every condition declined."""
 Snapshot = list[list[Any]]
 """``[[digest, chunk or None], ...]``."""
 
@@ -165,6 +168,8 @@ class StepReport(NamedTuple):
     """Only when asked for (see the module docstring)."""
     send_contexts: list[bytes] | None
     """Traced runs only: each send's span context, in send order."""
+    dropped: list[Drop] | None = None
+    """The sends no target received (every condition declined them); None if none."""
 
     def packed(self) -> bytes:
         """The report as bytes."""

@@ -12,7 +12,7 @@ from actorflow.actors import ActorBackend, ThreadBackend
 from actorflow.storage import CheckpointStore, bounded_waits
 
 from . import _events as ev
-from ._graph import GraphSpec
+from ._graph import GraphSpec, edge_labels
 from ._policy import CheckpointPolicy, RestartPolicy
 from .session import (
     DEFAULT_LEASE_TTL,
@@ -80,6 +80,35 @@ class Workflow:
     def describe(self) -> dict[str, Any]:
         """The canonical description the signature hashes (executors, handlers, edges)."""
         return copy.deepcopy(self._spec.description)
+
+    def edges(self) -> list[tuple[str, str, str, str]]:
+        """Every edge as ``(kind, source, target, label)``, sorted: what drawing the
+        graph needs (``actorflow graph``).
+
+        ``kind`` is ``edge``, ``switch``, ``fan_out`` or ``fan_in``; ``label`` says what
+        decides whether a value takes the edge: ``""`` for a plain edge, a ``when``
+        predicate's name (``"when"`` for a lambda), a switch case's index and predicate
+        name (``"case 0: is_big"``; ``"case i"`` for a lambda) or ``"default"``, a fan-out selector's name
+        (``"select"`` for a lambda, ``""`` without one), ``"fan_in"``.
+
+        >>> import actorflow as af
+        >>> class Pass(af.Executor):
+        ...     @af.handler
+        ...     def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        ...         ctx.send(n)
+        >>> class Keep(af.Executor):
+        ...     @af.handler
+        ...     def on_num(self, n: int, ctx: af.Context[None]) -> None:
+        ...         ctx.output(n)
+        >>> def is_big(n: int) -> bool:
+        ...     return n > 5
+        >>> builder = af.WorkflowBuilder("w", start=Pass("a"))
+        >>> _ = builder.add_switch("a", [af.Case(is_big, Keep("b")), af.Default(Keep("c"))])
+        >>> with builder.build() as wf:
+        ...     wf.edges()
+        [('switch', 'a', 'b', 'case 0: is_big'), ('switch', 'a', 'c', 'default')]
+        """
+        return edge_labels(self._spec.programs)
 
     # --- one-off runs -------------------------------------------------------------
 

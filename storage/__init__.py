@@ -8,6 +8,8 @@ passes; see ``docs/storage.md``.
 
 from typing import TYPE_CHECKING
 
+from actorflow.errors import MissingExtra
+
 from ._format import (
     FORMAT_VERSION,
     Checkpoint,
@@ -72,10 +74,7 @@ def __getattr__(name: str) -> object:
     if name == "PostgresStore":
         try:
             from .postgres import PostgresStore  # noqa: PLC0415  # the extra is optional
-        except ImportError as exc:
-            raise ImportError(
-                f"PostgresStore needs psycopg 3 and psycopg_pool ({exc}); "
-                "install them with: pip install 'actorflow[postgres]'"
-            ) from exc
+        except ModuleNotFoundError as exc:
+            raise MissingExtra("PostgresStore", "postgres", exc.name or "psycopg") from exc
         return PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

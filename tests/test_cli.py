@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,87 @@ def test_postgres_uri_works_for_list_show_verify_prune(
         assert capsys.readouterr().out == ""
 
 
+def _cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``actorflow ARGS`` in a child process, and the seconds it took."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", *args],
+        capture_output=True,
+        text=True,
+        timeout=55,
+        check=False,
+    )
+    return done, time.monotonic() - started
+
+
+def test_a_postgres_server_that_refuses_is_one_line_within_seconds() -> None:
+    """Nothing listening at the URI: exit 2 within seconds, one line with the reason,
+    and none of the connection pool's log lines."""
+    done, seconds = _cli("checkpoints", "list", "postgresql://u@127.0.0.1:1/db")
+    assert done.returncode == 2 and seconds < 10
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "Connection refused" in done.stderr
+
+
+def test_a_postgres_database_that_does_not_exist_is_named() -> None:
+    """An unknown database: the server's own message, in one line, within seconds."""
+    from tests.support import pg
+
+    uri = pg.dsn().rsplit("/", 1)[0] + "/af_no_such_db"
+    done, seconds = _cli("checkpoints", "list", uri)
+    assert done.returncode == 2 and seconds < 10
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert 'database "af_no_such_db" does not exist' in done.stderr
+
+
+def test_a_mistyped_uri_option_is_named() -> None:
+    """``?schem=x``: the option named, and the one meant, at once."""
+    done, seconds = _cli("checkpoints", "list", "postgresql://u:pw@127.0.0.1:1/db?schem=x")
+    assert done.returncode == 2 and seconds < 10
+    assert "'schem'" in done.stderr and "?schema=NAME" in done.stderr
+    assert ":pw@" not in done.stderr
+
+
+@pytest.mark.parametrize("action", ["list", "verify", "show"])
+def test_read_only_commands_never_create_a_postgres_schema(
+    action: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``?schema=typo``: exit 2, one line saying there is no actorflow store there, and
+    no schema or table created."""
+    import psycopg
+
+    from tests.support import pg
+
+    dsn, schema = pg.dsn(), pg.new_schema()
+    extra = ["some-id"] if action == "show" else []
+    try:
+        assert main(["checkpoints", action, f"{dsn}?schema={schema}", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no actorflow store there" in err and schema in err
+        with psycopg.connect(dsn, autocommit=True) as db:
+            assert db.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
+    finally:
+        pg.drop_schema(dsn, schema)
+
+
+def test_read_only_commands_leave_a_foreign_sqlite_file_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQLite file of another program: exit 2, one line, the file unchanged."""
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE notes (text TEXT)")
+    db.commit()
+    db.close()
+    before = other.read_bytes()
+    assert main(["checkpoints", "list", str(other)]) == 2
+    assert "no actorflow tables" in capsys.readouterr().err
+    assert other.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.db"]
+
+
 @pytest.mark.parametrize("action", ["list", "verify", "show", "prune"])
 def test_commands_never_create_a_store_at_a_mistyped_path(
     action: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -363,3 +445,165 @@ def test_demo_runs_from_the_installed_package(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "identical to the reference run: True" in done.stdout
+
+
+FLOWS = """
+from dataclasses import dataclass
+
+import actorflow as af
+
+
+@af.message
+@dataclass
+class Parcel:
+    weight: int
+
+
+class Keep(af.Executor):
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.kept: list[Parcel] = []
+
+    @af.handler
+    def on_parcel(self, parcel: Parcel, ctx: af.Context[None]) -> None:
+        self.kept.append(parcel)
+
+
+def build() -> af.Workflow:
+    return af.WorkflowBuilder("flows", start=Keep("keep")).build()
+
+
+if __name__ == "__main__":
+    store = af.SQLiteStore("runs.db")
+    with build() as wf, wf.session("s", store=store) as s:
+        s.run(Parcel(3))
+        print(s.last_checkpoint_id)
+    store.close()
+"""
+
+
+def test_import_and_graph_see_the_current_folder_alike(tmp_path: Path) -> None:
+    """From the folder holding flows.py, ``show --decode --import flows`` imports it as
+    ``graph flows:build`` does (the current folder is importable, as under ``python -m``)."""
+    (tmp_path / "flows.py").write_text(FLOWS)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        # -P: the current folder is not put on the path by Python itself, as with the
+        # installed `actorflow` script (whose folder is put there instead).
+        return subprocess.run(
+            [sys.executable, "-P", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=55,
+            check=False,
+        )
+
+    made = run("flows.py")  # a script's own folder is on its path
+    assert made.returncode == 0, made.stderr
+    checkpoint_id = made.stdout.strip()
+    graph = run("-m", "actorflow", "graph", "flows:build")
+    assert graph.returncode == 0, graph.stderr
+    shown = run(
+        "-m", "actorflow", "checkpoints", "show", "runs.db", checkpoint_id, "--decode",
+        "--import", "flows",
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    state = json.loads(shown.stdout)["executors"]["keep"]["state"]
+    assert state == {"kept": ["Parcel(weight=3)"]}, state
+    missing = run(
+        "-m", "actorflow", "checkpoints", "show", "runs.db", checkpoint_id, "--import", "flow"
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and "no module named 'flow'" in missing.stderr
+
+
+GRAPH_FLOWS = """
+import actorflow as af
+
+
+class Pass(af.Executor):
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        ctx.send(n)
+
+
+class Keep(af.Executor):
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[None]) -> None:
+        ctx.output(n)
+
+
+class Gather(af.Executor):
+    @af.handler
+    def on_nums(self, n: list[int], ctx: af.Context[None]) -> None:
+        ctx.output(sum(n))
+
+
+def is_big(n: int) -> bool:
+    return n > 5
+
+
+def build() -> af.Workflow:
+    b = af.WorkflowBuilder('shop "eu"', start=Pass("src"))
+    b.add_edge("src", Keep("big"), when=is_big)
+    b.add_edge("src", Keep("small"), when=lambda n: n <= 5)
+    b.add_switch(
+        "src",
+        [af.Case(is_big, Pass("s1")), af.Case(lambda n: n == 0, Keep("zero")), af.Default(Pass("s2"))],
+    )
+    b.add_fan_in(["s1", "s2"], Gather("gather"))
+    return b.build()
+"""
+
+
+def _graph_of(tmp_path: Path, *extra: str) -> str:
+    (tmp_path / "graph_flows.py").write_text(GRAPH_FLOWS)
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", "graph", "graph_flows:build", *extra],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=55,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_graph_labels_conditional_edges_in_mermaid(tmp_path: Path) -> None:
+    """Conditional edges are dashed and say what decides them: the predicate's name,
+    ``when`` for a lambda, ``case i[: name]`` and ``default`` for a switch."""
+    lines = _graph_of(tmp_path).splitlines()
+    assert lines[0] == "flowchart LR"
+    assert '    n_src(("src<br/>Pass"))' in lines
+    assert '    n_big["big<br/>Keep"]' in lines
+    for edge in (
+        '    n_src -.->|"is_big"| n_big',
+        '    n_src -.->|"when"| n_small',
+        '    n_src -.->|"case 0: is_big"| n_s1',
+        '    n_src -.->|"case 1"| n_zero',
+        '    n_src -.->|"default"| n_s2',
+        '    n_s1 -->|"fan_in"| n_gather',
+        '    n_s2 -->|"fan_in"| n_gather',
+    ):
+        assert edge in lines, (edge, lines)
+
+
+def test_graph_in_graphviz_dot(tmp_path: Path) -> None:
+    """``--format dot``: a digraph named after the workflow (quotes escaped), the start
+    executor in bold, conditional edges dashed with their labels."""
+    text = _graph_of(tmp_path, "--format", "dot")
+    lines = text.splitlines()
+    assert lines[0] == 'digraph "shop \\"eu\\"" {' and lines[-1] == "}"
+    assert '    "src" [label="src\\nPass", shape=ellipse, style=bold];' in lines
+    assert '    "gather" [label="gather\\nGather"];' in lines
+    for edge in (
+        '    "src" -> "big" [label="is_big", style=dashed];',
+        '    "src" -> "small" [label="when", style=dashed];',
+        '    "src" -> "s1" [label="case 0: is_big", style=dashed];',
+        '    "src" -> "zero" [label="case 1", style=dashed];',
+        '    "src" -> "s2" [label="default", style=dashed];',
+        '    "s1" -> "gather" [label="fan_in"];',
+    ):
+        assert edge in lines, (edge, lines)

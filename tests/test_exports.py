@@ -10,6 +10,7 @@ import actorflow
 import actorflow.actors
 import actorflow.otel
 import actorflow.runtime
+import actorflow.runtime._workflow
 import actorflow.storage
 import actorflow.testing
 import actorflow.ui
@@ -61,7 +62,9 @@ def test_every_error_derives_from_the_single_base() -> None:
         assert issubclass(getattr(errors, name), errors.ActorflowError)
 
 
-@pytest.mark.parametrize("module", [actorflow, actorflow.testing, actorflow.otel])
+@pytest.mark.parametrize(
+    "module", [actorflow, actorflow.testing, actorflow.otel, actorflow.runtime._workflow]
+)
 def test_doctests(module: object) -> None:
     """The doctests in the public modules run and pass."""
     result = doctest.testmod(module, verbose=False)  # type: ignore[arg-type]

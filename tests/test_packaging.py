@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
+import venv
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,3 +111,62 @@ def test_the_version_is_written_once() -> None:
         if "__version__ =" in source.read_text()
     ]
     assert writers == ["actorflow/_version.py"]
+
+
+def _editable_options() -> list[str]:
+    """The options the Makefile gives `pip install -e` (its one place)."""
+    match = re.search(r"^EDITABLE := (.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, "the Makefile names its editable install options in EDITABLE"
+    return shlex.split(match.group(1))
+
+
+@pytest.mark.slow
+def test_mypy_strict_follows_the_development_install(tmp_path: Path) -> None:
+    """The editable install `make` makes is one type checkers follow: `mypy --strict` on
+    a user's file outside the checkout (the quickstart, copied) finds actorflow and its
+    types, rather than failing on `import actorflow` as under an import-hook install."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    clean = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "MYPYPATH"}}
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
+    done = subprocess.run(
+        [*pip, "--no-deps", *_editable_options(), "-e", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        env=clean,
+    )
+    assert done.returncode == 0, done.stderr
+    # actorflow's dependencies, from the running environment (so nothing is downloaded).
+    import msgpack
+    import pykka
+    import structlog
+
+    found = sorted({str(Path(m.__file__ or "").parent.parent) for m in (msgpack, pykka, structlog)})
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    (site / "zz_dependencies.pth").write_text("\n".join(found) + "\n")
+    user = tmp_path / "project"
+    user.mkdir()
+    shutil.copy(ROOT / "examples" / "quickstart.py", user / "quickstart.py")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--python-executable",
+            str(python),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "quickstart.py",
+        ],
+        cwd=user,
+        capture_output=True,
+        text=True,
+        timeout=55,
+        check=False,
+        env=clean,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -24,6 +24,7 @@ import actorflow as af
 from actorflow.storage import Checkpoint
 from actorflow.ui import Inspector
 from tests.support import ui_scenario
+from tests.support.signals import CHILD_PRELUDE
 
 # Straight to 127.0.0.1: never through a proxy the environment may name.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -238,8 +239,12 @@ def test_the_cli_serves_a_store_on_loopback(tmp_path: Path) -> None:
     store = af.SQLiteStore(str(path))
     ui_scenario.make_store(store)
     store.close()
+    # The child handles SIGINT itself: the tests may run with it ignored (nohup).
+    code = (
+        CHILD_PRELUDE + "import sys; from actorflow.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     child = subprocess.Popen(
-        [sys.executable, "-m", "actorflow.cli", "ui", str(path), "--port", "0"],
+        [sys.executable, "-c", code, "ui", str(path), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,9 +15,9 @@ from actorflow.errors import CheckpointError
 from actorflow.runtime import check_runtime
 from actorflow.storage import Checkpoint, CheckpointStore, FileStore
 
-from ._describe import describe_checkpoint, import_modules
+from ._describe import describe_checkpoint
 from ._stores import open_store
-from ._usage import Usage
+from ._workflows import import_user_module
 
 __all__ = ["parse_age", "register"]
 
@@ -103,10 +103,8 @@ def _checkpoints(args: argparse.Namespace) -> int:
             for cp in store.list(workflow=args.workflow, session=args.session):
                 print(json.dumps(_summary(cp)))
         elif args.action == "show":
-            try:
-                import_modules(args.imports)
-            except ValueError as exc:
-                raise Usage(str(exc)) from None
+            for name in args.imports:
+                import_user_module(name, f"show --import {name}")
             cp = store.load(args.checkpoint_id)
             shown = describe_checkpoint(store, cp, decode_states=args.decode)
             print(json.dumps(shown, indent=2, default=str))

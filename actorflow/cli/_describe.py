@@ -8,8 +8,6 @@ in this process registered (see ``--import``) is shown as undecodable, with why.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Sequence
 from typing import Any
 
 from actorflow.actors import decode, decode_state
@@ -17,20 +15,7 @@ from actorflow.errors import ActorflowError
 from actorflow.runtime import check_runtime_bytes
 from actorflow.storage import Checkpoint, CheckpointStore
 
-__all__ = ["describe_checkpoint", "describe_runtime", "import_modules"]
-
-
-def import_modules(names: Sequence[str]) -> None:
-    """Import the modules that register the message types to decode (``--import``).
-
-    Raises:
-        ValueError: a module cannot be imported (the message names it).
-    """
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - reported as one line by the command
-            raise ValueError(f"--import {name}: {type(exc).__name__}: {exc}") from None
+__all__ = ["describe_checkpoint", "describe_runtime"]
 
 
 def describe_checkpoint(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from actorflow.errors import MissingExtra
+
 from ._stores import open_store
 from ._workflows import load_workflow
 
@@ -23,8 +25,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _ui(args: argparse.Namespace) -> int:
     try:
         from actorflow.ui import Inspector  # noqa: PLC0415 - an optional extra
-    except ImportError as exc:
-        raise SystemExit(f"ui: install the extra: pip install 'actorflow[ui]' ({exc})") from exc
+    except ModuleNotFoundError as exc:
+        raise MissingExtra("actorflow ui", "ui", exc.name or "starlette") from None
     workflow = load_workflow(args.workflow, "ui") if args.workflow else None
     store = open_store(args.store)
     try:

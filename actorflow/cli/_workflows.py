@@ -1,4 +1,8 @@
-"""The Workflow a ``MODULE:ATTRIBUTE`` argument names (``graph``, ``ui --workflow``)."""
+"""The user's code a command names: a module (``checkpoints show --import``) or the
+Workflow a ``MODULE:ATTRIBUTE`` argument names (``graph``, ``ui --workflow``).
+
+One rule for every command: the current folder is importable, as under ``python -m``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,38 @@ import importlib
 import inspect
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from actorflow.runtime import Workflow
 
 from ._usage import Usage
 
-__all__ = ["load_workflow"]
+__all__ = ["import_user_module", "load_workflow"]
+
+
+def import_user_module(name: str, command: str) -> ModuleType:
+    """Import the user's module ``name``, the current folder first on the path (as
+    ``python -m`` has it), so a module beside the user is found from where they stand.
+
+    ``command`` (``graph``, ``show --import``) starts each error message.
+
+    Raises:
+        Usage: one line saying why the import failed and what to do.
+    """
+    here = str(Path.cwd())
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise Usage(
+                f"{command}: no module named {name!r} in {here} or on the path; run from the "
+                "folder that holds it, or add that folder to PYTHONPATH"
+            ) from None
+        raise Usage(f"{command}: importing {name!r} failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
+        raise Usage(f"{command}: importing {name!r} failed: {type(exc).__name__}: {exc}") from None
 
 
 def load_workflow(target: str, command: str) -> Workflow:
@@ -28,20 +58,7 @@ def load_workflow(target: str, command: str) -> Workflow:
             f"{command}: {target!r} is not MODULE:ATTRIBUTE; name a Workflow, or a function "
             "returning one, e.g. myapp.flows:build"
         )
-    sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            raise Usage(
-                f"{command}: no module named {module_name!r}; run from the folder that holds it, "
-                "or add that folder to PYTHONPATH"
-            ) from None
-        raise Usage(f"{command}: importing {module_name!r} failed: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
-        raise Usage(
-            f"{command}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from None
+    module = import_user_module(module_name, command)
     try:
         found = getattr(module, attribute)
     except AttributeError:

@@ -33,7 +33,15 @@ from actorflow.errors import WorkerImportFailed
 from ._host import RayHost
 from ._programs import Programs
 from ._reserve import Reserve
-from ._runtime import LOOPBACK_ENV, actor_class, check_task, kill, label, ray_module
+from ._runtime import (
+    LOOPBACK_ENV,
+    actor_class,
+    check_task,
+    kill,
+    label,
+    ray_module,
+    require_ray,
+)
 
 __all__ = ["RayBackend"]
 
@@ -120,6 +128,8 @@ class RayBackend:
             and die with it.
 
     Raises:
+        MissingExtra: Ray is not installed (``pip install 'actorflow[ray]'``);
+            checked here without importing Ray, which is imported on first use.
         ValueError: an option Ray does not take here (restart and retry options
             are refused: actorflow's ``RestartPolicy`` owns failures), or Ray
             options for an executor hosted on the driver.
@@ -138,6 +148,7 @@ class RayBackend:
         spares: int = 1,
         on_driver: Collection[str] = (),
     ) -> None:
+        require_ray()
         self._options = _checked_options(options or {}, "options")
         self._executors = {
             eid: {**self._options, **_checked_options(opts, f"executor {eid!r}")}

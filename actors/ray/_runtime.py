@@ -9,6 +9,7 @@ program in errors.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actorflow.actors._host import HostedFactory
+from actorflow.errors import MissingExtra
 
 from ._worker import Worker, check_programs
 
@@ -27,6 +29,7 @@ __all__ = [
     "kill",
     "label",
     "ray_module",
+    "require_ray",
     "running",
 ]
 
@@ -45,13 +48,32 @@ def ray_module(init: Mapping[str, Any] | None = None) -> Any:
     """
     if "ray" not in sys.modules and (init or {}).get("address") is None:
         os.environ.setdefault(LOOPBACK_ENV, "0")
-    import ray  # noqa: PLC0415 - Ray is imported on first use, never by `import actorflow`
+    try:
+        import ray  # noqa: PLC0415 - Ray is imported on first use, never by `import actorflow`
+    except ModuleNotFoundError as exc:
+        raise MissingExtra("RayBackend", "ray", exc.name or "ray") from exc
 
     if not ray.is_initialized():
         with _remote_lock:
             if not ray.is_initialized():
                 _start(ray, init or {})
     return ray
+
+
+def require_ray() -> None:
+    """Raise unless Ray can be imported in this process; never imports it.
+
+    Raises:
+        MissingExtra: Ray is not installed (the message names ``actorflow[ray]``).
+    """
+    if "ray" in sys.modules:
+        return
+    try:
+        found = importlib.util.find_spec("ray")
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise MissingExtra("RayBackend", "ray", "ray")
 
 
 def running() -> Any:

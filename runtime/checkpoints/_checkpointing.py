@@ -327,7 +327,82 @@ def load_for_resume(
     Raises:
         CheckpointNotFound: nothing to resume.
         GraphMismatch: the checkpoint was taken on another graph (says what differs).
+        CheckpointCorrupt: the record or a blob it needs is damaged; with ``session``,
+            the message names the session's newest intact checkpoint and how to
+            resume from it.
     """
+    try:
+        return _load_for_resume(store, spec, session=session, checkpoint_id=checkpoint_id)
+    except CheckpointCorrupt as exc:
+        if session is None:
+            raise
+        raise CheckpointCorrupt(f"{exc}; {_way_out(store, spec.name, session)}") from exc
+
+
+def _way_out(store: CheckpointStore, workflow: str, session: str) -> str:
+    """What a resume that met damage says next: the newest intact checkpoint, and how."""
+    try:
+        intact = newest_intact(store, workflow, session)
+    except CheckpointError as exc:  # the store fails to answer: say so, briefly
+        return f"no intact checkpoint of session {session!r} could be found ({exc})"
+    if intact is None:
+        return (
+            f"no checkpoint of session {session!r} is intact (record and blobs); start the "
+            "session afresh, or restore the store from a backup"
+        )
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(intact.created_at))
+    return (
+        f"the newest intact checkpoint of session {session!r} is {intact.id} (superstep "
+        f"{intact.superstep}, {intact.kind.value}, saved {when}); resume from it with "
+        f"wf.resume(store, session={session!r}, checkpoint_id={intact.id!r}), which starts "
+        "a new branch of the session (`actorflow checkpoints verify STORE` lists every "
+        "damaged record)"
+    )
+
+
+def newest_intact(store: CheckpointStore, workflow: str, session: str) -> Checkpoint | None:
+    """The newest cut of ``session`` (of ``workflow``) whose record decodes and whose
+    blobs are all present and match their digests; None if there is none.
+
+    Reads records newest first (through ``ids()`` where ``list`` cannot decode around
+    a damaged one) and each blob at most once.
+    """
+    try:
+        ids = [cp.id for cp in store.list(session=session)]
+    except CheckpointError:
+        every = getattr(store, "ids", None)  # built-in stores list damaged records too
+        if not callable(every):
+            raise
+        ids = list(every())
+    read, good, bad = _reader(store), set[str](), set[str]()
+    for checkpoint_id in sorted(ids, reverse=True):  # ids sort by time
+        try:
+            cp = store.load(checkpoint_id)
+            if cp.session != session or cp.workflow != workflow:
+                continue
+            if cp.kind is CheckpointKind.PARTIAL:
+                continue
+            check_runtime(cp)
+            digests = {d for ds in cp.executors.values() for d in ds} - good
+            if digests & bad:
+                continue
+            found = read(sorted(digests)) if digests else {}
+        except CheckpointError:
+            continue
+        if set(found) == digests:
+            good |= digests
+            return cp
+        bad |= digests - set(found)
+    return None
+
+
+def _load_for_resume(
+    store: CheckpointStore,
+    spec: GraphSpec,
+    *,
+    session: str | None,
+    checkpoint_id: str | None,
+) -> Restored:
     if checkpoint_id is not None:
         checkpoint = store.load(checkpoint_id)
     else:

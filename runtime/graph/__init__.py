@@ -6,7 +6,7 @@ edges and how a send is routed along them. A new kind of edge goes here; the
 builder that checks and compiles a graph is ``runtime/_builder.py``.
 """
 
-from ._edges import Accepts, Case, Default, EdgeKind, OutEdge, route
+from ._edges import Accepts, Case, Default, EdgeKind, OutEdge, passed_over, route
 from ._executor import Executor, HandlerInfo, Resource, handler, resource, response_handler
 from ._types import a_label, parse_type_spec, type_label
 
@@ -22,6 +22,7 @@ __all__ = [
     "a_label",
     "handler",
     "parse_type_spec",
+    "passed_over",
     "resource",
     "response_handler",
     "route",

@@ -4,7 +4,9 @@ Routing runs in the *sending* actor, before the value is encoded: conditions and
 selectors see the sender's own object, and the supervisor receives only bytes
 with their targets already chosen. A value no out-edge target has a handler for
 is an :class:`~actorflow.errors.UnroutableMessage`, never a silent drop; a value a
-target accepts but a condition declines is dropped by the user's choice.
+target accepts but every condition declines is dropped by the user's choice, and
+reported (``StepBuffer``: a ``MessageDroppedEvent``, or ``MessageDropped`` under
+``strict_routing``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "EdgeKind",
     "OutEdge",
     "Route",
+    "passed_over",
     "route",
 ]
 
@@ -166,6 +169,18 @@ def route(sender: str, edges: Sequence[OutEdge], value: object, to: str | None) 
     if not type_ok:
         raise UnroutableMessage(_unroutable_text(sender, edges, value, None))
     return routes
+
+
+def passed_over(edges: Sequence[OutEdge], value: object, to: str | None) -> list[str]:
+    """The out-edge targets (only ``to``, if given) with a handler for ``value``: those a
+    value that :func:`route` sent nowhere was declined for, in edge order, once each."""
+    found: list[str] = []
+    for edge in edges:
+        for target, acc in zip(edge.targets, edge.accepts, strict=True):
+            handles = acc.single(value) or (edge.kind == EdgeKind.FAN_IN and acc.item(value))
+            if handles and (to is None or target == to) and target not in found:
+                found.append(target)
+    return found
 
 
 def _route_switch(edge: OutEdge, value: object, routes: list[Route]) -> None:

@@ -221,7 +221,8 @@ class CutWriter:
                 continue
             self._hosts.load_state(target, [(d, None) for d in digests])
             sends, outputs, requests = report
+            # A persisted part keeps no drops: they are reported by the run that made them.
             reports[target] = StepReport(
-                sends, outputs, requests, [[d, None] for d in digests], None
+                sends, outputs, requests, [[d, None] for d in digests], None, None
             )
         return reports

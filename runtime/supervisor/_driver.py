@@ -40,6 +40,7 @@ from actorflow.storage import BlobBatchReader
 
 from ._barrier import Interrupted, TimedOut, collect
 from ._cuts import CutWriter, Parts
+from ._drops import report_drops
 from ._failures import StepFailure, qualname
 from ._history import HistoryLog
 from ._hosts import Hosts, HostWrapper
@@ -359,6 +360,8 @@ class Driver:
                     state.fan_in.setdefault(group, {}).setdefault(target, []).append(payload)
             for payload in report.outputs:
                 emit(ev.OutputEvent(job.run_id, superstep, now, target, Payload(payload)))
+            if report.dropped:
+                report_drops(job, superstep, now, target, report.dropped, log=self._log)
             for request_id, payload, response_type in report.requests:
                 state.pending[request_id] = [target, payload, response_type]
                 emit(

@@ -13,7 +13,14 @@ import time
 import pykka
 
 import actorflow.runtime._events as ev
-from actorflow.errors import ExecutorFailed, RunCancelled, UnroutableMessage, _UnroutableRunFailure
+from actorflow.errors import (
+    ExecutorFailed,
+    MessageDropped,
+    RunCancelled,
+    UnroutableMessage,
+    _DroppedRunFailure,
+    _UnroutableRunFailure,
+)
 from actorflow.runtime._logging import Log
 from actorflow.runtime._pace import unpaced
 from actorflow.runtime._policy import RestartPolicy, Restarts
@@ -80,9 +87,11 @@ class Recovery:
         decision = self._restarts.decide(target, error, self._last.knows(target), time.monotonic())
         if isinstance(decision, str):
             # An unroutable send fails the run as both ExecutorFailed and UnroutableMessage.
-            failed = (
-                _UnroutableRunFailure if isinstance(error, UnroutableMessage) else ExecutorFailed
-            )
+            failed: type[ExecutorFailed] = ExecutorFailed
+            if isinstance(error, MessageDropped):
+                failed = _DroppedRunFailure
+            elif isinstance(error, UnroutableMessage):
+                failed = _UnroutableRunFailure
             raise failed(
                 f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
                 f"{qualname(type(error))}: {error}; {decision}",

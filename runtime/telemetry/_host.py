@@ -46,8 +46,9 @@ class TracedStepBuffer(StepBuffer):
         *,
         made_tracer: Tracer,
         attrs: dict[str, Any],
+        strict: bool = False,
     ) -> None:
-        super().__init__(executor_id, edges, superstep, suffix)
+        super().__init__(executor_id, edges, superstep, suffix, strict=strict)
         self._tracer = made_tracer
         self._attrs = attrs
         self.contexts: list[bytes] = []
@@ -77,6 +78,9 @@ class _Program(Protocol):
     @property
     def edges(self) -> tuple[OutEdge, ...]: ...
 
+    @property
+    def strict_routing(self) -> bool: ...
+
 
 class Runner(Protocol):
     """What a traced step needs of the runner (``_runner.ExecutorRunner``)."""
@@ -101,7 +105,9 @@ def traced_step(runner: Runner, request: StepRequest) -> bytes:
     program = runner.program
     made_tracer = tracer()
     if made_tracer is None:  # no provider on this side (another process): run untraced
-        buffer = StepBuffer(program.executor_id, program.edges, superstep, suffix)
+        buffer = StepBuffer(
+            program.executor_id, program.edges, superstep, suffix, strict=program.strict_routing
+        )
         return runner.handle(buffer, request).packed()
     attrs = {
         PREFIX + "workflow": workflow,
@@ -125,6 +131,7 @@ def traced_step(runner: Runner, request: StepRequest) -> bytes:
             suffix,
             made_tracer=made_tracer,
             attrs=attrs,
+            strict=program.strict_routing,
         )
         report = runner.handle(buffer, request)
         return report._replace(send_contexts=buffer.contexts).packed()

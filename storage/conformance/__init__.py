@@ -27,13 +27,12 @@ a store can run one property alone.
 
 from __future__ import annotations
 
+from actorflow.errors import MissingExtra
+
 try:
     import pytest  # noqa: F401 - the kit's modules need it; say what to install before they do
 except ImportError:
-    raise ImportError(
-        "actorflow.storage.conformance is a pytest suite, and pytest is not installed: "
-        "install the test extra (pip install 'actorflow[test]'), or pytest itself"
-    ) from None
+    raise MissingExtra("actorflow.storage.conformance (a pytest suite)", "test", "pytest") from None
 
 from ._base import StoreFactory, make_checkpoint
 from ._concurrency import ConcurrencyTests

@@ -21,6 +21,7 @@ from actorflow.errors import (
     CheckpointCorrupt,
     CheckpointError,
     CheckpointNotFound,
+    StoreNotFound,
     UnsupportedFormat,
 )
 from actorflow.storage._common import (
@@ -104,20 +105,33 @@ class FileStore:
         layout: the layout of a folder this creates: 3, or 2 (a pack file per save,
             which actorflow versions before layout 3 also read). An existing
             folder keeps its own.
+        create: whether to make the folder (or the store in an empty one). With
+            ``create=False`` the store opens only a folder a FileStore wrote (what
+            a reader such as ``actorflow checkpoints list`` wants): anything else
+            raises :class:`StoreNotFound` and nothing is created.
 
     Raises:
         ValueError: ``layout`` is neither 2 nor 3.
         CheckpointError: ``path`` is a non-empty folder that is not a FileStore.
+        StoreNotFound: ``create=False`` and ``path`` is not a FileStore folder.
         UnsupportedFormat: the folder was written with another layout (a layout-1
             folder: convert it once with :meth:`FileStore.upgrade`).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, layout: int = 3) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, layout: int = 3, create: bool = True
+    ) -> None:
         if sys.platform == "win32":  # pragma: no cover - no flock(2) there
             raise CheckpointError("FileStore needs a POSIX system; use SQLiteStore")
         if layout not in (2, 3):
             raise ValueError(f"layout must be 2 or 3, not {layout!r}")
         self._root = Path(path)
+        if not create and not (self._root / gc.FILESTORE_MARKER).is_file():
+            why = "no actorflow-store marker in it" if self._root.is_dir() else "no such folder"
+            raise StoreNotFound(
+                f"no actorflow FileStore at {self._root}: {why}; check the path "
+                "(FileStore(path) with create=True makes a new one)"
+            )
         self._packs = self._root / gc.PACKS
         self._closed = False
         self._deleted = self._root / "deleted"

@@ -9,6 +9,7 @@ collaborator of :class:`~._store.PostgresStore`, of its leases and its verificat
 
 from __future__ import annotations
 
+import math
 import select
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,11 +21,74 @@ from psycopg import errors as pg_errors
 from actorflow.errors import CheckpointCorrupt, CheckpointError, StoreClosed
 from actorflow.storage._common import store_closed
 
-__all__ = ["PostgresConnections", "check_idle", "new_pool"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "PostgresConnections",
+    "check_idle",
+    "connect_settings",
+    "new_pool",
+    "probe",
+]
 
 T = TypeVar("T")
 
 Conn = psycopg.Connection[Any]
+
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a new connection may take when neither the store nor the DSN says."""
+
+
+def connect_settings(dsn: str, connect_timeout: float | None) -> dict[str, Any]:
+    """The keyword arguments of every connection the store makes to ``dsn``.
+
+    Autocommit, and a bound on connecting: ``connect_timeout`` if given, else the
+    DSN's own ``connect_timeout``, else :data:`DEFAULT_CONNECT_TIMEOUT` (libpq counts
+    whole seconds, at least 2).
+
+    Raises:
+        ValueError: ``connect_timeout`` is not a positive number.
+        CheckpointError: ``dsn`` is not a connection string libpq accepts (a
+            mistyped option, say), with libpq's own reason.
+    """
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        reason = " ".join(str(exc).split())
+        raise CheckpointError(
+            f"PostgresStore: the DSN is not valid: {reason}; fix it (libpq's parameters are "
+            "listed at https://www.postgresql.org/docs/current/libpq-connect.html"
+            "#LIBPQ-PARAMKEYWORDS)"
+        ) from None
+    if connect_timeout is None:
+        default = str(math.ceil(DEFAULT_CONNECT_TIMEOUT))
+        return {"autocommit": True, "connect_timeout": given.get("connect_timeout", default)}
+    if not connect_timeout > 0:
+        raise ValueError(
+            f"connect_timeout must be a positive number of seconds, not {connect_timeout!r}"
+        )
+    return {"autocommit": True, "connect_timeout": str(math.ceil(connect_timeout))}
+
+
+def probe(dsn: str, settings: dict[str, Any], where: str) -> None:
+    """Connect to ``dsn`` once and hang up: the server's own reason if it refuses.
+
+    A pool retries a failed connection in the background until its timeout and
+    logs each failure; what fails here (no server listening, an unknown database or
+    role, a wrong password, a server that does not answer within the connect
+    timeout) does not go away by waiting, so the store reports it at once.
+
+    Raises:
+        CheckpointError: the connection failed; the message carries the server's reason.
+    """
+    try:
+        psycopg.connect(dsn, **settings).close()
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise CheckpointError(
+            f"PostgresStore: cannot connect to {where}: {reason}; check that the server is up "
+            "and the DSN's host, port, user, password and database are right"
+        ) from exc
 
 
 def new_pool(
@@ -35,8 +99,10 @@ def new_pool(
     timeout: float,
     max_lifetime: float,
     max_idle: float,
+    settings: dict[str, Any],
 ) -> psycopg_pool.ConnectionPool[Any]:
-    """A closed pool of autocommit connections to ``dsn`` (open it with ``open()``).
+    """A closed pool of connections to ``dsn`` (open it with ``open()``), each made with
+    ``settings`` (:func:`connect_settings`).
 
     Each connection is checked with :func:`check_idle` when the pool hands it out.
     """
@@ -44,7 +110,7 @@ def new_pool(
         dsn,
         min_size=1,
         max_size=pool_size,
-        kwargs={"autocommit": True},
+        kwargs=settings,
         check=check_idle,
         timeout=timeout,
         max_lifetime=max_lifetime,

@@ -6,17 +6,19 @@ from typing import Any
 
 import psycopg
 
-from actorflow.errors import CheckpointCorrupt, UnsupportedFormat
+from actorflow.errors import CheckpointCorrupt, StoreNotFound, UnsupportedFormat
 
 from . import _sql as sql
 
 Conn = psycopg.Connection[Any]
 
 
-def open_schema(db: Conn, q: sql.Statements, where: str) -> None:
-    """Make ``q.schema`` hold the current tables: create, upgrade, or check them.
+def open_schema(db: Conn, q: sql.Statements, where: str, *, create: bool = True) -> None:
+    """Make ``q.schema`` hold the current tables: create (unless ``create`` is false),
+    upgrade, or check them.
 
     Raises:
+        StoreNotFound: ``create`` is false and the schema holds no actorflow tables.
         UnsupportedFormat: the schema is newer than this actorflow, or older without
             an upgrade path.
         CheckpointCorrupt: its version table is damaged.
@@ -33,6 +35,12 @@ def open_schema(db: Conn, q: sql.Statements, where: str) -> None:
                     db.execute(f"SELECT pg_advisory_xact_lock({sql.LOCK_INIT}, {q.key})")
                     _parent_index(db, q)
                 return  # the common case: no lock, no DDL
+        if not create and (exists is None or exists[0] is None):
+            raise StoreNotFound(
+                f"{where}: no actorflow store there (no schema {q.schema!r} with actorflow's "
+                "tables in this database); check the schema name (?schema=NAME on the "
+                "command line; the default is actorflow) and the database (nothing was created)"
+            )
         # Several processes may open a new database at once: one creates or
         # upgrades, the others wait here and then find it done.
         db.execute(f"SELECT pg_advisory_xact_lock({sql.LOCK_INIT}, {q.key})")

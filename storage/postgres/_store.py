@@ -48,7 +48,7 @@ from actorflow.storage._sql import (
 
 from . import _sql as sql
 from ._leases import FENCED, UNLEASED, PostgresLeases, session_key
-from ._pool import PostgresConnections, new_pool
+from ._pool import PostgresConnections, connect_settings, new_pool, probe
 from ._schema import open_schema
 from ._verify import PostgresVerify
 
@@ -96,13 +96,26 @@ class PostgresStore:
         schema: the PostgreSQL schema holding the tables; a plain lowercase identifier.
         pool_size: the most connections the store's own pool opens.
         timeout: seconds to wait for a free connection before raising CheckpointError.
+        connect_timeout: seconds a new connection may take (libpq counts whole
+            seconds, at least 2); None: the DSN's own ``connect_timeout``, else 5.
+            The store connects once as it opens, so a server that refuses (nothing
+            listening, an unknown database or role, a wrong password) or does not
+            answer fails the constructor within this bound, with the server's reason.
         max_lifetime: seconds after which a pooled connection is replaced.
         max_idle: seconds after which an idle pooled connection is closed.
+        create: whether to create the schema and its tables when they are missing.
+            With ``create=False`` the store opens only a schema actorflow made (what
+            a reader such as ``actorflow checkpoints list`` wants): otherwise it
+            raises :class:`StoreNotFound` and nothing is created.
 
     Raises:
-        ValueError: ``schema`` is not a plain identifier.
+        ValueError: ``schema`` is not a plain identifier, or ``connect_timeout`` not
+            a positive number.
         UnsupportedFormat: the schema was written by a newer actorflow.
-        CheckpointError: the server cannot be reached within ``timeout``.
+        StoreNotFound: ``create=False`` and the schema holds no actorflow tables.
+        CheckpointError: the DSN is not valid, the server refuses the connection or
+            does not answer within ``connect_timeout`` (the message carries the
+            server's reason), or no pooled connection comes within ``timeout``.
     """
 
     def __init__(
@@ -114,6 +127,8 @@ class PostgresStore:
         timeout: float = 30.0,
         max_lifetime: float = 3600.0,
         max_idle: float = 600.0,
+        connect_timeout: float | None = None,
+        create: bool = True,
     ) -> None:
         self._sql = sql.Statements(schema)
         self._schema = schema
@@ -122,7 +137,9 @@ class PostgresStore:
             pool: psycopg_pool.ConnectionPool[Any] = dsn_or_pool
             self._where = f"pool {dsn_or_pool.name}"
         else:
+            settings = connect_settings(dsn_or_pool, connect_timeout)
             self._where = _redact(dsn_or_pool)
+            probe(dsn_or_pool, settings, self._where)
             pool = new_pool(
                 dsn_or_pool,
                 schema=schema,
@@ -130,6 +147,7 @@ class PostgresStore:
                 timeout=timeout,
                 max_lifetime=max_lifetime,
                 max_idle=max_idle,
+                settings=settings,
             )
         self._connections = PostgresConnections(
             pool, owns_pool=owns_pool, where=self._where, name=repr(self)
@@ -176,7 +194,7 @@ class PostgresStore:
         try:
             if owns_pool:
                 pool.open(wait=True, timeout=timeout)
-            self._init_schema()
+            self._init_schema(create)
         except psycopg_pool.PoolTimeout as exc:
             self.close()
             raise CheckpointError(
@@ -528,9 +546,11 @@ class PostgresStore:
         row = db.execute(self._q_record, (checkpoint_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def _init_schema(self) -> None:
+    def _init_schema(self, create: bool) -> None:
         where = f"PostgresStore {self._where} schema {self._schema!r}"
-        self._run(lambda db: open_schema(db, self._sql, where), what="open its schema")
+        self._run(
+            lambda db: open_schema(db, self._sql, where, create=create), what="open its schema"
+        )
 
 
 def _redact(dsn: str) -> str:

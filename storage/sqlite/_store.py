@@ -18,6 +18,7 @@ from typing import Self
 
 from actorflow.errors import (
     CheckpointCorrupt,
+    StoreNotFound,
     UnsupportedFormat,
 )
 from actorflow.storage._common import (
@@ -84,18 +85,26 @@ class SQLiteStore:
 
     Args:
         path: the database file; created with the schema if missing.
+        create: whether to make the file and the tables when they are missing. With
+            ``create=False`` the store opens only an actorflow store that exists
+            (what a reader such as ``actorflow checkpoints list`` wants): a missing
+            file, or a SQLite file without actorflow's tables, raises
+            :class:`StoreNotFound` and nothing is created or changed.
 
     Raises:
         ValueError: ``path`` is ``":memory:"`` or empty (use MemoryStore).
+        StoreNotFound: ``create=False`` and no actorflow store is at ``path``.
         UnsupportedFormat: the file has a newer actorflow schema.
         CheckpointCorrupt: the file is not an SQLite database, or is damaged.
         CheckpointError: the file cannot be opened.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         if os.fspath(path) in ("", ":memory:"):
             raise ValueError("SQLiteStore needs a file path; use MemoryStore for in-memory use")
         self._path = Path(path)
+        if not create:
+            _check_exists(self._path)
         self._connections = SQLiteConnections(self._path, repr(self))
         self._wal = WalCheckpointer(self._connections.connect)
         self._leases = SQLiteLeases(self._connections, self._path)
@@ -449,6 +458,34 @@ class SQLiteStore:
             raise CheckpointCorrupt(
                 f"SQLite store {self._path} has a damaged schema table (version {version!r})"
             )
+
+
+def _check_exists(path: Path) -> None:
+    """Raise StoreNotFound unless ``path`` is a SQLite file with actorflow's tables.
+
+    Reads through a connection that cannot create the file (``mode=rw``) and sets no
+    pragma, so a file that is not a store is left exactly as it was.
+    """
+    if not path.is_file():
+        raise StoreNotFound(
+            f"no actorflow store at {path}: no such file; check the path "
+            "(SQLiteStore(path) with create=True makes a new one)"
+        )
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)
+    except sqlite3.Error as exc:
+        raise sql.translate(exc, path) from exc
+    try:
+        exists, _version = _schema_version(db)
+    except sqlite3.Error as exc:
+        raise sql.translate(exc, path) from exc
+    finally:
+        db.close()
+    if not exists:
+        raise StoreNotFound(
+            f"no actorflow store at {path}: the SQLite file has no actorflow tables; "
+            "check the path (nothing was changed)"
+        )
 
 
 def _schema_version(db: sqlite3.Connection) -> tuple[bool, object]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import actorflow as af
+from tests.support.signals import sigint_handled
 
 
 class Blocker(af.Executor):
@@ -114,7 +115,8 @@ def test_keyboard_interrupt_during_run_stops_the_run_and_leaks_nothing() -> None
         _thread.interrupt_main()
         RELEASE.set()
 
-    with af.WorkflowBuilder("ctrl-c", start=Holds("h")).build() as wf:
+    # interrupt_main() does nothing while SIGINT is ignored (``nohup make test &``).
+    with af.WorkflowBuilder("ctrl-c", start=Holds("h")).build() as wf, sigint_handled():
         helper = threading.Thread(target=interrupt)
         helper.start()
         with pytest.raises(KeyboardInterrupt):

@@ -20,6 +20,7 @@ import pytest
 
 import actorflow as af
 from tests.support import ROOT, Closeable
+from tests.support.signals import CHILD_PRELUDE, sigint_ignored
 
 BOUND = 10.0
 """Seconds any waiting in these tests is bounded by (far above STOP_WAIT, far below the
@@ -246,7 +247,9 @@ def test_astream_aclose_after_a_finished_event_frees_the_session() -> None:
 
 # --- Ctrl-C: a real SIGINT sent to a child process --------------------------------
 
-_CHILD = """
+_CHILD = (
+    CHILD_PRELUDE
+    + """
 import asyncio, sys, threading, time
 import actorflow as af
 import tests.runtime.test_stopping as t
@@ -273,6 +276,7 @@ except KeyboardInterrupt:
     print("STOPPED", flush=True)
     raise
 """
+)
 
 
 def _interrupt(mode: str) -> subprocess.CompletedProcess[str]:
@@ -305,3 +309,13 @@ def test_one_ctrl_c_stops_a_run_hung_in_a_handler_and_the_process_exits(mode: st
     assert "STOPPED" in done.stdout, done.stderr
     assert "KeyboardInterrupt" in done.stderr
     assert done.returncode != 0
+
+
+def test_ctrl_c_reaches_the_child_when_the_tests_run_with_sigint_ignored() -> None:
+    """Run as ``nohup make test &``, this process ignores SIGINT and its children
+    inherit that; the child installs Python's handler itself, so one SIGINT still
+    stops its run."""
+    with sigint_ignored():
+        done = _interrupt("run")
+    assert "STOPPED" in done.stdout, done.stderr
+    assert "KeyboardInterrupt" in done.stderr

@@ -417,6 +417,73 @@ def test_unreachable_server_is_a_clear_error_without_the_password() -> None:
     assert "s3cret" not in message
 
 
+def test_a_refused_connection_fails_at_once_with_the_servers_reason() -> None:
+    """Nothing listening: the constructor fails within seconds (not the pool's 30 s
+    timeout), with the connection's own reason."""
+    started = time.monotonic()
+    with pytest.raises(af.CheckpointError, match="Connection refused") as failed:
+        af.PostgresStore("postgresql://u@127.0.0.1:1/db")
+    assert time.monotonic() - started < 5.0
+    assert "\n" not in str(failed.value)
+
+
+def test_an_unknown_database_is_named_at_once() -> None:
+    """A database that does not exist: the server's message, within seconds, and no
+    pool retrying (and logging) in the background."""
+    url = pg.dsn()
+    missing = url.rsplit("/", 1)[0] + "/af_no_such_db"
+    started = time.monotonic()
+    with pytest.raises(af.CheckpointError, match='database "af_no_such_db" does not exist'):
+        af.PostgresStore(missing)
+    assert time.monotonic() - started < 5.0
+
+
+def test_an_unknown_dsn_option_is_named_before_connecting() -> None:
+    """A mistyped option (``?schem=x``) is libpq's reason, not ``<unparsable DSN>``."""
+    with pytest.raises(af.CheckpointError, match=r'DSN is not valid.*"schem"'):
+        af.PostgresStore("postgresql://u@127.0.0.1:1/db?schem=x")
+
+
+@pytest.mark.parametrize(
+    ("dsn", "given", "expected"),
+    [
+        ("postgresql://u@h/db", None, "5"),
+        ("postgresql://u@h/db?connect_timeout=9", None, "9"),
+        ("postgresql://u@h/db?connect_timeout=9", 2.5, "3"),
+        ("host=h dbname=db connect_timeout=7", None, "7"),
+    ],
+)
+def test_the_connect_timeout_is_the_stores_else_the_dsns(
+    dsn: str, given: float | None, expected: str
+) -> None:
+    """connect_timeout: the store's parameter, else the DSN's own, else 5 s."""
+    from actorflow.storage.postgres._pool import connect_settings
+
+    assert connect_settings(dsn, given) == {"autocommit": True, "connect_timeout": expected}
+
+
+def test_a_server_that_never_answers_fails_within_the_connect_timeout() -> None:
+    """A socket that accepts but never speaks: the store gives up after connect_timeout."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(af.CheckpointError, match="cannot connect") as failed:
+            af.PostgresStore(f"postgresql://u@127.0.0.1:{port}/db", connect_timeout=2)
+        assert 1.5 < time.monotonic() - started < 10.0
+        assert "timeout" in str(failed.value).lower()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
+def test_connect_timeout_must_be_positive(bad: float) -> None:
+    """A connect_timeout that is not a positive number is refused before connecting."""
+    with pytest.raises(ValueError, match="connect_timeout"):
+        af.PostgresStore("postgresql://u@127.0.0.1:1/db", connect_timeout=bad)
+
+
 def test_chunks_are_compressed_by_the_server(store: Any, where: tuple[str, str]) -> None:
     """Chunk rows are compressed by TOAST (lz4 where the server has it) and read back whole."""
     dsn, schema = where
