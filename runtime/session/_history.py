@@ -74,29 +74,22 @@ class Chronicle:
         the session closes (or the caller closes the iterator).
         """
         inbox: queue.SimpleQueue[ev.Event | None] = queue.SimpleQueue()
-        self._log.watch(inbox.put)
+        self._log.watch(inbox.put)  # before reading the backlog: nothing falls between
         try:
-            last = since - 1
+            cursor = _Cursor(since, forever, self._turn)
             for event in self.read(since):
-                last = _seq(event)
-                yield event
-                if not forever and isinstance(event, ENDS) and not self._turn.busy:
+                yield cursor.passed(event)
+                if cursor.done:
                     return
-            while True:
-                if not forever and not self._turn.busy and inbox.empty():
-                    return
+            while not cursor.idle(inbox.empty()):
                 try:
-                    item = inbox.get(timeout=0.5 if not forever else None)
+                    item = inbox.get(timeout=cursor.poll)
                 except queue.Empty:
                     continue  # look again whether a run is going
-                if item is None:
-                    return  # the session closed
-                if _seq(item) <= last:
-                    continue  # also in the backlog
-                last = _seq(item)
-                event = materialize(item)
-                yield event
-                if not forever and isinstance(event, ENDS):
+                taken = cursor.take(item)
+                if taken is not None:
+                    yield taken
+                if cursor.done:
                     return
         finally:
             self._log.unwatch(inbox.put)
@@ -114,28 +107,21 @@ class Chronicle:
 
         self._log.watch(watcher)
         try:
-            last = since - 1
+            cursor = _Cursor(since, forever, self._turn)
             for event in await asyncio.to_thread(self.read, since):
-                last = _seq(event)
-                yield event
-                if not forever and isinstance(event, ENDS) and not self._turn.busy:
+                yield cursor.passed(event)
+                if cursor.done:
                     return
-            while True:
-                if not forever and not self._turn.busy and inbox.empty():
-                    return
+            while not cursor.idle(inbox.empty()):
                 try:
-                    async with asyncio.timeout(None if forever else 0.5):
+                    async with asyncio.timeout(cursor.poll):
                         item = await inbox.get()
                 except TimeoutError:
                     continue  # look again whether a run is going
-                if item is None:
-                    return
-                if _seq(item) <= last:
-                    continue
-                last = _seq(item)
-                event = materialize(item)
-                yield event
-                if not forever and isinstance(event, ENDS):
+                taken = cursor.take(item)
+                if taken is not None:
+                    yield taken
+                if cursor.done:
                     return
         finally:
             self._log.unwatch(watcher)
@@ -145,6 +131,52 @@ class Chronicle:
         the events numbered after the last of them, decoded."""
         start = _seq(events[-1]) + 1 if events else since
         return [materialize(e) for e in self._log.recent(start)]
+
+
+class _Cursor:
+    """A follower's place: the last number it yielded, and whether it is done.
+
+    Events come twice around the moment a follower starts (in the backlog it reads
+    and from the watcher it registered before reading): the cursor passes each number
+    once, in order.
+    """
+
+    __slots__ = ("_forever", "_turn", "done", "last")
+
+    def __init__(self, since: int, forever: bool, turn: Turn) -> None:
+        self.last = since - 1
+        self._forever = forever
+        self._turn = turn
+        self.done = False
+        """The follower is to stop: a run ended (without ``forever``) or the session closed."""
+
+    @property
+    def poll(self) -> float | None:
+        """How long to wait for the next event before looking whether a run is going."""
+        return None if self._forever else 0.5
+
+    def passed(self, event: ev.Event) -> ev.Event:
+        """``event`` of the backlog, yielded; done once it ends a run with none going."""
+        self.last = _seq(event)
+        self.done = not self._forever and isinstance(event, ENDS) and not self._turn.busy
+        return event
+
+    def idle(self, nothing_queued: bool) -> bool:
+        """Whether to stop waiting: no run is going and nothing is left to yield."""
+        return not self._forever and not self._turn.busy and nothing_queued
+
+    def take(self, item: ev.Event | None) -> ev.Event | None:
+        """What to yield for ``item`` from the watcher (``None``: nothing, for a number
+        already yielded, or because the session closed, which makes it done)."""
+        if item is None:
+            self.done = True
+            return None
+        if _seq(item) <= self.last:
+            return None  # also in the backlog
+        self.last = _seq(item)
+        event = materialize(item)
+        self.done = not self._forever and isinstance(event, ENDS)
+        return event
 
 
 def _seq(event: Any) -> int:
