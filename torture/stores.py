@@ -161,7 +161,9 @@ class FaultyStore:
         if self._progress is not None:
             if kind == "partial":  # a finished part of a superstep: its events come later
                 self._progress.wait_for(checkpoint.session, checkpoint.superstep - 1)
-            elif kind != "entry":
+            elif kind != "entry" and checkpoint.superstep > 0:
+                # (Superstep 0 has no events to log: a run that failed in its first
+                # superstep ends with a halt cut of superstep 0.)
                 self._progress.wait_for(checkpoint.session, checkpoint.superstep)
         with self._lock:
             self._saves += 1

@@ -103,8 +103,8 @@ class GatedStore:
         if checkpoint.kind == "partial":
             # An executor's finished part, saved mid-superstep: its events come at the barrier.
             self._progress.wait_for(checkpoint.superstep - 1)
-        elif checkpoint.kind != "entry":
-            self._progress.wait_for(checkpoint.superstep)
+        elif checkpoint.kind != "entry" and checkpoint.superstep > 0:
+            self._progress.wait_for(checkpoint.superstep)  # (superstep 0 has no events)
         hit = checkpoint.kind == "step" and checkpoint.superstep == self._block.get("superstep")
         if hit and self._block.get("at") == "in_save":
             self._arm_in_save.set()
