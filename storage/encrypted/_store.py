@@ -219,7 +219,22 @@ class EncryptedStore(StoreWrapper):
         return data
 
     def _located(self, digest: str) -> str:
-        at = self.stored_digest(digest)
+        """Where the inner store keeps ``digest``.
+
+        Raises:
+            CheckpointNotFound: no stored record references it.
+            CheckpointCorrupt: none that opens does, and some record does not open
+                (a wrong key, or damage): the blob may be one of its.
+        """
+        at = self._where.get(digest) if is_blob_digest(digest) else None
+        if at is None and is_blob_digest(digest):
+            failure = self._learn_all()
+            at = self._where.get(digest)
+            if at is None and failure is not None:
+                raise CheckpointCorrupt(
+                    f"blob {digest}: no record that opens references it, and a record "
+                    f"that may does not open: {failure}"
+                ) from failure
         if at is None:
             raise CheckpointNotFound(f"no blob {digest!r} in this store")
         return at
@@ -244,17 +259,24 @@ class EncryptedStore(StoreWrapper):
         self._learn_all()
         return self._where.get(digest)
 
-    def _learn_all(self) -> None:
+    def _learn_all(self) -> CheckpointError | None:
+        """Learn from every record that opens; the first failure of one that does not."""
+        failure: CheckpointError | None = None
         for inner in self._readable():
             try:
                 self._open(inner)
-            except CheckpointError:
-                continue  # verify() reports it; a lookup uses what opens
+            except CheckpointError as exc:
+                failure = failure or exc  # verify() reports it; a lookup uses what opens
+        return failure
 
     def _readable(self) -> Iterator[Checkpoint]:
         """Every inner record that can be read, session by session (a session holding a
         record that cannot be decoded is skipped whole: the inner verify names it)."""
-        for session in self._inner.sessions():
+        try:
+            sessions = self._inner.sessions()
+        except CheckpointError:
+            return  # the inner store cannot list its records: its verify says why
+        for session in sessions:
             try:
                 yield from self._inner.list(session=session)
             except CheckpointError:

@@ -8,16 +8,23 @@ wraps (a hook the inner factory lacks is None, which the kit skips).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from actorflow.errors import CheckpointError
 from actorflow.storage import CheckpointStore, EncryptedStore, StoreWrapper
 
 Mutation = Callable[[bytes], bytes]
 
 KEYS = (("2024", b"k" * 32),)
 """The test key set: one 256-bit key (tests of rotation make their own)."""
+
+_OPENED: weakref.WeakSet[EncryptedStore] = weakref.WeakSet()
+"""The EncryptedStores the factories of this process made: a blob's damage hook asks
+them where the inner store keeps it, since a fresh handle learns that only from
+records it can read (and the kit damages records before blobs)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,9 @@ class EncryptedFactory(_Wrapped):
     keys: tuple[tuple[str, bytes], ...] = KEYS
 
     def __call__(self) -> EncryptedStore:
-        return EncryptedStore(self.inner(), keys=dict(self.keys))
+        store = EncryptedStore(self.inner(), keys=dict(self.keys))
+        _OPENED.add(store)
+        return store
 
     @property
     def corrupt_blob(self) -> Callable[[str, Mutation], None] | None:
@@ -86,12 +95,18 @@ class EncryptedFactory(_Wrapped):
 
         def corrupt_blob(digest: str, mutate: Mutation) -> None:
             # An in-memory store has one handle: the lookup must not close it.
-            store = EncryptedStore(self.inner(), keys=dict(self.keys), close_inner=self.durable)
+            fresh = EncryptedStore(self.inner(), keys=dict(self.keys), close_inner=self.durable)
             try:
-                at = store.stored_digest(digest)
+                for store in [*_OPENED, fresh]:
+                    try:
+                        at = store.stored_digest(digest)
+                    except CheckpointError:
+                        continue  # closed, or damaged past reading
+                    if at is not None:
+                        inner_hook(at, mutate)
+                        return
             finally:
-                store.close()
-            assert at is not None, f"no stored record references blob {digest}"
-            inner_hook(at, mutate)
+                fresh.close()
+            raise AssertionError(f"no stored record references blob {digest}")
 
         return corrupt_blob
