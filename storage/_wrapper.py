@@ -155,7 +155,7 @@ class StoreWrapper:
         if self._close_inner:
             self._inner.close()
         else:
-            self._inner = _Closed(repr(self))  # type: ignore[assignment]  # raises on every use
+            self._inner = _Closed(repr(self))  # raises StoreClosed on every use
 
     def __enter__(self) -> Self:
         return self

@@ -68,8 +68,7 @@ class Keyring:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
         except ImportError:
             raise ImportError(
-                "EncryptedStore needs the cryptography package: "
-                "pip install 'actorflow[encryption]'"
+                "EncryptedStore needs the cryptography package: pip install 'actorflow[encryption]'"
             ) from None
         if not keys:
             raise ValueError("an EncryptedStore needs at least one key")

@@ -21,9 +21,9 @@ from typing import Any, NoReturn
 import msgpack
 
 from actorflow.errors import CheckpointCorrupt, EncodeError
+from actorflow.storage._format import Checkpoint, CheckpointKind
+from actorflow.storage._history import HistoryEntry
 
-from .._format import Checkpoint, CheckpointKind
-from .._history import HistoryEntry
 from ._keyring import Keyring
 
 __all__ = ["SEALED_KIND", "RecordSealer", "inner_pairs"]
@@ -85,7 +85,7 @@ class RecordSealer:
             ],
             use_bin_type=True,
         )
-        inner = Checkpoint._from_runtime(
+        return Checkpoint._from_runtime(
             id=cp.id,
             parent_id=cp.parent_id,
             session=cp.session,
@@ -111,7 +111,6 @@ class RecordSealer:
                 for e in cp.history
             ),
         )
-        return inner
 
     def open(self, inner: Checkpoint) -> Checkpoint:
         """The caller's record from the inner store's ``inner``.
@@ -121,7 +120,9 @@ class RecordSealer:
                 held, tampered with (visible fields included), or malformed.
         """
         what = f"checkpoint {inner.id}"
-        payload = _unpack(self._keys.open(inner.runtime, _record_aad(inner, inner.executors), what), what)
+        payload = _unpack(
+            self._keys.open(inner.runtime, _record_aad(inner, inner.executors), what), what
+        )
         try:
             runtime, metadata, digests = payload
             executors = {

@@ -11,13 +11,13 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound
+from actorflow.storage._common import checked_blobs, dangling
+from actorflow.storage._format import Checkpoint, CheckpointKind, blob_digest, is_blob_digest
+from actorflow.storage._history import HistoryEntry
+from actorflow.storage._lease import Lease
+from actorflow.storage._protocol import BlobBatchReader, CheckpointStore
+from actorflow.storage._wrapper import StoreWrapper
 
-from .._common import checked_blobs, dangling
-from .._format import Checkpoint, CheckpointKind, blob_digest, is_blob_digest
-from .._history import HistoryEntry
-from .._lease import Lease
-from .._protocol import BlobBatchReader, CheckpointStore
-from .._wrapper import StoreWrapper
 from ._digest_map import DigestMap
 from ._keyring import Keyring
 from ._sealer import RecordSealer, inner_pairs
@@ -93,9 +93,9 @@ class EncryptedStore(StoreWrapper):
             where[digest] = at
         missing = [d for d in referenced if d not in where]
         for digest in missing:
-            at = self._where.get(digest) or self._find(digest, checkpoint.parent_id)
-            if at is not None:
-                where[digest] = at
+            found = self._where.get(digest) or self._find(digest, checkpoint.parent_id)
+            if found is not None:
+                where[digest] = found
         lost = [d for d in missing if d not in where]
         if lost:
             raise dangling(checkpoint.id, lost)

@@ -83,7 +83,7 @@ def test_a_tampered_record_is_corrupt(field: str) -> None:
     inner = factory().load(checkpoint.id)
     sealed = bytearray(inner.runtime)
     sealed[-20] ^= 1
-    changes: dict[str, object] = {
+    tampers: dict[str, dict[str, object]] = {
         "superstep": {"superstep": 7},
         "kind": {"kind": CheckpointKind.FINAL},
         "session": {"session": "another"},
@@ -91,8 +91,8 @@ def test_a_tampered_record_is_corrupt(field: str) -> None:
         "created_at": {"created_at": inner.created_at + 1},
         "runtime": {"runtime": bytes(sealed)},
         "history": {"history": (dataclasses.replace(inner.history[0], time=1.0),)},
-    }[field]
-    _replace_record(factory, checkpoint.id, **changes)
+    }
+    _replace_record(factory, checkpoint.id, **tampers[field])
     with pytest.raises(CheckpointCorrupt, match=checkpoint.id):
         store.load(checkpoint.id)
     assert store.load(parent.id) == parent
@@ -131,7 +131,9 @@ class _Swapping(StoreWrapper):
     """An inner store that hands out another blob's bytes for one digest, as a store whose
     own checks an attacker defeated would (fault injection with a wrapper)."""
 
-    swap: dict[str, str] = {}
+    def __init__(self, inner: CheckpointStore) -> None:
+        super().__init__(inner)
+        self.swap: dict[str, str] = {}
 
     def load_blob(self, digest: str) -> bytes:
         return super().load_blob(self.swap.get(digest, digest))

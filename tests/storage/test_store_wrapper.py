@@ -105,7 +105,7 @@ def test_lock_wait_is_passed_only_to_a_store_that_takes_it() -> None:
     inner = _recorder()
     StoreWrapper(inner).acquire_lease("s", "o", 1.0, lock_wait=2.0)
     assert inner.calls == [("acquire_lease", ("s", "o", 1.0), {"lock_wait": 2.0})]
-    old = StoreWrapper(_OldLeases(MemoryStore()))
+    old = StoreWrapper(_OldLeases(MemoryStore()))  # type: ignore[arg-type]  # an old store, on purpose
     lease = old.acquire_lease("s", "o", 60.0, lock_wait=2.0)
     assert old.current_lease("s") == lease
     with pytest.raises(ValueError, match="lock_wait"):
@@ -216,4 +216,3 @@ class _Add(af.Executor):
 def _as_cut(checkpoint: Checkpoint) -> Any:
     kit = importlib.import_module("actorflow.storage.conformance._contract")
     return kit.as_cut(checkpoint)
-
