@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, str] = {
     "scale": "Scale: fan-out to 1,000 workers, fan-in; wall time and peak RSS",
     "w3": "W3: 8-executor ring, 100 supersteps checkpointed (file, sqlite)",
     "w4": "W4: fresh setup resumes W3's last checkpoint and runs superstep 101",
+    "w_encrypted": "Encryption at rest: W3 and W4 on an EncryptedStore vs the same store (file, sqlite)",
     "w_postgres": "W3 and W4 on PostgreSQL (needs ACTORFLOW_TEST_PG_DSN; make bench starts a server)",
     "restart_cost": "Restart cost: W1 checkpointed to a MemoryStore, a fault every 100 supersteps",
     "takeover": "Leases: takeover after kill -9 (default TTL), a lease's cost per save",

@@ -23,6 +23,8 @@ from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
+from ._wrapper import StoreWrapper
+from .encrypted import EncryptedStore
 from .file import FileStore
 from .sqlite import SQLiteStore
 
@@ -55,12 +57,14 @@ __all__ = [
     "Checkpoint",
     "CheckpointKind",
     "CheckpointStore",
+    "EncryptedStore",
     "FileStore",
     "HistoryEntry",
     "Lease",
     "MemoryStore",
     "PostgresStore",
     "SQLiteStore",
+    "StoreWrapper",
     "blob_digest",
     "decode_checkpoint",
     "encode_checkpoint",

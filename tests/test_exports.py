@@ -89,13 +89,15 @@ def test_import_actorflow_imports_no_optional_extra() -> None:
 
 def test_importing_actorflow_never_imports_the_extras() -> None:
     """`import actorflow` (and building a RayBackend) imports no optional extra: Ray loads
-    only when a Ray backend starts its first worker."""
+    only when a Ray backend starts its first worker, cryptography when an EncryptedStore
+    is made."""
     import subprocess
     import sys
 
     code = (
         "import sys, actorflow as af; af.RayBackend(executors={'x': {'num_cpus': 1}}); "
-        "print(sorted(m for m in ('ray', 'psycopg', 'opentelemetry') if m in sys.modules))"
+        "print(sorted(m for m in ('ray', 'psycopg', 'opentelemetry', 'cryptography') "
+        "if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
