@@ -44,6 +44,10 @@ EXPECTED_FIGURES = {
         for q in ("p50", "p99", "max")
     ),
     *((f"stop_{mode}", "ctrl_c_to_exit_ms") for mode in ("run", "stream", "arun")),
+    ("w3_encrypted_file", "ms_per_superstep"),
+    ("w3_encrypted_sqlite", "ms_per_superstep"),
+    ("w4_encrypted_file", "resume_plus_step_ms"),
+    ("w4_encrypted_sqlite", "resume_plus_step_ms"),
 }
 
 if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server
