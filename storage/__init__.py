@@ -17,10 +17,12 @@ from ._format import (
     encode_checkpoint,
     new_checkpoint_id,
 )
+from ._fast_paths import SummarisesSessions, session_summaries
 from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
+from ._summary import SessionSummary
 from .file import FileStore
 from .sqlite import SQLiteStore
 
@@ -59,10 +61,13 @@ __all__ = [
     "MemoryStore",
     "PostgresStore",
     "SQLiteStore",
+    "SessionSummary",
+    "SummarisesSessions",
     "blob_digest",
     "decode_checkpoint",
     "encode_checkpoint",
     "new_checkpoint_id",
+    "session_summaries",
 ]
 
 
