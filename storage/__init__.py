@@ -8,6 +8,7 @@ passes; see ``docs/storage.md``.
 
 from typing import TYPE_CHECKING
 
+from ._fast_paths import SummarisesSessions, session_summaries
 from ._format import (
     FORMAT_VERSION,
     Checkpoint,
@@ -17,7 +18,6 @@ from ._format import (
     encode_checkpoint,
     new_checkpoint_id,
 )
-from ._fast_paths import SummarisesSessions, session_summaries
 from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore

@@ -44,6 +44,7 @@ EXPECTED_FIGURES = {
         for q in ("p50", "p99", "max")
     ),
     *((f"stop_{mode}", "ctrl_c_to_exit_ms") for mode in ("run", "stream", "arun")),
+    ("ui_sessions", "sessions_page_s"),
 }
 
 if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server

@@ -290,13 +290,12 @@ def test_a_lineage_that_stopped_midway_is_running_while_leased_and_interrupted_a
     ui_scenario.make_store(store)
     # A copy of order-1's lineage up to a step cut: what a process killed there leaves.
     stopped = [c for c in store.list(session="order-1") if c.kind.value == "step"][-1]
-    ids: dict[str | None, str | None] = {None: None}
+    ids: dict[str, str] = {}
     for cp in store.list(session="order-1"):
         blobs = {d: store.load_blob(d) for ds in cp.executors.values() for d in ds}
         ids[cp.id] = new_checkpoint_id()
-        copy = dataclasses.replace(
-            cp, id=ids[cp.id], parent_id=ids.get(cp.parent_id), session="stuck", history=()
-        )
+        parent = None if cp.parent_id is None else ids.get(cp.parent_id)
+        copy = dataclasses.replace(cp, id=ids[cp.id], parent_id=parent, session="stuck", history=())
         store.save(copy, blobs)
         if cp.id == stopped.id:
             break

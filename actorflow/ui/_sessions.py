@@ -19,7 +19,6 @@ from typing import Any
 from actorflow.errors import ActorflowError
 from actorflow.runtime import (
     ExecutorFailedEvent,
-    RunCancelledEvent,
     RunCompletedEvent,
     RunFailedEvent,
     RunRestartedEvent,
@@ -147,8 +146,11 @@ def session_state(
     last_at: float,
     now: float,
     owner: Callable[[], str],
+    explain: bool = True,
 ) -> tuple[str, str]:
-    """(state, reason) of a session from its newest record and the entries it carries.
+    """(state, reason) of a session from its newest record and the entries it carries
+    (with ``explain`` False, a failure's reason is left '': the state needs only the
+    entries' kinds, the reason decodes them).
 
     - ``running``: a run started from the page (``busy``), or a newest record that is
       neither ``final`` nor ``halt`` while a live lease holds the session (``owner``,
@@ -170,6 +172,11 @@ def session_state(
         body, _ = decode_runtime_safely(latest)
         return ("waiting" if body and body["pending"] else "idle"), ""
     if latest.kind is CheckpointKind.HALT:
+        ends = [e.kind for e in latest.history if e.kind in ("run_failed", "run_cancelled")]
+        if ends and ends[-1] == "run_cancelled":
+            return "cancelled", "cancelled: the run stopped at a barrier"
+        if not explain:
+            return "failed", ""
         events = _events(latest.history, _ENDS)
         restarts = sum(isinstance(e, RunRestartedEvent) for e in events)
         for event in reversed(events):
@@ -180,8 +187,6 @@ def session_state(
                     if isinstance(e, ExecutorFailedEvent) and e.executor == event.executor
                 ]
                 return "failed", failure_reason(event, restarts, causes[-1] if causes else None)
-            if isinstance(event, RunCancelledEvent):
-                return "cancelled", "cancelled: the run stopped at a barrier"
         return "failed", "the run halted, and its history does not say why"
     held = owner()
     if held or now - last_at < RUNNING_WINDOW:
@@ -192,7 +197,13 @@ def session_state(
     )
 
 
-def _row(summary: SessionSummary, busy: set[str], now: float, store: CheckpointStore) -> SessionRow:
+def _row(
+    summary: SessionSummary,
+    busy: set[str],
+    now: float,
+    store: CheckpointStore,
+    explain: bool = False,
+) -> SessionRow:
     latest = summary.latest
     row = SessionRow(
         summary.session,
@@ -212,7 +223,12 @@ def _row(summary: SessionSummary, busy: set[str], now: float, store: CheckpointS
 
     try:
         row.state, row.reason = session_state(
-            latest, busy=summary.session in busy, last_at=summary.last_at, now=now, owner=owner
+            latest,
+            busy=summary.session in busy,
+            last_at=summary.last_at,
+            now=now,
+            owner=owner,
+            explain=explain,
         )
     except Exception as exc:  # noqa: BLE001 - one damaged session must not hide the rest
         row.state, row.error = "damaged", failure(exc)
@@ -239,7 +255,7 @@ def _rows_by_listing(
                 continue
             times = [c.created_at for c in records]
             summary = SessionSummary(sid, len(records), min(times), max(times), records[-1])
-            rows.append(_row(summary, busy, now, store))
+            rows.append(_row(summary, busy, now, store, explain=True))
         except Exception as exc:  # noqa: BLE001 - one damaged lineage must not hide the rest
             row = SessionRow(sid, state="damaged", error=failure(exc))
             errors.append(f"session {sid!r}: {row.error}")
@@ -261,9 +277,10 @@ def sessions_page(
     sessions are in each state among those the search finds."""
     errors: list[str] = []
     now = time.time()
+    by_session: dict[str, SessionSummary] = {}
     try:
-        summaries = session_summaries(store)
-        rows = [_row(s, busy, now, store) for s in summaries]
+        by_session = {s.session: s for s in session_summaries(store)}
+        rows = [_row(s, busy, now, store) for s in by_session.values()]
     except Exception as exc:  # noqa: BLE001 - read each session on its own to name the damage
         errors.append(f"reading every session at once failed: {failure(exc)}")
         rows = _rows_by_listing(store, busy, now, errors)
@@ -280,6 +297,12 @@ def sessions_page(
     pages = max(1, math.ceil(len(rows) / page_size))
     page = min(max(1, page), pages)
     shown = rows[(page - 1) * page_size : page * page_size]
+    shown = [  # reasons are decoded for the rows shown only
+        _row(by_session[r.session], busy, now, store, explain=True)
+        if r.state == "failed" and r.session in by_session
+        else r
+        for r in shown
+    ]
     for r in shown:
         if not r.owner and r.state != "damaged":
             try:

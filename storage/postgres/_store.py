@@ -39,8 +39,8 @@ from actorflow.storage._history import HistoryEntry
 from actorflow.storage._lease import Lease, fence, leaseless_check
 from actorflow.storage._sql import (
     COLUMNS,
-    check_left_out,
     SUMMARIES,
+    check_left_out,
     decode_row,
     filters,
     shown_filters,

@@ -41,8 +41,8 @@ from actorflow.storage._lease import (
 )
 from actorflow.storage._sql import (
     COLUMNS,
-    check_left_out,
     SUMMARIES,
+    check_left_out,
     decode_row,
     filters,
     shown_filters,
