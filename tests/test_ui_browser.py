@@ -3,7 +3,8 @@
 Playwright drives ``/usr/bin/chromium`` (never a browser of its own: nothing is
 downloaded). Screenshots go to the test's temp folder. With
 ``ACTORFLOW_REFRESH_PICTURES=1`` (``make pictures``) the session page's also
-becomes ``docs/inspector.png`` and the trace's ``docs/trace.png``, the README's
+becomes ``docs/inspector.png``, the failed session's ``docs/inspector-failed.png``
+and the trace's ``docs/trace.png``, the README's
 pictures; a plain test run never writes into the checkout. Under ``CI=true`` a
 missing Chromium is a failure, elsewhere a skip.
 """
