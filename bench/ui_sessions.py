@@ -160,9 +160,6 @@ def main() -> None:
             page = inspector.url + "/"
             floors, pages = alternate(floor, lambda: get(page), repeats, warmup=1)
             searched = [get(inspector.url + "/?q=customer-01&state=failed") for _ in range(repeats)]
-            with opener.open(page, timeout=60) as response:
-                body = response.read().decode()
-            states = {s: body.count(f">{s} (") for s in ("idle", "waiting", "failed")}
         raw.close()
     report(
         "ui_sessions",
@@ -181,7 +178,6 @@ def main() -> None:
         floor_samples=floors,
         search_and_filter_s=median(searched),
         build_s=build_s,
-        states_offered=states,
     )
 
 
