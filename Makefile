@@ -53,7 +53,7 @@ endif
 bench: $(STAMP)
 	bash .ci/postgres.sh $(BIN)/python bench/run_all.py
 
-# The README's pictures (docs/inspector.png, docs/trace.png), taken by the browser tests.
+# The README's pictures (docs/inspector.png, docs/inspector-failed.png, docs/trace.png), taken by the browser tests.
 pictures: $(STAMP)
 	bash .ci/chromium.sh
 	ACTORFLOW_REFRESH_PICTURES=1 $(BIN)/python -m pytest -q tests/test_ui_browser.py

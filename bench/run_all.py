@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "soak": "Soak: 100 sessions x 1,000 runs of a 3-step workflow on 8 threads; RSS, threads",
     "loop_lag": "Loop lag: 20 sessions x 10 runs on one asyncio loop (sqlite, memory); p50/p99/max",
     "stop_time": "Stop time: one Ctrl-C to process exit, a run hung in a handler (run, stream, arun)",
+    "ui_sessions": "Inspector: the sessions page with 10,000 sessions on an SQLiteStore",
 }
 
 TIMEOUT_S = {"full": 600.0, "quick": 120.0}

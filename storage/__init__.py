@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from actorflow.errors import MissingExtra
 
+from ._fast_paths import SummarisesSessions, session_summaries
 from ._format import (
     FORMAT_VERSION,
     Checkpoint,
@@ -23,6 +24,7 @@ from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
+from ._summary import SessionSummary
 from ._wrapper import StoreWrapper
 from .encrypted import EncryptedStore
 from .file import FileStore
@@ -64,11 +66,14 @@ __all__ = [
     "MemoryStore",
     "PostgresStore",
     "SQLiteStore",
+    "SessionSummary",
     "StoreWrapper",
+    "SummarisesSessions",
     "blob_digest",
     "decode_checkpoint",
     "encode_checkpoint",
     "new_checkpoint_id",
+    "session_summaries",
 ]
 
 

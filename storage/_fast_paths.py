@@ -14,9 +14,14 @@ cut is durable). A store may offer more, by saying so in its class:
   process (a :class:`~._memory.MemoryStore`), so the runtime may write a ``step``
   cut while the next superstep starts (``Checkpointer.overlaps`` in the runtime),
   and does not move its writes off the supervisor's thread.
+- :class:`SummarisesSessions`: it summarises every session at once
+  (``session_summaries``), for tools that list sessions (the inspector), instead of
+  one ``list(session=...)`` per session. It must answer exactly what
+  :func:`~._summary.summaries_by_listing` answers for a healthy store: the kit checks
+  it (``test_session_summaries_equal_the_listing``).
 
-Both are looked up once per lineage (:func:`cut_saver`, :func:`is_volatile`), not per
-superstep.
+The first two are looked up once per lineage (:func:`cut_saver`, :func:`is_volatile`),
+not per superstep; the third by :func:`session_summaries`, once per call.
 """
 
 from __future__ import annotations
@@ -27,8 +32,18 @@ from typing import ClassVar, Protocol, runtime_checkable
 from ._cut import Cut
 from ._lease import Lease
 from ._protocol import CheckpointStore
+from ._summary import SessionSummary, summaries_by_listing
 
-__all__ = ["CutSaver", "SavesCuts", "VolatileStore", "cut_saver", "is_volatile", "takes_cuts"]
+__all__ = [
+    "CutSaver",
+    "SavesCuts",
+    "SummarisesSessions",
+    "VolatileStore",
+    "cut_saver",
+    "is_volatile",
+    "session_summaries",
+    "takes_cuts",
+]
 
 
 @runtime_checkable
@@ -55,6 +70,35 @@ class VolatileStore(Protocol):
     attributes to a volatile store is not one (what it adds may be durable)."""
 
     volatile: ClassVar[bool]
+
+
+@runtime_checkable
+class SummarisesSessions(Protocol):
+    """Optional fast path: a store that summarises every session in one read."""
+
+    def session_summaries(self) -> list[SessionSummary]:
+        """Every session with at least one record, sorted by id: what
+        :func:`~._summary.summaries_by_listing` gives, without decoding any record but
+        each session's newest.
+
+        Raises:
+            CheckpointCorrupt: a session's newest record cannot be decoded (it is
+                never skipped). Damage to older records need not be noticed.
+        """
+        ...
+
+
+def session_summaries(store: CheckpointStore) -> list[SessionSummary]:
+    """Every session of ``store`` summarised, sorted by id: through the store's
+    :class:`SummarisesSessions` fast path when it offers one, else by listing each
+    session (:func:`~._summary.summaries_by_listing`).
+
+    Raises:
+        CheckpointCorrupt: a record that the reading decodes cannot be decoded.
+    """
+    if isinstance(store, SummarisesSessions):
+        return store.session_summaries()
+    return summaries_by_listing(store)
 
 
 CutSaver = Callable[[Cut, Mapping[str, bytes]], None]

@@ -17,11 +17,23 @@ from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedF
 
 from ._common import decode_stored
 from ._format import Checkpoint, CheckpointKind, verify_blob
+from ._summary import SessionSummary
 
 COLUMNS = "id, session, workflow, kind, record"
 """The columns a checkpoint row is decoded from (see :func:`decode_row`)."""
 
 _ROW_FIELDS = ("session", "workflow", "kind")
+
+SUMMARIES = (
+    "SELECT c.id, c.session, c.workflow, c.kind, c.record, s.records, s.first_at, s.last_at"
+    " FROM (SELECT session, max(id) AS newest, count(*) AS records,"
+    " min(created_at) AS first_at, max(created_at) AS last_at"
+    " FROM {table} GROUP BY session) AS s"
+    " JOIN {table} AS c ON c.id = s.newest"
+)
+"""One query for every session's summary (``SummarisesSessions``): each session's
+newest record (by id) joined to its record count and first and last ``created_at``;
+``{table}`` is the dialect's checkpoints table. Rows go to :func:`summaries_of`."""
 
 
 def filters(
@@ -83,6 +95,25 @@ def decode_row(row: tuple[Any, ...]) -> Checkpoint:
     checkpoint_id, session, workflow, kind, record = row
     data = as_bytes(record, f"checkpoint {checkpoint_id}")
     return decode_row_record(checkpoint_id, (session, workflow, kind), data)
+
+
+def summaries_of(rows: Iterable[tuple[Any, ...]]) -> builtins.list[SessionSummary]:
+    """The summaries of :data:`SUMMARIES`'s rows, sorted by session (in Python: a
+    database's collation may order text otherwise); each newest record is decoded and
+    checked against its row like any other.
+
+    Raises:
+        CheckpointCorrupt: a newest record is damaged, or its row's columns disagree with it.
+    """
+    found: builtins.list[SessionSummary] = []
+    for row in rows:
+        latest = decode_row(row[:5])
+        records, first_at, last_at = row[5:]
+        found.append(
+            SessionSummary(latest.session, int(records), float(first_at), float(last_at), latest)
+        )
+    found.sort(key=lambda summary: summary.session)
+    return found
 
 
 def shown_filters(**given: object) -> str:

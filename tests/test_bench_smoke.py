@@ -48,6 +48,7 @@ EXPECTED_FIGURES = {
     ("w3_encrypted_sqlite", "ms_per_superstep"),
     ("w4_encrypted_file", "resume_plus_step_ms"),
     ("w4_encrypted_sqlite", "resume_plus_step_ms"),
+    ("ui_sessions", "sessions_page_s"),
 }
 
 if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server

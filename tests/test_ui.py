@@ -6,6 +6,7 @@ real browser are in ``test_ui_browser.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import actorflow as af
-from actorflow.storage import Checkpoint
+from actorflow.storage import Checkpoint, new_checkpoint_id
 from actorflow.ui import Inspector
 from tests.support import ui_scenario
 from tests.support.signals import CHILD_PRELUDE
@@ -80,8 +81,10 @@ def test_index_lists_sessions_with_state_and_the_pages_escape_every_value(
         status, index = get(inspector.url + "/")
         assert status == 200
         assert "<title>Sessions - actorflow inspector</title>" in index
-        assert 'data-session="order-1"' in index and 'data-session="order-1-fork"' in index
-        assert index.count("state-waiting") == 2
+        assert 'data-session="order-1"' in index
+        assert f'data-session="{ui_scenario.FORK}"' in index
+        assert index.count("state-waiting") == 2 and index.count("state-failed") == 1
+        assert "review: ValueError: order 7: " in html.unescape(index)  # the reason, listed
         cp = latest_final(store, "order-1")
         status, page = get(f"{inspector.url}/checkpoints/{cp.id}")
         assert status == 200
@@ -152,10 +155,12 @@ def test_an_answer_is_validated_like_respond_then_runs_to_idle(
         url = f"{inspector.url}/checkpoints/{cp.id}/respond"
         form = {"csrf": token_of(page), "request_id": "review:5:0", "session": "order-1"}
         status, body = post(url, {**form, "answer": '"yes"'})
-        assert status == 400 and "bool" in body
+        assert status == 400 and "Decision" in body
+        status, body = post(url, {**form, "answer": '{"approved": "no", "note": ""}'})
+        assert status == 400 and "approved" in body and "bool" in body
         status, body = post(url, {**form, "request_id": "nope", "answer": "true"})
         assert status == 400 and "nope" in body
-        status, body = post(url, {**form, "answer": "false"})
+        status, body = post(url, {**form, "answer": '{"approved": false, "note": "no cake"}'})
         assert status == 200 and "Session" in body  # redirected to the session page
         inspector.app.join()
         (action,) = inspector.app.actions
@@ -194,7 +199,7 @@ def test_the_live_fragment_changes_when_a_checkpoint_is_added(
         version = re.compile(r'data-version="([^"]+)"')
         _, before = get(f"{inspector.url}/sessions/order-1/live")
         with workflow.resume(store, session="order-1") as s:
-            s.respond({"review:5:0": True})
+            s.respond({"review:5:0": ui_scenario.Decision(True, "")})
         _, after = get(f"{inspector.url}/sessions/order-1/live")
         first, second = version.search(before), version.search(after)
         assert first and second and first.group(1) != second.group(1)
@@ -278,21 +283,124 @@ def test_import_actorflow_and_its_cli_imports_no_web_framework() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_a_stopped_lineage_is_running_while_leased_and_failed_after(
+def test_a_lineage_that_stopped_midway_is_running_while_leased_and_interrupted_after(
     workflow: af.Workflow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A lineage that stopped before going idle: running while an owner holds the
-    session (the index names the owner), failed once nobody does and it went quiet."""
-    from actorflow.ui import _model
+    """A lineage whose newest cut is neither final nor halt (its process stopped in the
+    middle of a run): running while an owner holds the session (the index names the
+    owner), interrupted once nobody does and it went quiet, and the page says so."""
+    from actorflow.ui import _sessions
 
     store = af.MemoryStore()
-    with workflow.session("stuck", store=store) as s, pytest.raises(af.SuperstepLimitExceeded):
-        s.run(ui_scenario.Order(9, ["x"]), max_supersteps=1)
+    ui_scenario.make_store(store)
+    # A copy of order-1's lineage up to a step cut: what a process killed there leaves.
+    stopped = [c for c in store.list(session="order-1") if c.kind.value == "step"][-1]
+    ids: dict[str, str] = {}
+    for cp in store.list(session="order-1"):
+        blobs = {d: store.load_blob(d) for ds in cp.executors.values() for d in ds}
+        ids[cp.id] = new_checkpoint_id()
+        parent = None if cp.parent_id is None else ids.get(cp.parent_id)
+        copy = dataclasses.replace(cp, id=ids[cp.id], parent_id=parent, session="stuck", history=())
+        store.save(copy, blobs)
+        if cp.id == stopped.id:
+            break
     lease = store.acquire_lease("stuck", "pid 4242 (worker-3)", 60)
     with Inspector(store, port=0) as inspector:
-        _, index = get(inspector.url + "/")
+        _, index = get(inspector.url + "/?q=stuck")
         assert "state-running" in index and "open by pid 4242 (worker-3)" in index
         store.release_lease(lease)
-        monkeypatch.setattr(_model, "RUNNING_WINDOW", 0.0)
-        _, index = get(inspector.url + "/")
-        assert "state-failed" in index and "open by" not in index
+        monkeypatch.setattr(_sessions, "RUNNING_WINDOW", 0.0)
+        _, index = get(inspector.url + "/?q=stuck")
+        assert "state-interrupted" in index and "open by" not in index
+        assert "the process running it stopped" in index
+
+
+def test_a_failed_session_says_why_and_its_timeline_tells_the_story(
+    store: af.MemoryStore,
+) -> None:
+    """The failed session's page names the executor, the error, the restarts and the
+    traceback; its timeline holds the run's start with its input, each failure and
+    restart, the rollback and the end, each linked to the checkpoint holding it."""
+    with Inspector(store, port=0) as inspector:
+        _, page = get(f"{inspector.url}/sessions/{ui_scenario.FAILED}")
+        text = html.unescape(page)
+        assert 'id="why-failed"' in page
+        assert re.search(r'id="failed-executor">review<', page)
+        assert re.search(r'id="failed-error-type">ValueError<', page)
+        assert f"order 7: {ui_scenario.POISON}" in text
+        assert "3 used before the run gave up" in text
+        assert 'raise ValueError(f"order {order.id}: {POISON}")' in text  # the traceback
+        kinds = re.findall(r'data-kind="([a-z_]+)"', page)
+        assert kinds[:2] == ["run_started", "checkpoint"]
+        assert kinds.count("executor_failed") == 4 and kinds.count("run_restarted") == 3
+        assert kinds[-4:] == [
+            "executor_failed",
+            "superstep_rolled_back",
+            "run_failed",
+            "checkpoint",
+        ]
+        assert "Order(id=7, items=[&#39;soup&#39;, &#39;poison&#39;])" in page  # the input
+        halt = store.latest(session=ui_scenario.FAILED)
+        assert halt is not None and halt.kind.value == "halt"
+        assert page.count(f'href="/checkpoints/{halt.id}"') >= 9  # its entries link to it
+        _, order = get(f"{inspector.url}/sessions/order-1")
+        outputs = re.findall(r'<pre class="value output">([^<]*)</pre>', order)
+        assert [html.unescape(o) for o in outputs] == [
+            "'received order 2'",
+            "'approved=True'",
+            "'received order 1'",
+        ]
+
+
+def test_a_dataclass_answer_through_its_form_runs_to_idle(
+    store: af.MemoryStore, workflow: af.Workflow
+) -> None:
+    """The request's answer type is a registered dataclass: the page offers a checkbox
+    and a text input; what the form posts becomes a Decision, and the run goes on.
+    A number that is not one is refused with the field's name, and nothing runs."""
+    cp = latest_final(store, "order-1")
+    with Inspector(store, workflow=workflow, port=0) as inspector:
+        _, page = get(f"{inspector.url}/sessions/order-1")
+        assert 'type="checkbox" name="field.approved"' in page
+        assert 'type="text" name="field.note"' in page
+        url = f"{inspector.url}/checkpoints/{cp.id}/respond"
+        form = {"csrf": token_of(page), "request_id": "review:5:0", "session": "order-1"}
+        status, body = post(url, {**form, "mode": "fields", "field.note": "fine"})
+        assert status == 200, body
+        inspector.app.join()
+        (action,) = inspector.app.actions
+        assert action.status == "completed", action.error
+        assert action.outputs == "['approved=False']"  # an unticked box is False
+    answered = [e for e in store.session_history("order-1") if e.kind == "request_answered"]
+    assert len(answered) == 2
+
+
+def test_the_sessions_list_searches_filters_and_pages(tmp_path: Path) -> None:
+    """On an SQLiteStore (its one-query summary): a search by id substring, a filter
+    by state with counts, and pages of 50, newest activity first."""
+    store = af.SQLiteStore(str(tmp_path / "many.db"))
+    try:
+        ui_scenario.make_store(store)
+        ui_scenario.crowd(store, 60)
+        with Inspector(store, port=0) as inspector:
+            _, first = get(inspector.url + "/")
+            assert first.count("<tr data-session=") == 50
+            assert "page 1 of 2 · 63 matching" in first
+            _, second = get(inspector.url + "/?page=2")
+            assert second.count("<tr data-session=") == 13
+            rows = re.findall(r'<tr data-session="([^"]+)"', first + second)
+            assert len(set(rows)) == 63
+            _, found = get(inspector.url + "/?q=CROWD-04")
+            assert re.findall(r'<tr data-session="([^"]+)"', found) == [
+                f"crowd-04{n}" for n in range(9, -1, -1)
+            ]
+            _, failed = get(inspector.url + "/?state=failed")
+            names = re.findall(r'<tr data-session="([^"]+)"', failed)
+            assert sorted(names) == sorted(
+                [ui_scenario.FAILED] + [f"crowd-{n:03d}" for n in range(0, 60, 5)]
+            )
+            assert ">failed (13)</option>" in failed and ">waiting (50)</option>" in failed
+            _, none = get(inspector.url + "/?q=nobody")
+            assert 'id="no-match"' in none
+    finally:
+        store.close()

@@ -3,7 +3,8 @@
 Playwright drives ``/usr/bin/chromium`` (never a browser of its own: nothing is
 downloaded). Screenshots go to the test's temp folder. With
 ``ACTORFLOW_REFRESH_PICTURES=1`` (``make pictures``) the session page's also
-becomes ``docs/inspector.png`` and the trace's ``docs/trace.png``, the README's
+becomes ``docs/inspector.png``, the failed session's ``docs/inspector-failed.png``
+and the trace's ``docs/trace.png``, the README's
 pictures; a plain test run never writes into the checkout. Under ``CI=true`` a
 missing Chromium is a failure, elsewhere a skip.
 """
@@ -114,7 +115,7 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         assert page.title() == "Session order-1 - actorflow inspector"
         lineage = page.locator("svg#lineage")
         assert lineage.locator("circle.node").count() == len(store.list(session="order-1")) + 1
-        assert "fork into session order-1-fork" in (lineage.text_content() or "")
+        assert f"fork into session {ui_scenario.FORK}" in (lineage.text_content() or "")
         assert page.locator("svg#graph g.gnode").count() == 2
         assert page.locator('svg#graph g.gnode.asking[data-executor="review"]').count() == 1
         session_png = shot(page, tmp_path, "session")
@@ -141,8 +142,10 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
 
         page.goto(f"{inspector.url}/sessions/order-1")
         drawn = page.locator("svg#lineage circle.node").count()
-        form = page.locator('#pending .request[data-request="review:5:0"] form')
-        form.locator("input.answer-input").fill("true")
+        # The answer is a Decision: a form of its fields, a checkbox and a text input.
+        form = page.locator('#pending .request[data-request="review:5:0"] form.answer-fields')
+        form.get_by_label("approved").check()
+        form.get_by_label("note").fill("the customer asked twice")
         with page.expect_navigation():
             form.locator("button").click()
         assert page.url == f"{inspector.url}/sessions/order-1", page.content()
@@ -156,6 +159,123 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         assert page.locator("svg#lineage circle.node").count() >= drawn + 3
         shot(page, tmp_path, "answered")
     assert store.latest(session="order-1") is not None
+
+
+def test_a_failed_session_found_by_its_state_explains_itself(
+    page: Any, store: af.MemoryStore, tmp_path: Path
+) -> None:
+    """Filter the sessions by "failed", open the one found: the page says which executor
+    failed with which error after how many restarts, and its timeline shows the run's
+    input, each failure with its traceback, each restart, the rollback and the end."""
+    with Inspector(store, port=0) as inspector:
+        page.goto(inspector.url)
+        page.select_option("#state-filter", "failed")
+        with page.expect_navigation():
+            page.click("#find-button")
+        rows = page.locator("#sessions tbody tr")
+        assert rows.count() == 1
+        assert ui_scenario.POISON in rows.locator(".reason").inner_text()
+        assert rows.locator(".reason").inner_text().startswith("review: ValueError: order 7")
+        rows.locator("a.session-link").click()
+
+        assert page.title() == f"Session {ui_scenario.FAILED} - actorflow inspector"
+        assert page.locator("#session-state").inner_text() == "failed"
+        why = page.locator("#why-failed")
+        assert page.locator("#failed-executor").inner_text() == "review"
+        assert page.locator("#failed-error-type").inner_text() == "ValueError"
+        assert ui_scenario.POISON in page.locator("#failed-error").inner_text()
+        assert page.locator("#failed-restarts").inner_text().startswith("3 ")
+        assert "in on_order" in why.locator("#failed-traceback").inner_text()
+        run = page.locator("#runs tbody tr")
+        assert "Order(id=7, items=['soup', 'poison'])" in run.locator(".run-input").inner_text()
+        assert run.locator(".run-status").inner_text() == "failed"
+
+        timeline = page.locator("#timeline")
+        failures = timeline.locator('li[data-kind="executor_failed"]')
+        assert failures.count() == 4
+        assert "review failed: ValueError: order 7" in failures.last.inner_text()
+        failures.last.locator("summary").click()
+        assert "raise ValueError" in failures.last.locator("pre.traceback").inner_text()
+        assert timeline.locator('li[data-kind="run_restarted"]').count() == 3
+        assert (
+            "rolled back" in timeline.locator('li[data-kind="superstep_rolled_back"]').inner_text()
+        )
+        assert (
+            "run failed: review: ValueError"
+            in timeline.locator('li[data-kind="run_failed"]').inner_text()
+        )
+        picture = shot(page, tmp_path, "failed")
+        refresh_picture(picture, "inspector-failed.png")
+        timeline.locator('li[data-kind="run_failed"] a.cp-link').click()
+        assert page.locator("#cp-kind").inner_text() == "halt"
+
+
+def test_outputs_appear_per_run(page: Any, store: af.MemoryStore) -> None:
+    """Each run of a session lists its outputs, newest run first, and the timeline too."""
+    with Inspector(store, port=0) as inspector:
+        page.goto(f"{inspector.url}/sessions/order-1")
+        runs = page.locator("#runs tbody tr")
+        assert runs.count() == 3
+        assert runs.nth(0).locator(".output").all_inner_texts() == ["'received order 2'"]
+        assert runs.nth(1).locator(".output").all_inner_texts() == ["'approved=True'"]
+        assert runs.nth(2).locator(".output").all_inner_texts() == ["'received order 1'"]
+        assert runs.nth(0).locator(".run-status").inner_text() == "waiting"
+        outputs = page.locator('#timeline li[data-kind="output"]')
+        assert outputs.count() == 3
+
+
+def test_search_filter_and_pages_of_sessions(page: Any, store: af.MemoryStore) -> None:
+    """A search by id, a state filter and the pages, through the form and the links."""
+    ui_scenario.crowd(store, 60)
+    with Inspector(store, port=0) as inspector:
+        page.goto(inspector.url)
+        rows = page.locator("#sessions tbody tr")
+        assert rows.count() == 50
+        assert page.locator("#page-of").inner_text() == "page 1 of 2 · 63 matching"
+        page.click("#older")
+        assert rows.count() == 13
+        assert page.locator("#page-of").inner_text().startswith("page 2 of 2")
+        page.click("#newer")
+        assert rows.count() == 50
+        page.fill("#search", "crowd-01")
+        with page.expect_navigation():
+            page.press("#search", "Enter")
+        assert rows.count() == 10
+        page.select_option("#state-filter", "waiting")
+        with page.expect_navigation():
+            page.click("#find-button")
+        names = [r.get_attribute("data-session") for r in rows.all()]
+        assert names == [f"crowd-01{n}" for n in (9, 8, 7, 6, 4, 3, 2, 1)]
+        assert all(s.inner_text() == "waiting" for s in rows.locator(".state").all())
+        page.fill("#search", "nobody")
+        with page.expect_navigation():
+            page.press("#search", "Enter")
+        assert "No session matches" in page.locator("#no-match").inner_text()
+
+
+def test_a_long_fork_label_is_fully_visible(page: Any, store: af.MemoryStore) -> None:
+    """The lineage's lane labels (a fork into a session with a long id, and the fork's
+    own "forked from ... at <checkpoint id>") are whole and inside their picture."""
+    with Inspector(store, port=0) as inspector:
+        for sid, wanted in (
+            ("order-1", f"fork into session {ui_scenario.FORK}"),
+            (ui_scenario.FORK, "forked from order-1 at "),
+        ):
+            page.goto(f"{inspector.url}/sessions/{sid}")
+            label = page.locator("svg#lineage text.lane-label", has_text=wanted)
+            assert label.count() == 1
+            text = label.text_content() or ""
+            assert text.startswith(wanted) and "…" not in text
+            if sid == ui_scenario.FORK:
+                assert len(text) == len(wanted) + len(store.list(session="order-1")[0].id)
+            box = label.bounding_box()
+            picture = page.locator("svg#lineage").bounding_box()
+            assert box is not None and picture is not None
+            assert box["x"] >= picture["x"]
+            assert box["x"] + box["width"] <= picture["x"] + picture["width"], (box, picture)
+            # The picture is as wide as the text, which the browser measures itself.
+            measured = label.evaluate("t => t.getComputedTextLength()")
+            assert box["width"] >= measured - 1
 
 
 def test_markup_in_state_and_requests_stays_text(

@@ -2,7 +2,10 @@
 
 Install the extra ``actorflow[ui]`` (Starlette, uvicorn, Jinja2). The page is served
 on 127.0.0.1 only; every asset ships in this package (no CDN). It shows the sessions
-of a store with their state and last activity, a session's lineage as a picture
+of a store with their state, why (a failure's executor, error and restarts) and last
+activity, searched, filtered by state and paged; a session's runs with their
+outputs and its timeline from its history (failures with their traceback, restarts,
+rollbacks, requests and answers); its lineage as a picture
 (forks and resets in lanes of their own), a checkpoint's detail (kind, superstep,
 parent, each executor's state decoded by the safe decoder, messages in flight,
 fan-in buffers, pending and answered requests), a diff of one executor's state
@@ -10,7 +13,8 @@ between two checkpoints, and the workflow graph. A live session's new checkpoint
 appear without reloading.
 
 Given the workflow (``--workflow module:attr``, or ``workflow=`` here), the page can
-answer a pending request (validated as ``Session.respond`` does) and run again from
+answer a pending request (with a form of its fields when the answer is a
+registered dataclass; validated as ``Session.respond`` does) and run again from
 any checkpoint (a resume, or a fork into a new session id). Without it the page is
 read-only and says so.
 

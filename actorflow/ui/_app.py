@@ -26,12 +26,17 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from actorflow.actors import from_json, type_named
 from actorflow.errors import ActorflowError
 from actorflow.runtime import Workflow
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 from . import _model as model
+from ._answer_form import answer_fields, form_data
+from ._sessions import STATES, lease_owner, session_state, sessions_page
 from ._svg import graph_picture, lineage_picture
+from ._timeline import timeline
+from ._values import decode_runtime_safely, show
 
 __all__ = ["Action", "InspectorApp"]
 
@@ -86,6 +91,7 @@ class InspectorApp:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         env.filters["ago"] = _ago
+        env.filters["clock"] = lambda ts: time.strftime("%H:%M:%S", time.localtime(ts))
         env.filters["when"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
         self.env = env
         self.app = Starlette(
@@ -156,8 +162,24 @@ class InspectorApp:
     # --- pages --------------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
-        rows, errors = model.session_rows(self.store, self._busy())
-        return self.page("index.html", rows=rows, errors=errors, store=_store_name(self.store))
+        q = request.query_params
+        search, state = q.get("q", ""), q.get("state", "")
+        state = state if state in STATES else ""
+        try:
+            number = int(q.get("page", "1"))
+        except ValueError:
+            number = 1
+        found = sessions_page(self.store, self._busy(), search=search, state=state, page=number)
+        return self.page(
+            "index.html",
+            found=found,
+            rows=found.rows,
+            errors=found.errors,
+            search=search,
+            state=state,
+            states=STATES,
+            store=_store_name(self.store),
+        )
 
     def _session_values(self, sid: str) -> dict[str, Any]:
         errors: list[str] = []
@@ -166,13 +188,18 @@ class InspectorApp:
             cps = self.store.list(session=sid)
         except Exception as exc:  # noqa: BLE001 - a damaged lineage is shown, not raised
             errors.append(f"listing checkpoints failed: {type(exc).__name__}: {exc}")
-        state = "unknown"
+        state, reason = "unknown", ""
         latest_view = None
         graph = None
         if cps:
             try:
-                owner = model.lease_owner(self.store, sid)
-                state = model.session_state(cps, sid in self._busy(), time.time(), bool(owner))
+                state, reason = session_state(
+                    cps[-1],
+                    busy=sid in self._busy(),
+                    last_at=max(c.created_at for c in cps),
+                    now=time.time(),
+                    owner=lambda: lease_owner(self.store, sid),
+                )
             except Exception as exc:  # noqa: BLE001
                 state = "damaged"
                 errors.append(f"{type(exc).__name__}: {exc}")
@@ -182,6 +209,8 @@ class InspectorApp:
                 errors.extend(latest_view.errors)
                 if latest_view.graph:
                     graph = _graph_of(latest_view)
+        story = timeline(cps)
+        errors.extend(story.errors)
         actions = self._actions_of(sid)
         version = _version(cps, actions)
         forked_from, forks_out = self._forks(sid, cps)
@@ -190,6 +219,8 @@ class InspectorApp:
             "cps": list(reversed(cps)),
             "lineage": lineage_picture(cps, forked_from=forked_from, forks_out=forks_out),
             "state": state,
+            "reason": reason,
+            "timeline": story,
             "latest": latest_view,
             "graph": graph,
             "errors": errors,
@@ -316,11 +347,29 @@ class InspectorApp:
         if cp is None:
             return self.page("error.html", status=404, title="Checkpoint not found", error=error)
         request_id = form.get("request_id", "")
-        answer_text = form.get("answer", "")
+        body, _ = decode_runtime_safely(cp)
+        asked = (body or {}).get("pending", {}).get(request_id)
+        label = str(asked[2]) if asked else "object"
+        data: Any
+        if form.get("mode") == "fields":
+            fields = answer_fields(label)
+            if fields is None:
+                return self._refused(f"answers of type {label} have no form: answer as JSON")
+            try:
+                data = form_data(fields, form)
+            except ValueError as exc:
+                return self._refused(str(exc))
+            answer_text = json.dumps(data)
+        else:
+            answer_text = form.get("answer", "")
+            try:
+                data = json.loads(answer_text)
+            except ValueError:
+                data = answer_text  # plain text answers a str request without quotes
         try:
-            answer: Any = json.loads(answer_text)
-        except ValueError:
-            answer = answer_text  # plain text answers a str request without quotes
+            answer = _as_type(data, label)
+        except ActorflowError as exc:
+            return self._refused(f"the answer is not a {label}: {exc}")
         session_id = form.get("session") or cp.session
         return self._start(
             f"answer {request_id!r} with {answer_text}",
@@ -328,6 +377,9 @@ class InspectorApp:
             session_id,
             lambda s: s.queue_answers({request_id: answer}),
         )
+
+    def _refused(self, why: str) -> Response:
+        return self.page("error.html", status=400, title="Answer refused", error=why)
 
     async def run_from(self, request: Request) -> Response:
         form, refused = await self._guard(request)
@@ -370,7 +422,7 @@ class InspectorApp:
         def work() -> None:
             try:
                 result = resumed.run()
-                action.outputs = model.show(result.outputs)
+                action.outputs = show(result.outputs)
                 action.status = result.status.value
             except Exception as exc:  # noqa: BLE001 - shown on the page
                 action.error = f"{type(exc).__name__}: {exc}"
@@ -382,6 +434,19 @@ class InspectorApp:
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
         return RedirectResponse(f"/sessions/{session_id}", status_code=303)
+
+
+def _as_type(data: Any, label: str) -> Any:
+    """JSON ``data`` as the type ``label`` names when this process knows it (a
+    registered dataclass from its fields, ``3`` as a float), else as it is; the
+    session validates the value afterwards as it validates any answer.
+
+    Raises:
+        DecodeError: ``data`` cannot be that type (the message says where and why).
+    """
+    if label == "object" or type_named(label) is None:
+        return data
+    return from_json(data, label)
 
 
 def _version(cps: list[Checkpoint], actions: list[Action]) -> str:

@@ -17,6 +17,15 @@ __all__ = ["GraphPicture", "LineagePicture", "graph_picture", "lineage_picture"]
 LIMIT = 200
 """Newest checkpoints drawn in a lineage picture (the table lists them all)."""
 
+EM = 0.62
+"""The widest average character of the page's fonts, in em: labels are given this
+much room per character (wider than the text ever is), so no label is clipped."""
+
+
+def text_width(text: str, font_px: float) -> float:
+    """Room for ``text`` at ``font_px`` (generous: see :data:`EM`)."""
+    return len(text) * font_px * EM + 8.0
+
 
 @dataclass
 class LineagePicture:
@@ -64,14 +73,14 @@ def lineage_picture(
             else:
                 lane = len(lane_tip)
                 lane_tip.append(cp.id)
-                labels.append(f"fork of {parent[:18]}")
+                labels.append(f"fork of {parent}")
         elif parent is None or not lane_tip:
             lane = len(lane_tip)
             lane_tip.append(cp.id)
             if lane_tip[:-1]:
                 labels.append("reset")
             elif forked_from is not None:
-                labels.append(f"forked from {forked_from[0]} at {forked_from[1][:18]}")
+                labels.append(f"forked from {forked_from[0]} at {forked_from[1]}")
             else:
                 labels.append("start")
         else:  # the parent is older than what is drawn (or in another session)
@@ -119,7 +128,10 @@ def lineage_picture(
     ]
     edges += outside
     lanes = [(top + i * gap, label) for i, label in enumerate(labels)]
-    width = 80.0 + max(len(shown) - 1, 0) * step
+    width = max(
+        [80.0 + max(len(shown) - 1, 0) * step, *(4.0 + text_width(label, 10.0) for label in labels)]
+    )
+    width = max([width, *(float(n["x"]) + 20.0 for n in nodes)])  # a fork-out node too
     height = top + max(len(lane_tip), 1) * gap
     return LineagePicture(nodes, edges, width, height, lanes, hidden)
 
@@ -167,7 +179,17 @@ def graph_picture(
     columns: dict[int, list[str]] = {}
     for eid in sorted(executors, key=lambda e: (depth[e], e)):
         columns.setdefault(depth[eid], []).append(eid)
-    box_w, box_h, col_gap, row_gap = 130.0, 44.0, 70.0, 26.0
+    types = {
+        eid: str((executors.get(eid) or {}).get("type", "")).rsplit(".", 1)[-1] for eid in executors
+    }
+    box_w = max(
+        [
+            130.0,
+            *(text_width(eid, 13.0) + 12.0 for eid in executors),
+            *(text_width(t, 11.0) + 12.0 for t in types.values()),
+        ]
+    )
+    box_h, col_gap, row_gap = 44.0, 70.0, 26.0
     pos: dict[str, tuple[float, float]] = {}
     for col, ids in columns.items():
         for row, eid in enumerate(ids):
@@ -179,7 +201,7 @@ def graph_picture(
             "y": y,
             "w": box_w,
             "h": box_h,
-            "type": str((executors.get(eid) or {}).get("type", "")).rsplit(".", 1)[-1],
+            "type": types.get(eid, ""),
             "start": eid == start,
             "inbox": eid in inbox,
             "asking": eid in asking,

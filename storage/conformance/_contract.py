@@ -19,7 +19,7 @@ from actorflow.errors import (
     SessionOwned,
 )
 from actorflow.storage._cut import Cut, packed_metadata
-from actorflow.storage._fast_paths import cut_saver
+from actorflow.storage._fast_paths import SummarisesSessions, cut_saver, session_summaries
 from actorflow.storage._format import (
     Checkpoint,
     CheckpointKind,
@@ -29,6 +29,7 @@ from actorflow.storage._format import (
     new_checkpoint_id,
 )
 from actorflow.storage._protocol import CheckpointStore
+from actorflow.storage._summary import summaries_by_listing
 
 from ._base import (
     RICH_METADATA,
@@ -274,6 +275,35 @@ class ContractTests(KitBase):
         assert store.has_blobs([digest]) == set()
 
     # --- the optional cut fast path (SavesCuts) ---------------------------------
+
+    def test_session_summaries_equal_the_listing(self, store: CheckpointStore) -> None:
+        """Every session summarised (``session_summaries``: the store's
+        ``SummarisesSessions`` fast path when it offers one, else the listing) is what
+        listing each session gives: its newest record of any kind (a partial one
+        too), its record count and its first and last ``created_at``; sorted by
+        session id as Python sorts text (a database collation may not: "B" before
+        "a"), after a delete too; an empty store is summarised as nothing."""
+        assert session_summaries(store) == [] and summaries_by_listing(store) == []
+        first = save_new(store, session="b", kind=CheckpointKind.ENTRY)
+        save_new(store, session="b", parent=first, kind=CheckpointKind.FINAL)
+        lone = save_new(store, session="a", kind=CheckpointKind.HALT, history=[0, 1])
+        cut = save_new(store, session="B-\u00e9", kind=CheckpointKind.ENTRY)
+        partial = save_new(store, session="B-\u00e9", parent=cut, kind=CheckpointKind.PARTIAL)
+        reset = save_new(store, session="b", kind=CheckpointKind.ENTRY)  # a second root
+        expected = summaries_by_listing(store)
+        assert [s.session for s in expected] == ["B-\u00e9", "a", "b"]
+        assert [s.records for s in expected] == [2, 1, 3]
+        assert [s.latest for s in expected] == [partial, lone, reset]
+        assert expected[2].first_at == first.created_at
+        assert expected[2].last_at == max(c.created_at for c in store.list(session="b"))
+        summaries = session_summaries(store)
+        assert summaries == expected
+        assert summaries[1].latest.history == lone.history
+        if isinstance(store, SummarisesSessions):
+            assert store.session_summaries() == expected
+        store.delete(reset.id)
+        assert session_summaries(store) == summaries_by_listing(store)
+        assert session_summaries(store)[2].records == 2
 
     def test_cut_fast_path_reads_as_save(self, store: CheckpointStore) -> None:
         """Cuts saved as the runtime saves them (``cut_saver``: the store's ``SavesCuts``

@@ -39,12 +39,15 @@ from actorflow.storage._history import HistoryEntry
 from actorflow.storage._lease import Lease, fence, leaseless_check
 from actorflow.storage._sql import (
     COLUMNS,
+    SUMMARIES,
     check_left_out,
     decode_row,
     filters,
     shown_filters,
+    summaries_of,
     verified_blobs,
 )
+from actorflow.storage._summary import SessionSummary
 
 from . import _sql as sql
 from ._leases import FENCED, UNLEASED, PostgresLeases, session_key
@@ -401,6 +404,13 @@ class PostgresStore:
         query = self._sql("SELECT DISTINCT session FROM {s}.checkpoints ORDER BY session")
         rows = self._run(lambda db: db.execute(query).fetchall(), what="list sessions")
         return [r[0] for r in rows]
+
+    def session_summaries(self) -> builtins.list[SessionSummary]:
+        """Every session summarised in one query (the ``SummarisesSessions`` fast path):
+        only each session's newest record is decoded."""
+        query = self._sql(SUMMARIES.format(table="{s}.checkpoints"))
+        rows = self._run(lambda db: db.execute(query).fetchall(), what="summarise sessions")
+        return summaries_of(rows)
 
     def ids(self) -> builtins.list[str]:
         """Every stored checkpoint id, damaged records included, oldest first.

@@ -42,12 +42,15 @@ from actorflow.storage._lease import (
 )
 from actorflow.storage._sql import (
     COLUMNS,
+    SUMMARIES,
     check_left_out,
     decode_row,
     filters,
     shown_filters,
+    summaries_of,
     verified_blobs,
 )
+from actorflow.storage._summary import SessionSummary
 
 from . import _sql as sql
 from ._connections import SQLiteConnections
@@ -338,6 +341,13 @@ class SQLiteStore:
         if not all(type(name) is str for name in found):
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: a session is not text")
         return found
+
+    def session_summaries(self) -> builtins.list[SessionSummary]:
+        """Every session summarised in one query (the ``SummarisesSessions`` fast path):
+        only each session's newest record is decoded."""
+        with self._connections.read() as db:
+            rows = db.execute(SUMMARIES.format(table="checkpoints")).fetchall()
+        return summaries_of(rows)
 
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record (damaged or not) and collect unreferenced blobs."""

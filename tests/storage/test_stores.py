@@ -43,10 +43,13 @@ def test_public_names() -> None:
         "PostgresStore",
         "SQLiteStore",
         "StoreWrapper",
+        "SessionSummary",
+        "SummarisesSessions",
         "blob_digest",
         "decode_checkpoint",
         "encode_checkpoint",
         "new_checkpoint_id",
+        "session_summaries",
     }
     kit = actorflow.storage.conformance
     assert all(hasattr(kit, name) for name in kit.__all__)
