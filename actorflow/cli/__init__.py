@@ -14,13 +14,14 @@ creates a file or a folder.
     actorflow checkpoints upgrade STORE
     actorflow graph MODULE:ATTRIBUTE [--format mermaid]
     actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
+    actorflow serve MODULE:ATTRIBUTE --store STORE [--host H] [--port N] [--token T]
     actorflow demo
 
 Also ``python -m actorflow``. A mistake (a missing store, a bad graph target) is one
 line on stderr and exit status 2.
 
 Where things are. One module per command, named by it: ``_checkpoints`` (all the
-``checkpoints`` actions), ``_graph``, ``_ui``, ``_demo``; each has a
+``checkpoints`` actions), ``_graph``, ``_ui``, ``_serve``, ``_demo``; each has a
 ``register(commands)`` that adds its parser and sets ``func``, the function that runs
 it and returns the exit status. What the commands share is named by what it does:
 ``_stores`` (``open_store``: the store a ``STORE`` names), ``_workflows``
