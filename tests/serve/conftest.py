@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,14 @@ class Decision:
     note: str = ""
 
 
+GATE = threading.Event()
+"""The ticker holds at tick 5 until this is set (a test keeps a run going with it)."""
+GATE.set()
+
+
 class Intake(af.Executor):
-    """Counts orders; an order without items needs a person's approval (a request)."""
+    """Counts orders; an order without items needs a person's approval (a request); a
+    number starts the ticker."""
 
     def __init__(self, id: str) -> None:
         super().__init__(id)
@@ -40,6 +47,10 @@ class Intake(af.Executor):
             ctx.send(order)
         else:
             ctx.request(order, Decision)
+
+    @af.handler
+    def on_number(self, n: int, ctx: af.Context) -> None:
+        ctx.send(n)
 
     @af.response_handler
     def on_decision(self, order: Order, decision: Decision, ctx: af.Context) -> None:
@@ -61,12 +72,37 @@ class Ship(af.Executor):
             ctx.output(item)
 
 
+class Ticker(af.Executor):
+    """Outputs n, then sends n + 1 to itself until 20, one superstep a tick; at tick 5 it
+    waits for :data:`GATE`."""
+
+    @af.handler
+    def on_tick(self, n: int, ctx: af.Context) -> None:
+        if n == 5:
+            GATE.wait(20)
+        ctx.output(n)
+        if n < 20:
+            ctx.send(n + 1, to="ticker")
+
+
 def build() -> af.Workflow:
     return (
         af.WorkflowBuilder("orders", start=Intake("intake"))
         .add_edge("intake", Ship("ship"))
+        .add_edge("intake", Ticker("ticker"))
+        .add_edge("ticker", "ticker")
         .build()
     )
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """:data:`GATE`, cleared: the ticker holds at tick 5 until the test sets it."""
+    GATE.clear()
+    try:
+        yield GATE
+    finally:
+        GATE.set()
 
 
 @pytest.fixture
