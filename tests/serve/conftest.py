@@ -41,7 +41,7 @@ class Intake(af.Executor):
         self.orders: list[int] = []
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context) -> None:
+    def on_order(self, order: Order, ctx: af.Context[Order]) -> None:
         self.orders.append(order.id)
         if order.items:
             ctx.send(order)
@@ -49,11 +49,11 @@ class Intake(af.Executor):
             ctx.request(order, Decision)
 
     @af.handler
-    def on_number(self, n: int, ctx: af.Context) -> None:
+    def on_number(self, n: int, ctx: af.Context[int]) -> None:
         ctx.send(n)
 
     @af.response_handler
-    def on_decision(self, order: Order, decision: Decision, ctx: af.Context) -> None:
+    def on_decision(self, order: Order, decision: Decision, ctx: af.Context[str]) -> None:
         verdict = "approved" if decision.approved else "rejected"
         ctx.output(f"{verdict} {order.id}: {decision.note}")
 
@@ -66,7 +66,7 @@ class Ship(af.Executor):
         self.shipped = 0
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context) -> None:
+    def on_order(self, order: Order, ctx: af.Context[str]) -> None:
         for item in order.items:
             self.shipped += 1
             ctx.output(item)
@@ -77,7 +77,7 @@ class Ticker(af.Executor):
     waits for :data:`GATE`."""
 
     @af.handler
-    def on_tick(self, n: int, ctx: af.Context) -> None:
+    def on_tick(self, n: int, ctx: af.Context[int]) -> None:
         if n == 5:
             GATE.wait(20)
         ctx.output(n)

@@ -72,8 +72,8 @@ def test_stream_modes(client: httpx.Client) -> None:
     assert [e.data for e in events if e.event == "updates"] == [{"ship": "a"}, {"ship": "b"}]
     kinds = [e.data["event"] for e in events if e.event == "events"]
     assert kinds == ["run_started", "output", "output", "run_completed"]
-    ids = [e.id for e in events if e.event == "events"]
-    assert ids == list(range(ids[0], ids[0] + 4))
+    ids = [e.data["seq"] for e in events if e.event == "events"]
+    assert [e.id for e in events if e.event == "events"] == ids == list(range(ids[0], ids[0] + 4))
 
 
 def _events(response: httpx.Response, until: int | None = None) -> Iterator[Sse]:
@@ -83,7 +83,9 @@ def _events(response: httpx.Response, until: int | None = None) -> Iterator[Sse]
             return
 
 
-def test_stream_resumes_after_the_last_event_id(client: httpx.Client, gate: threading.Event) -> None:
+def test_stream_resumes_after_the_last_event_id(
+    client: httpx.Client, gate: threading.Event
+) -> None:
     """A client that drops mid-run and reconnects with Last-Event-ID gets every later
     event exactly once: the stored ones, then the live ones."""
     _thread(client)
@@ -197,7 +199,7 @@ def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "body", "status", "kind", "words"),
+    "case",
     [
         ("GET", "/threads/nope", None, 404, "ThreadNotFound", "POST /threads"),
         ("POST", "/threads/t1/runs/wait", {"input": "text"}, 422, "InvalidRequest", "Order"),
@@ -209,15 +211,10 @@ def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:
     ],
 )
 def test_errors_are_json_that_say_what_to_do(
-    client: httpx.Client,
-    method: str,
-    path: str,
-    body: object,
-    status: int,
-    kind: str,
-    words: str,
+    client: httpx.Client, case: tuple[str, str, object, int, str, str]
 ) -> None:
     """Every error is a JSON body naming the error and what to do about it."""
+    method, path, body, status, kind, words = case
     _thread(client)
     response = client.request(method, path, json=body)
     assert response.status_code == status, response.text
