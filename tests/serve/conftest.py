@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ class Intake(af.Executor):
         self.orders: list[int] = []
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context[Order]) -> None:
+    def on_order(self, order: Order, ctx: af.Context[Any]) -> None:
         self.orders.append(order.id)
         if order.items:
             ctx.send(order)
@@ -49,11 +50,11 @@ class Intake(af.Executor):
             ctx.request(order, Decision)
 
     @af.handler
-    def on_number(self, n: int, ctx: af.Context[int]) -> None:
+    def on_number(self, n: int, ctx: af.Context[Any]) -> None:
         ctx.send(n)
 
     @af.response_handler
-    def on_decision(self, order: Order, decision: Decision, ctx: af.Context[str]) -> None:
+    def on_decision(self, order: Order, decision: Decision, ctx: af.Context[Any]) -> None:
         verdict = "approved" if decision.approved else "rejected"
         ctx.output(f"{verdict} {order.id}: {decision.note}")
 
@@ -66,7 +67,7 @@ class Ship(af.Executor):
         self.shipped = 0
 
     @af.handler
-    def on_order(self, order: Order, ctx: af.Context[str]) -> None:
+    def on_order(self, order: Order, ctx: af.Context[Any]) -> None:
         for item in order.items:
             self.shipped += 1
             ctx.output(item)
@@ -77,7 +78,7 @@ class Ticker(af.Executor):
     waits for :data:`GATE`."""
 
     @af.handler
-    def on_tick(self, n: int, ctx: af.Context[int]) -> None:
+    def on_tick(self, n: int, ctx: af.Context[Any]) -> None:
         if n == 5:
             GATE.wait(20)
         ctx.output(n)
