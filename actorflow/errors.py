@@ -49,6 +49,11 @@ class's other bases::
             HostLost
             WorkerImportFailed
         MissingExtra (also ImportError): an optional extra is not installed
+        ServiceError: the service API (actorflow.serve) refused a request or a setting
+            UnsafeBind
+            ThreadNotFound
+            RunNotFound
+            InvalidRequest
 
 This module is also the definition site: the runtime, actor and storage packages
 import from here, never the other way round.
@@ -76,6 +81,7 @@ __all__ = [
     "HandlerReturnedValue",
     "HostLost",
     "InputNotAccepted",
+    "InvalidRequest",
     "LeaseError",
     "LeaseLost",
     "MessageDropped",
@@ -84,6 +90,8 @@ __all__ = [
     "RequestError",
     "RunCancelled",
     "RunFailed",
+    "RunNotFound",
+    "ServiceError",
     "SessionBroken",
     "SessionBusy",
     "SessionClosed",
@@ -94,7 +102,9 @@ __all__ = [
     "StoreLocked",
     "StoreNotFound",
     "SuperstepLimitExceeded",
+    "ThreadNotFound",
     "UnroutableMessage",
+    "UnsafeBind",
     "WorkerImportFailed",
     "WorkflowError",
 ]
@@ -613,3 +623,34 @@ class WorkerImportFailed(BackendError):
 
 def _rebuild_import_failed(message: str, type_name: str) -> WorkerImportFailed:
     return WorkerImportFailed(message, type_name=type_name)
+
+
+# --- the service API -----------------------------------------------------------------
+
+
+class ServiceError(ActorflowError):
+    """The service API (``actorflow.serve``) refused a request or a setting. Over HTTP
+    each is a JSON error body whose ``message`` is the error's text."""
+
+
+class UnsafeBind(ServiceError):
+    """A service was asked to listen on an address other than loopback without a
+    bearer token, which would let anybody on the network run the workflow. Give a
+    token (``--token``, ``ServiceApp(token=...)``) or listen on 127.0.0.1."""
+
+
+class ThreadNotFound(ServiceError):
+    """No thread (session) with this id: the service never created it and the store
+    has no checkpoint of it. Create it (``POST /threads``) or run with
+    ``if_not_exists="create"``. HTTP 404."""
+
+
+class RunNotFound(ServiceError):
+    """No run with this id on the thread: runs are known to the service process that
+    started them, until it stops. Read the thread's history instead. HTTP 404."""
+
+
+class InvalidRequest(ServiceError):
+    """A request's body or parameters are malformed: not JSON, a field of the wrong
+    shape, an input the workflow cannot take, an answer that fits no pending
+    request. The message names the field and what it should be. HTTP 422."""

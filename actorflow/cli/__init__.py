@@ -14,6 +14,7 @@ creates a file, a folder or a schema (stores open with ``create=False``).
     actorflow checkpoints upgrade STORE
     actorflow graph MODULE:ATTRIBUTE [--format mermaid|dot]
     actorflow ui STORE [--workflow MODULE:ATTRIBUTE] [--port N]
+    actorflow serve MODULE:ATTRIBUTE --store STORE [--host H] [--port N] [--token T]
     actorflow demo
 
 Also ``python -m actorflow``. A mistake (a missing store, a bad graph target) is one
@@ -22,7 +23,7 @@ modules (``--import MODULE``, ``MODULE:ATTRIBUTE``) are imported with the curren
 folder first on the path, as ``python -m`` has it, whichever command names them.
 
 Where things are. One module per command, named by it: ``_checkpoints`` (all the
-``checkpoints`` actions), ``_graph``, ``_ui``, ``_demo``; each has a
+``checkpoints`` actions), ``_graph``, ``_ui``, ``_serve``, ``_demo``; each has a
 ``register(commands)`` that adds its parser and sets ``func``, the function that runs
 it and returns the exit status. What the commands share is named by what it does:
 ``_stores`` (``open_store``: the store a ``STORE`` names), ``_workflows``

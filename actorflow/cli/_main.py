@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from actorflow.errors import ActorflowError
 
-from . import _checkpoints, _demo, _graph, _ui
+from . import _checkpoints, _demo, _graph, _serve, _ui
 from ._usage import Usage
 
 __all__ = ["main"]
@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _checkpoints.register(commands)
     _graph.register(commands)
     _ui.register(commands)
+    _serve.register(commands)
     _demo.register(commands)
 
     args = parser.parse_args(argv)

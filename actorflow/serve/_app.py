@@ -1,0 +1,543 @@
+"""The service's ASGI application: threads, runs, streams and state over HTTP.
+
+Resources and shapes follow the Agent Protocol / LangGraph API (threads are
+sessions, the one assistant is the workflow), so the ``langgraph-sdk`` client works
+against it; ``docs/service.md`` lists every endpoint. Safety: with a token, every
+request must carry ``Authorization: Bearer <token>`` (or ``X-Api-Key: <token>``,
+what the SDK's ``api_key`` sends), else 401; without one, only requests addressed
+to a loopback name (``Host: 127.0.0.1``, ``localhost``, ``[::1]``) are served, so a
+web page cannot reach the service through DNS rebinding. Errors are JSON:
+``{"error": kind, "message": what was wrong and how to fix it}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from actorflow._version import __version__
+from actorflow.errors import (
+    ActorflowError,
+    CheckpointNotFound,
+    DecodeError,
+    InputNotAccepted,
+    InvalidRequest,
+    LeaseError,
+    RequestError,
+    RunNotFound,
+    SessionBusy,
+    SessionExists,
+    ThreadNotFound,
+)
+from actorflow.runtime import NO_INPUT, Workflow
+from actorflow.storage import CheckpointStore
+
+from ._runs import Run
+from ._shapes import assistant_json, event_json, iso
+from ._states import States
+from ._stream import MODES, run_stream, sse, thread_stream
+from ._threads import Thread, Threads
+
+__all__ = ["ServiceApp"]
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+"""Host names a service without a token answers to."""
+
+_STATUS: tuple[tuple[type[ActorflowError], int], ...] = (
+    (ThreadNotFound, 404),
+    (RunNotFound, 404),
+    (CheckpointNotFound, 404),
+    (InvalidRequest, 422),
+    (DecodeError, 422),
+    (InputNotAccepted, 422),
+    (SessionBusy, 409),
+    (RequestError, 409),
+    (SessionExists, 409),
+    (LeaseError, 409),
+)
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": kind, "message": message, "detail": message}, status_code=status)
+
+
+def _guarded(handler: Handler) -> Handler:
+    """``handler`` with the library's errors as JSON responses."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ActorflowError as exc:
+            status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
+            return _error(status, type(exc).__name__, str(exc))
+
+    return guarded
+
+
+class ServiceApp:
+    """The ASGI app serving one workflow over one store.
+
+    Mount it in a Starlette or FastAPI app (``app.mount("/flows", service)``) and
+    give that app its lifespan (``lifespan=service.lifespan``): mounted apps get no
+    lifespan of their own, and the lifespan's end closes the sessions. Serving it on
+    its own (uvicorn, ``actorflow serve``) runs the lifespan itself.
+
+    Args:
+        workflow: what threads run; its name is the assistant and graph id.
+        store: where threads' checkpoints live (the service never closes it).
+        token: when set, every request needs ``Authorization: Bearer <token>``.
+        max_open: sessions kept open at most (least recently used idle ones close).
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        store: CheckpointStore,
+        *,
+        token: str | None = None,
+        max_open: int = 256,
+    ) -> None:
+        self.workflow = workflow
+        self.token = token or None
+        self.threads = Threads(workflow, store, max_open=max_open)
+        self._states = States(store)
+        self._store = store
+        self._created = time.time()
+        g = _guarded
+        routes = [
+            Route("/ok", g(self.ok)),
+            Route("/info", g(self.info)),
+            Route("/assistants/search", g(self.assistants_search), methods=["POST"]),
+            Route("/assistants/{aid}", g(self.assistant)),
+            Route("/assistants/{aid}/graph", g(self.assistant_graph)),
+            Route("/threads", g(self.thread_create), methods=["POST"]),
+            Route("/threads/search", g(self.thread_search), methods=["POST"]),
+            Route("/threads/{tid}", g(self.thread_get)),
+            Route("/threads/{tid}/state", g(self.thread_state)),
+            Route("/threads/{tid}/state/checkpoint", g(self.thread_state_at), methods=["POST"]),
+            Route("/threads/{tid}/state/{cid}", g(self.thread_state)),
+            Route("/threads/{tid}/history", g(self.thread_history), methods=["GET", "POST"]),
+            Route("/threads/{tid}/events", g(self.thread_events)),
+            Route("/threads/{tid}/stream", g(self.thread_stream)),
+            Route("/threads/{tid}/fork", g(self.thread_fork), methods=["POST"]),
+            Route("/threads/{tid}/runs", g(self.runs_list), methods=["GET"]),
+            Route("/threads/{tid}/runs", g(self.run_create), methods=["POST"]),
+            Route("/threads/{tid}/runs/wait", g(self.run_wait), methods=["POST"]),
+            Route("/threads/{tid}/runs/stream", g(self.run_stream), methods=["POST"]),
+            Route("/threads/{tid}/runs/{rid}", g(self.run_get)),
+            Route("/threads/{tid}/runs/{rid}/join", g(self.run_join)),
+            Route("/threads/{tid}/runs/{rid}/stream", g(self.run_join_stream)),
+            Route("/threads/{tid}/runs/{rid}/cancel", g(self.run_cancel), methods=["POST"]),
+            Route("/runs", g(self.run_create), methods=["POST"]),
+            Route("/runs/wait", g(self.run_wait), methods=["POST"]),
+            Route("/runs/stream", g(self.run_stream), methods=["POST"]),
+        ]
+        self.app = Starlette(
+            routes=routes,
+            lifespan=self.lifespan,
+            exception_handlers={HTTPException: self._http_error},  # type: ignore[dict-item]  # Starlette's handler type is looser than this signature
+        )
+
+    # --- the ASGI face ------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            refused = self._refusal(scope)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> Response | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.token is not None:
+            given = headers.get("authorization", "")
+            scheme, _, credential = given.partition(" ")
+            if scheme.lower() != "bearer":
+                credential = headers.get("x-api-key", "")
+            if not credential or not hmac.compare_digest(credential.encode(), self.token.encode()):
+                response = _error(
+                    401,
+                    "Unauthorized",
+                    "this service needs its token: send Authorization: Bearer <token> "
+                    "(or X-Api-Key: <token>)",
+                )
+                response.headers["WWW-Authenticate"] = 'Bearer realm="actorflow"'
+                return response
+            return None
+        host = headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if name not in LOOPBACK_NAMES:
+            return _error(
+                421,
+                "MisdirectedRequest",
+                f"this service has no token, so it answers only requests to 127.0.0.1 or "
+                f"localhost, not {host!r}; give it a token to serve other names",
+            )
+        return None
+
+    @asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+        """The service's lifespan: on its end, runs going on are cancelled and every
+        session is closed. Give it to the app this one is mounted in."""
+        try:
+            yield
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel runs going on, close every session (and so end every stream)."""
+        await self.threads.aclose()
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> Response:
+        message = {
+            404: f"no endpoint {request.url.path}; see docs/service.md for the endpoints",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(exc.status_code, str(exc.detail))
+        return _error(exc.status_code, "HTTPError", message)
+
+    # --- helpers ------------------------------------------------------------------
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"the request body is not JSON ({exc}); send a JSON object"
+            ) from exc
+        if not isinstance(body, dict):
+            raise InvalidRequest("the request body must be a JSON object")
+        return body
+
+    def _check_assistant(self, assistant_id: object) -> None:
+        if assistant_id is not None and assistant_id != self.workflow.name:
+            raise InvalidRequest(
+                f"assistant_id {assistant_id!r}: this service serves the workflow "
+                f"{self.workflow.name!r}; use that name as the assistant id"
+            )
+
+    def _location(self, request: Request, run: Run, tail: str = "") -> str:
+        root = request.scope.get("root_path", "")
+        return f"{root}/threads/{run.thread_id}/runs/{run.run_id}{tail}"
+
+    async def _thread_json(self, thread_id: str, thread: Thread | None) -> dict[str, Any]:
+        cp = await asyncio.to_thread(self._states.latest, thread_id)
+        state = await asyncio.to_thread(self._states.state, thread_id, cp)
+        status = self._states.status(cp)
+        if thread is not None and thread.active is not None:
+            status = "busy"
+        created = thread.created_at if thread is not None else (cp.created_at if cp else 0.0)
+        updated = cp.created_at if cp is not None else created
+        return {
+            "thread_id": thread_id,
+            "created_at": iso(created),
+            "updated_at": iso(updated),
+            "metadata": dict(thread.metadata) if thread is not None else {},
+            "status": status,
+            "values": state["values"],
+            "interrupts": {i["id"]: [i] for i in state["interrupts"]},
+            "config": {},
+        }
+
+    # --- service and assistant ----------------------------------------------------
+
+    async def ok(self, request: Request) -> Response:
+        """``GET /ok``: the service is up."""
+        return JSONResponse({"ok": True})
+
+    async def info(self, request: Request) -> Response:
+        """``GET /info``: the server's version and the workflow it serves."""
+        return JSONResponse(
+            {"version": __version__, "workflow": self.workflow.name, "flags": {}, "modes": MODES}
+        )
+
+    async def assistants_search(self, request: Request) -> Response:
+        """``POST /assistants/search``: the one assistant, the workflow."""
+        body = await self._body(request)
+        found = [assistant_json(self.workflow, self._created)]
+        graph = body.get("graph_id")
+        if graph is not None and graph != self.workflow.name:
+            found = []
+        offset = int(body.get("offset", 0) or 0)
+        return JSONResponse(found[offset : offset + int(body.get("limit", 10) or 10)])
+
+    async def assistant(self, request: Request) -> Response:
+        """``GET /assistants/{id}``: the workflow as an assistant."""
+        self._check_assistant(request.path_params["aid"])
+        return JSONResponse(assistant_json(self.workflow, self._created))
+
+    async def assistant_graph(self, request: Request) -> Response:
+        """``GET /assistants/{id}/graph``: the workflow's description (executors, edges)."""
+        self._check_assistant(request.path_params["aid"])
+        return JSONResponse(self.workflow.describe())
+
+    # --- threads ------------------------------------------------------------------
+
+    async def thread_create(self, request: Request) -> Response:
+        """``POST /threads``: ``{thread_id?, metadata?, if_exists?}`` -> the thread."""
+        body = await self._body(request)
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidRequest("metadata must be a JSON object")
+        thread = await self.threads.create(
+            body.get("thread_id"), metadata, str(body.get("if_exists") or "raise")
+        )
+        return JSONResponse(await self._thread_json(thread.thread_id, thread))
+
+    async def thread_search(self, request: Request) -> Response:
+        """``POST /threads/search``: ``{ids?, status?, metadata?, limit?, offset?}`` ->
+        threads, the most recently updated first."""
+        body = await self._body(request)
+        known = self.threads.known()
+        stored = await asyncio.to_thread(self._store.sessions)
+        ids = sorted(set(stored) | set(known))
+        wanted = body.get("ids")
+        if wanted:
+            ids = [i for i in ids if i in set(wanted)]
+        metadata = body.get("metadata") or {}
+        rows = []
+        for tid in ids:
+            thread = known.get(tid)
+            if metadata:
+                have = thread.metadata if thread is not None else {}
+                if any(have.get(k) != v for k, v in metadata.items()):
+                    continue
+            rows.append(await self._thread_json(tid, thread))
+        if body.get("status"):
+            rows = [r for r in rows if r["status"] == body["status"]]
+        reverse = body.get("sort_order", "desc") != "asc"
+        key = str(body.get("sort_by") or "updated_at")
+        rows.sort(key=lambda r: str(r.get(key, "")), reverse=reverse)
+        offset = int(body.get("offset", 0) or 0)
+        return JSONResponse(rows[offset : offset + int(body.get("limit", 10) or 10)])
+
+    async def thread_get(self, request: Request) -> Response:
+        """``GET /threads/{id}``: the thread, with its latest state's values."""
+        thread = await self.threads.get(request.path_params["tid"])
+        return JSONResponse(await self._thread_json(thread.thread_id, thread))
+
+    async def thread_state(self, request: Request) -> Response:
+        """``GET /threads/{id}/state[/{checkpoint_id}]``: the state at the latest (or that)
+        checkpoint: each executor's state in ``values``."""
+        thread = await self.threads.get(request.path_params["tid"])
+        return JSONResponse(await self._state_at(thread.thread_id, request.path_params.get("cid")))
+
+    async def thread_state_at(self, request: Request) -> Response:
+        """``POST /threads/{id}/state/checkpoint``: ``{checkpoint: {checkpoint_id}}``."""
+        thread = await self.threads.get(request.path_params["tid"])
+        body = await self._body(request)
+        checkpoint = body.get("checkpoint") or {}
+        cid = checkpoint.get("checkpoint_id") if isinstance(checkpoint, dict) else None
+        return JSONResponse(await self._state_at(thread.thread_id, cid))
+
+    async def _state_at(self, thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            cp = (
+                self._states.load(thread_id, checkpoint_id)
+                if checkpoint_id
+                else self._states.latest(thread_id)
+            )
+            return self._states.state(thread_id, cp)
+
+        return await asyncio.to_thread(read)
+
+    async def thread_history(self, request: Request) -> Response:
+        """``POST /threads/{id}/history``: ``{limit?, before?}`` -> states, newest first."""
+        thread = await self.threads.get(request.path_params["tid"])
+        body = await self._body(request) if request.method == "POST" else dict(request.query_params)
+        before = body.get("before")
+        if isinstance(before, dict):
+            before = (before.get("configurable") or before).get("checkpoint_id")
+        limit = int(body.get("limit", 10) or 10)
+        states = await asyncio.to_thread(
+            self._states.history, thread.thread_id, limit, str(before) if before else None
+        )
+        return JSONResponse(states)
+
+    async def thread_events(self, request: Request) -> Response:
+        """``GET /threads/{id}/events?since=N``: the thread's history events from ``N``."""
+        thread = await self.threads.get(request.path_params["tid"])
+        since = _int(request.query_params.get("since", "0"), "since")
+        session = await self.threads.session(thread)
+        events = await asyncio.to_thread(session.history, since)
+        return JSONResponse([event_json(e) for e in events])
+
+    async def thread_stream(self, request: Request) -> Response:
+        """``GET /threads/{id}/stream``: SSE of the thread's history after ``Last-Event-ID``
+        (all of it without), then live, until the client leaves."""
+        thread = await self.threads.get(request.path_params["tid"])
+        modes = _modes(request.query_params.getlist("stream_mode") or ["events"])
+        session = await self.threads.session(thread)
+        last = _last_event_id(request)
+        return _sse_response(thread_stream(session, modes, last))
+
+    async def thread_fork(self, request: Request) -> Response:
+        """``POST /threads/{id}/fork``: ``{checkpoint_id?, thread_id?}`` -> a new thread
+        that goes on from that checkpoint (the latest without one)."""
+        thread = await self.threads.get(request.path_params["tid"])
+        body = await self._body(request)
+        forked = await self.threads.fork(thread, body.get("checkpoint_id"), body.get("thread_id"))
+        return JSONResponse(await self._thread_json(forked.thread_id, forked))
+
+    # --- runs ---------------------------------------------------------------------
+
+    async def _start(self, request: Request) -> Run:
+        body = await self._body(request)
+        self._check_assistant(body.get("assistant_id"))
+        tid = request.path_params.get("tid")
+        if tid is None:
+            thread = await self.threads.create(None, {})
+        else:
+            thread = await self.threads.get(tid, create=body.get("if_not_exists") == "create")
+        strategy = body.get("multitask_strategy")
+        if strategy not in (None, "reject"):
+            raise InvalidRequest(
+                f"multitask_strategy {strategy!r}: a thread runs one run at a time and refuses "
+                "another (reject); wait for the run, or cancel it first"
+            )
+        command = body.get("command") or {}
+        if not isinstance(command, dict) or set(command) - {"resume"}:
+            raise InvalidRequest(
+                'command: only {"resume": answer} is supported (the answer to pending requests)'
+            )
+        checkpoint_id = body.get("checkpoint_id")
+        if checkpoint_id:
+            latest = await asyncio.to_thread(self._states.latest, thread.thread_id)
+            if latest is None or latest.id != checkpoint_id:
+                raise InvalidRequest(
+                    f"checkpoint_id {checkpoint_id!r} is not the thread's latest checkpoint; "
+                    f"fork the thread from it (POST /threads/{thread.thread_id}/fork) and run there"
+                )
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidRequest("metadata must be a JSON object")
+        raw_mode = body.get("stream_mode", "values")
+        modes = _modes([raw_mode] if isinstance(raw_mode, str) else list(raw_mode or []))
+        return await self.threads.start(
+            thread,
+            input=body.get("input", NO_INPUT),
+            resume=command.get("resume"),
+            has_resume="resume" in command,
+            metadata=metadata,
+            stream_mode=modes,
+        )
+
+    async def run_create(self, request: Request) -> Response:
+        """``POST /threads/{id}/runs`` (``/runs``: on a new thread): start a run in the
+        background -> the run (poll it, join it or stream it later)."""
+        run = await self._start(request)
+        response = JSONResponse(run.json())
+        response.headers["Content-Location"] = self._location(request, run)
+        return response
+
+    async def run_wait(self, request: Request) -> Response:
+        """``POST /threads/{id}/runs/wait``: run and wait -> ``{"outputs": [...]}`` (with
+        ``__interrupt__`` when requests wait, ``__error__`` when it failed)."""
+        run = await self._start(request)
+        await run.done.wait()
+        response = JSONResponse(run.result())
+        response.headers["Content-Location"] = self._location(request, run)
+        return response
+
+    async def run_stream(self, request: Request) -> Response:
+        """``POST /threads/{id}/runs/stream``: run and stream its events (SSE)."""
+        run = await self._start(request)
+        session = await self.threads.session(await self.threads.get(run.thread_id))
+
+        async def events() -> AsyncIterator[bytes]:
+            yield sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
+            async for part in run_stream(session, run, run.stream_mode, None):
+                yield part
+
+        response = _sse_response(events())
+        response.headers["Content-Location"] = self._location(request, run)
+        response.headers["Location"] = self._location(request, run, "/stream")
+        return response
+
+    async def _run_of(self, request: Request) -> tuple[Thread, Run]:
+        thread = await self.threads.get(request.path_params["tid"])
+        return thread, thread.run(request.path_params["rid"])
+
+    async def runs_list(self, request: Request) -> Response:
+        """``GET /threads/{id}/runs``: the runs this service started on it, newest first."""
+        thread = await self.threads.get(request.path_params["tid"])
+        return JSONResponse([r.json() for r in reversed(thread.runs.values())])
+
+    async def run_get(self, request: Request) -> Response:
+        """``GET /threads/{id}/runs/{run_id}``: the run and its status."""
+        _, run = await self._run_of(request)
+        return JSONResponse(run.json())
+
+    async def run_join(self, request: Request) -> Response:
+        """``GET /threads/{id}/runs/{run_id}/join``: wait for the run -> as ``runs/wait``."""
+        _, run = await self._run_of(request)
+        await run.done.wait()
+        return JSONResponse(run.result())
+
+    async def run_join_stream(self, request: Request) -> Response:
+        """``GET /threads/{id}/runs/{run_id}/stream``: the run's events (SSE) from its start,
+        or after ``Last-Event-ID``; live until it ends."""
+        thread, run = await self._run_of(request)
+        asked = request.query_params.getlist("stream_mode")
+        modes = _modes(asked) if asked else run.stream_mode
+        session = await self.threads.session(thread)
+        return _sse_response(run_stream(session, run, modes, _last_event_id(request)))
+
+    async def run_cancel(self, request: Request) -> Response:
+        """``POST /threads/{id}/runs/{run_id}/cancel``: stop the run at its next barrier
+        (``?wait=false``: do not wait for it) -> the run."""
+        thread, run = await self._run_of(request)
+        if request.query_params.get("wait", "true").lower() in ("0", "false"):
+            if run.running and thread.session is not None:
+                thread.session.cancel()
+        else:
+            await self.threads.cancel(thread, run)
+        return JSONResponse(run.json(), status_code=202 if run.running else 200)
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a whole number, not {text!r}") from None
+
+
+def _last_event_id(request: Request) -> int | None:
+    given = request.headers.get("last-event-id")
+    if given is None or not given.strip():
+        return None
+    return _int(given.strip(), "Last-Event-ID")
+
+
+def _modes(asked: list[Any]) -> tuple[str, ...]:
+    unknown = [m for m in asked if m not in MODES]
+    if unknown or not asked:
+        raise InvalidRequest(
+            f"stream_mode {unknown or asked!r}: this service streams {', '.join(MODES)}"
+        )
+    return tuple(dict.fromkeys(str(m) for m in asked))
+
+
+def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,230 @@
+"""The service over HTTP, as httpx speaks it, against a real uvicorn server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from actorflow.serve import Server
+from tests.support.sse import Sse, read_sse
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def _thread(client: httpx.Client, tid: str = "t1") -> None:
+    response = client.post("/threads", json={"thread_id": tid, "metadata": {"team": "a"}})
+    assert response.status_code == 200, response.text
+
+
+def test_threads_are_created_listed_and_read(client: httpx.Client) -> None:
+    """A created thread is listed (with its metadata) and read back idle."""
+    _thread(client, "t1")
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}})
+    listed = client.post("/threads/search", json={"metadata": {"team": "a"}}).json()
+    assert [t["thread_id"] for t in listed] == ["t1"]
+    thread = client.get("/threads/t1").json()
+    assert thread["status"] == "idle"
+    assert thread["values"] == {"intake": {"orders": [1]}, "ship": {"shipped": 1}, "ticker": {}}
+
+
+def test_run_and_wait_returns_the_outputs(client: httpx.Client) -> None:
+    """runs/wait runs the JSON input (an object of a registered dataclass's fields)."""
+    _thread(client)
+    result = client.post("/threads/t1/runs/wait", json={"input": {"id": 7, "items": ["a", "b"]}})
+    assert result.status_code == 200
+    assert result.json() == {"outputs": ["a", "b"]}
+    assert result.headers["content-location"].startswith("/threads/t1/runs/")
+
+
+def test_a_background_run_is_read_later(client: httpx.Client) -> None:
+    """POST /runs returns at once; the run's status and result are read afterwards."""
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0}).json()
+    assert run["status"] in ("running", "success")
+    joined = client.get(f"/threads/t1/runs/{run['run_id']}/join").json()
+    assert joined["outputs"] == list(range(21))
+    assert client.get(f"/threads/t1/runs/{run['run_id']}").json()["status"] == "success"
+    assert [r["run_id"] for r in client.get("/threads/t1/runs").json()] == [run["run_id"]]
+
+
+def test_stream_modes(client: httpx.Client) -> None:
+    """A run streams metadata, then values, updates and events, each history event's
+    seq as its SSE id."""
+    _thread(client)
+    body = {"input": {"id": 1, "items": ["a", "b"]}, "stream_mode": ["values", "updates", "events"]}
+    with client.stream("POST", "/threads/t1/runs/stream", json=body) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = list(read_sse(response))
+    assert events[0].event == "metadata" and events[0].id is None
+    assert [e.data for e in events if e.event == "values"] == [
+        {"outputs": ["a"]},
+        {"outputs": ["a", "b"]},
+    ]
+    assert [e.data for e in events if e.event == "updates"] == [{"ship": "a"}, {"ship": "b"}]
+    kinds = [e.data["event"] for e in events if e.event == "events"]
+    assert kinds == ["run_started", "output", "output", "run_completed"]
+    ids = [e.data["seq"] for e in events if e.event == "events"]
+    assert [e.id for e in events if e.event == "events"] == ids == list(range(ids[0], ids[0] + 4))
+
+
+def _events(response: httpx.Response, until: int | None = None) -> Iterator[Sse]:
+    for event in read_sse(response):
+        yield event
+        if until is not None and event.id == until:
+            return
+
+
+def test_stream_resumes_after_the_last_event_id(
+    client: httpx.Client, gate: threading.Event
+) -> None:
+    """A client that drops mid-run and reconnects with Last-Event-ID gets every later
+    event exactly once: the stored ones, then the live ones."""
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0, "stream_mode": "events"}).json()
+    path = f"/threads/t1/runs/{run['run_id']}/stream"
+    seen: list[int] = []
+    with client.stream("GET", path) as response:
+        for event in read_sse(response):
+            assert event.id is not None
+            seen.append(event.id)
+            if event.data["event"] == "output" and event.data["data"]["value"] == 2:
+                break  # drop the connection mid-run
+    with client.stream("GET", path, headers={"Last-Event-ID": str(seen[-1])}) as response:
+        stream = read_sse(response)
+        first = next(stream)
+        gate.set()  # the run goes on only now: the rest arrives live
+        rest = [first, *stream]
+    seen += [e.id for e in rest if e.id is not None]
+    assert seen == list(range(seen[0], seen[0] + 23))  # start, 21 outputs, end
+    assert rest[-1].data["event"] == "run_completed"
+    outputs = [e.data["data"]["value"] for e in rest if e.data["event"] == "output"]
+    assert outputs == list(range(3, 21))
+
+
+def test_thread_stream_replays_the_history_after_last_event_id(client: httpx.Client) -> None:
+    """GET /threads/{id}/stream sends the stored history after Last-Event-ID, then live."""
+    _thread(client)
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}})
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 2, "items": ["b"]}})
+    with client.stream("GET", "/threads/t1/stream", headers={"Last-Event-ID": "2"}) as response:
+        events = list(_events(response, until=5))
+    assert [e.id for e in events] == [3, 4, 5]
+    assert [e.data["event"] for e in events] == ["run_started", "output", "run_completed"]
+    history = client.get("/threads/t1/events", params={"since": 4}).json()
+    assert [e["seq"] for e in history] == [4, 5]
+
+
+def test_a_request_is_answered_with_a_plain_object(client: httpx.Client) -> None:
+    """A pending request is an interrupt; command.resume answers it with the fields of
+    its response type, and a second answer is refused (409)."""
+    _thread(client)
+    waiting = client.post("/threads/t1/runs/wait", json={"input": {"id": 3}}).json()
+    [interrupt] = waiting["__interrupt__"]
+    assert interrupt["response_type"] == "Decision"
+    assert interrupt["value"] == {"$type": "Order", "id": 3, "items": []}
+    assert client.get("/threads/t1").json()["status"] == "interrupted"
+    answer = {"command": {"resume": {"approved": True, "note": "fine"}}}
+    assert client.post("/threads/t1/runs/wait", json=answer).json() == {
+        "outputs": ["approved 3: fine"]
+    }
+    again = client.post("/threads/t1/runs/wait", json=answer)
+    assert again.status_code == 409
+    assert again.json()["error"] == "RequestError"
+    assert "answered already" in again.json()["message"]
+
+
+def test_a_wrong_answer_names_the_field(client: httpx.Client) -> None:
+    """An answer that does not fit the response type is 422 naming the field."""
+    _thread(client)
+    [interrupt] = client.post("/threads/t1/runs/wait", json={"input": {"id": 3}}).json()[
+        "__interrupt__"
+    ]
+    bad = client.post(
+        "/threads/t1/runs/wait", json={"command": {"resume": {interrupt["id"]: {"approved": "x"}}}}
+    )
+    assert bad.status_code == 422
+    assert "approved" in bad.json()["message"]
+
+
+def test_cancel_stops_a_run(client: httpx.Client, gate: threading.Event) -> None:
+    """Cancelling a run stops it at a barrier; it ends interrupted and the thread is free."""
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0}).json()
+    cancelled = client.post(f"/threads/t1/runs/{run['run_id']}/cancel", params={"wait": "false"})
+    assert cancelled.status_code in (200, 202)
+    gate.set()
+    joined = client.get(f"/threads/t1/runs/{run['run_id']}/join").json()
+    assert len(joined["outputs"]) < 21
+    assert client.get(f"/threads/t1/runs/{run['run_id']}").json()["status"] == "interrupted"
+
+
+def test_a_busy_thread_refuses_a_second_run(client: httpx.Client, gate: threading.Event) -> None:
+    """A second run on a busy thread is 409, naming the run that holds it."""
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0}).json()
+    second = client.post("/threads/t1/runs", json={"input": 0})
+    assert second.status_code == 409
+    assert second.json()["error"] == "SessionBusy"
+    assert run["run_id"] in second.json()["message"]
+    gate.set()
+    client.get(f"/threads/t1/runs/{run['run_id']}/join")
+
+
+def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:
+    """Each checkpoint's state is readable; a fork continues one in a new thread and
+    leaves the original alone."""
+    _thread(client)
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}})
+    first = client.get("/threads/t1/state").json()["checkpoint"]["checkpoint_id"]
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 2, "items": ["b"]}})
+    older = client.get(f"/threads/t1/state/{first}").json()
+    assert older["values"]["intake"] == {"orders": [1]}
+    history = client.post("/threads/t1/history", json={"limit": 100}).json()
+    assert history[0]["values"]["intake"] == {"orders": [1, 2]}
+    assert first in [h["checkpoint"]["checkpoint_id"] for h in history]
+    forked = client.post("/threads/t1/fork", json={"checkpoint_id": first, "thread_id": "t2"})
+    assert forked.status_code == 200, forked.text
+    client.post("/threads/t2/runs/wait", json={"input": {"id": 9, "items": ["z"]}})
+    assert client.get("/threads/t2/state").json()["values"]["intake"] == {"orders": [1, 9]}
+    assert client.get("/threads/t1/state").json()["values"]["intake"] == {"orders": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("GET", "/threads/nope", None, 404, "ThreadNotFound", "POST /threads"),
+        ("POST", "/threads/t1/runs/wait", {"input": "text"}, 422, "InvalidRequest", "Order"),
+        ("POST", "/threads/t1/runs/wait", {"input": {"id": "x"}}, 422, "InvalidRequest", "id"),
+        ("GET", "/threads/t1/runs/r0", None, 404, "RunNotFound", "r0"),
+        ("POST", "/threads/t1/runs/wait", {"stream_mode": "x"}, 422, "InvalidRequest", "values"),
+        ("GET", "/nowhere", None, 404, "HTTPError", "docs/service.md"),
+        ("POST", "/threads/t1/runs/wait", {"assistant_id": "x"}, 422, "InvalidRequest", "orders"),
+    ],
+)
+def test_errors_are_json_that_say_what_to_do(
+    client: httpx.Client, case: tuple[str, str, object, int, str, str]
+) -> None:
+    """Every error is a JSON body naming the error and what to do about it."""
+    method, path, body, status, kind, words = case
+    _thread(client)
+    response = client.request(method, path, json=body)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == kind
+    assert words in response.json()["message"]
+
+
+def test_a_body_that_is_not_json_is_422(client: httpx.Client) -> None:
+    """A malformed body is refused with the reason."""
+    _thread(client)
+    response = client.post("/threads/t1/runs/wait", content=b"{nope")
+    assert response.status_code == 422
+    assert "not JSON" in response.json()["message"]
