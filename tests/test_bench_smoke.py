@@ -49,6 +49,9 @@ EXPECTED_FIGURES = {
     ("w4_encrypted_file", "resume_plus_step_ms"),
     ("w4_encrypted_sqlite", "resume_plus_step_ms"),
     ("ui_sessions", "sessions_page_s"),
+    ("serve", "sse_reconnect_lost"),
+    ("serve", "sse_reconnect_repeated"),
+    ("serve", "first_event_ms"),
 }
 
 if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server
