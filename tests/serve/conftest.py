@@ -14,14 +14,14 @@ import actorflow as af
 from actorflow.serve import Server, ServiceApp
 
 
-@af.message
+@af.message(name="tests.serve.Order")  # other test modules register an "Order" too
 @dataclass
 class Order:
     id: int
     items: list[str] = field(default_factory=list)
 
 
-@af.message
+@af.message(name="tests.serve.Decision")
 @dataclass
 class Decision:
     approved: bool

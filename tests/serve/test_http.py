@@ -129,8 +129,8 @@ def test_a_request_is_answered_with_a_plain_object(client: httpx.Client) -> None
     _thread(client)
     waiting = client.post("/threads/t1/runs/wait", json={"input": {"id": 3}}).json()
     [interrupt] = waiting["__interrupt__"]
-    assert interrupt["response_type"] == "Decision"
-    assert interrupt["value"] == {"$type": "Order", "id": 3, "items": []}
+    assert interrupt["response_type"] == "tests.serve.Decision"
+    assert interrupt["value"] == {"$type": "tests.serve.Order", "id": 3, "items": []}
     assert client.get("/threads/t1").json()["status"] == "interrupted"
     answer = {"command": {"resume": {"approved": True, "note": "fine"}}}
     assert client.post("/threads/t1/runs/wait", json=answer).json() == {
