@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
 import threading
 from types import TracebackType
 
+from actorflow._sockets import listening_socket
 from actorflow.errors import UnsafeBind
 
 from ._app import ServiceApp
@@ -59,13 +59,7 @@ class Server:
 
         check_bind(host, app.token)
         self.app = app
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted sockets only when
-        # their proto says TCP, and without it each response waits ~40 ms for a delayed ACK.
-        self._socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host.strip("[]"), port))
-        self._socket.listen(1024)  # connections made before the server runs wait, not fail
+        self._socket = listening_socket(host, port, backlog=1024)
         self.port: int = self._socket.getsockname()[1]
         shown = f"[{host.strip('[]')}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}"

@@ -24,10 +24,10 @@ server's token and its own origin; a damaged store shows its errors in the page.
 
 from __future__ import annotations
 
-import socket
 import threading
 from types import TracebackType
 
+from actorflow._sockets import listening_socket
 from actorflow.runtime import Workflow
 from actorflow.storage import CheckpointStore
 
@@ -57,12 +57,7 @@ class Inspector:
         import uvicorn  # noqa: PLC0415 - the extra is imported only when a server is made
 
         self.app = InspectorApp(store, workflow)
-        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted sockets only when
-        # their proto says TCP; without it each response waits ~40 ms for a delayed ACK.
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((HOST, port))
-        self._socket.listen(128)  # connections made before the server runs wait, not fail
+        self._socket = listening_socket(HOST, port, backlog=128)
         self.port: int = self._socket.getsockname()[1]
         self.url = f"http://{HOST}:{self.port}"
         self.app.hosts = {f"{HOST}:{self.port}", f"localhost:{self.port}"}
