@@ -73,6 +73,7 @@ __all__ = [
     "CheckpointWriteFailed",
     "CodecError",
     "DecodeError",
+    "EffectNotRecorded",
     "EncodeError",
     "ExecutorFailed",
     "ExecutorTimedOut",
@@ -98,6 +99,8 @@ __all__ = [
     "SessionExists",
     "SessionOwned",
     "StateMigrationError",
+    "StatementFailed",
+    "StatementRefused",
     "StoreClosed",
     "StoreLocked",
     "StoreNotFound",
@@ -380,6 +383,30 @@ class SessionExists(WorkflowError):
     """
 
 
+class EffectNotRecorded(WorkflowError):
+    """A replay met an effect the stored run did not make (``ctx.effect`` with a name
+    and occurrence the recorded superstep has no result for): the new code would call
+    the outside world where the old code did not. A replay never calls it.
+
+    Attributes:
+        executor, superstep: where the effect was made.
+        effect: its name (``key=``, or the callable's qualified name).
+    """
+
+    def __init__(self, message: str, *, executor: str, superstep: int, effect: str) -> None:
+        super().__init__(message)
+        self.executor = executor
+        self.superstep = superstep
+        self.effect = effect
+
+
+class StatementRefused(WorkflowError, ValueError):
+    """``ctx.sql`` refused a statement before queueing it: the session's store does not
+    commit statements (only SQLiteStore and PostgresStore do), the statement controls
+    the transaction (BEGIN, COMMIT, SAVEPOINT, ...), holds more than one statement, or a
+    parameter is not None, bool, 64-bit int, float, str or bytes. The handler fails."""
+
+
 class RequestError(WorkflowError):
     """A response could not be accepted: unknown request id, a second answer to the
     same request, or a value of the wrong type. Nothing was consumed."""
@@ -425,6 +452,22 @@ class CheckpointWriteFailed(RunFailed, CheckpointError):
     run stopped rather than continue unsaved. Both a run failure and a checkpoint
     error; the store's own error is chained. Fix the store, then run again or resume
     from the last checkpoint (the session's in-memory state is still consistent)."""
+
+
+class StatementFailed(CheckpointError):
+    """A ``ctx.sql`` statement failed inside the transaction of the checkpoint that
+    commits its superstep: nothing of that checkpoint, and no statement of it, was
+    committed. The run stops (``CheckpointWriteFailed``, this error chained); fix the
+    statement (or the table it writes) and resume: the superstep runs again.
+
+    Attributes:
+        executor, superstep: the handler that queued the statement, and when.
+    """
+
+    def __init__(self, message: str, *, executor: str, superstep: int) -> None:
+        super().__init__(message)
+        self.executor = executor
+        self.superstep = superstep
 
 
 class StoreClosed(CheckpointError):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorflow.actors import encode
 from actorflow.errors import EncodeError, MessageDropped
 
 from .graph import OutEdge, a_label, passed_over, route, type_label
+
+if TYPE_CHECKING:
+    from ._effects import EffectJournal
 
 __all__ = ["StepBuffer"]
 
@@ -19,6 +22,7 @@ class StepBuffer:
         "dropped",
         "edges",
         "executor_id",
+        "journal",
         "outputs",
         "requests",
         "sends",
@@ -48,6 +52,8 @@ class StepBuffer:
         self.sends: list[list[Any]] = []
         self.outputs: list[bytes] = []
         self.requests: list[list[Any]] = []
+        self.journal: EffectJournal | None = None
+        """The step's effects (set by the runner before the first handler runs)."""
 
     def send(self, value: object, to: str | None) -> None:
         routes = route(self.executor_id, self.edges, value, to)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from ._buffer import StepBuffer
+    from ._effects import EffectJournal, SqlValue
 
 __all__ = ["RUN_INPUT", "Context"]
 
@@ -13,6 +15,7 @@ RUN_INPUT = "__input__"
 """``ctx.source`` of the run's input (and of answers to requests: ``"__response__"``)."""
 
 T_Send = TypeVar("T_Send")
+R = TypeVar("R")
 
 
 class Context(Generic[T_Send]):
@@ -89,5 +92,118 @@ class Context(Generic[T_Send]):
         """
         return self._buffer.request(value, response_type, request_id)
 
+    # --- effects (see docs/effects.md) ---------------------------------------------
+
+    def effect(
+        self, fn: Callable[..., R], /, *args: Any, key: str | None = None, **kwargs: Any
+    ) -> R:
+        """Call ``fn(*args, **kwargs)`` once per superstep along the lineage; journal its result.
+
+        The result is encoded like a message (registered types only) and recorded with
+        the checkpoint that commits this superstep; the handler gets a decoded copy.
+        When the superstep runs again along the same lineage (the handler failed and
+        was restarted, the superstep was rolled back and run again in this process, or
+        a replay), the recorded result is returned and ``fn`` is not called. A call in
+        flight when the process died is made again, with the same :meth:`effect_key`.
+
+        Args:
+            fn: the call to the outside world (not a coroutine function: see :meth:`aeffect`).
+            key: the effect's name in this superstep, by default ``fn``'s qualified name;
+                the n-th effect of a name finds the n-th recorded result of that name.
+
+        Raises:
+            EncodeError: the result cannot be encoded (names the executor and the effect).
+            EffectNotRecorded: in a replay, the stored run made no such effect.
+            Whatever ``fn`` raises (nothing is recorded; the next attempt calls again).
+
+        >>> import actorflow as af
+        >>> calls, attempts = [], []
+        >>> def charge(amount: int) -> str:
+        ...     calls.append(amount)
+        ...     return f"receipt-{amount}"
+        >>> class Pay(af.Executor):
+        ...     @af.handler
+        ...     def on_amount(self, amount: int, ctx: af.Context[None]) -> None:
+        ...         receipt = ctx.effect(charge, amount, key="charge")
+        ...         attempts.append(receipt)
+        ...         if len(attempts) == 1:  # fail once, after the charge
+        ...             raise RuntimeError("lost the connection")
+        ...         ctx.output(receipt)
+        >>> restart = af.RestartPolicy(max_restarts=1)
+        >>> with af.WorkflowBuilder("pay", start=Pay("pay"), restart=restart).build() as wf:
+        ...     wf.run(5).outputs
+        ['receipt-5']
+        >>> calls  # charged once, though the handler ran twice
+        [5]
+        """
+        result: R = self._journal().call(key or _name_of(fn), fn, args, kwargs)
+        return result
+
+    async def aeffect(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> R:
+        """:meth:`effect` for a coroutine function: ``await ctx.aeffect(fetch, url)``."""
+        result: R = await self._journal().acall(key or _name_of(fn), fn, args, kwargs)
+        return result
+
+    def effect_key(self, key: str) -> str:
+        """The idempotency key of the next effect named ``key`` (pass it to the API called).
+
+        Derived from the session, the lineage, the superstep, the executor, the name
+        and the occurrence: the same on every attempt at this superstep along this
+        lineage (so the API deduplicates a call a crash interrupted), different
+        everywhere else (another session, a fork, a later superstep).
+        """
+        return self._journal().key(key)
+
+    def sql(self, statement: str, params: tuple[SqlValue, ...] | list[SqlValue] = ()) -> None:
+        """Queue a write to the session store's own database, committed with this superstep.
+
+        The statement runs in the transaction that stores the checkpoint committing
+        this superstep (SQLiteStore, PostgresStore): after a crash, both are there or
+        neither is; a superstep that fails or is rolled back commits none of its
+        statements. Placeholders are the store's own (``?`` for SQLite, ``%s`` for
+        PostgreSQL: see :attr:`sql_dialect`). A statement that fails in that
+        transaction stops the run with ``CheckpointWriteFailed`` (``StatementFailed``
+        chained) and nothing of the checkpoint is stored.
+
+        Raises:
+            StatementRefused: the store commits no statements, or the statement or a
+                parameter cannot run inside the checkpoint's transaction.
+        """
+        self._journal().queue_sql(statement, tuple(params))
+
+    @property
+    def sql_dialect(self) -> str | None:
+        """``"sqlite"`` or ``"postgres"``: what :meth:`sql` writes to; None if it cannot."""
+        return self._journal().dialect
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The session lease's fencing token (None without a lease), for a service that
+        fences writers itself. It is not part of :meth:`effect_key`: a new owner after a
+        crash gets a new token, and the key must stay the same for the retry."""
+        return self._journal().fencing
+
+    def _journal(self) -> EffectJournal:
+        journal = self._buffer.journal
+        if journal is None:
+            raise RuntimeError(
+                f"executor {self.executor_id!r}: this context was made outside a superstep "
+                "(a test's own Context?); effects need the one a handler is given"
+            )
+        return journal
+
     def __repr__(self) -> str:
         return f"<Context of {self.executor_id!r} step {self.superstep} from {self._source!r}>"
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    """An effect's default name: the callable's qualified name."""
+    name = getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", "effect")
+    return str(name)

@@ -21,6 +21,7 @@ from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, Unr
 
 from ._buffer import StepBuffer
 from ._context import Context
+from ._effects import EffectJournal, EffectMemory
 from ._state_fit import restore_fitted, undecodable
 from ._wire import RESPONSE, SINGLE, StepReport, StepRequest, pack, split_digests, unpack
 from .graph import Executor, HandlerInfo, OutEdge, Resource, a_label, type_label
@@ -145,6 +146,9 @@ class ExecutorRunner:
         self._loop: HostLoop | None = None
         self._reported: AbstractSet[str] = frozenset()
         self._previous: Sequence[tuple[str, bytes]] = ()
+        self._remembered: tuple[str, int, EffectMemory] = ("", -1, {})
+        """(scope, superstep, results) of the effects of the last superstep this runner
+        ran: a second attempt at it (restart, rollback) gets them without calling again."""
 
     # --- Hosted protocol ------------------------------------------------------
 
@@ -262,6 +266,7 @@ class ExecutorRunner:
 
     def handle(self, buffer: StepBuffer, step: StepRequest) -> StepReport:
         """Run a ``step`` request's batch into ``buffer``; returns the report."""
+        journal = buffer.journal = self._journal(step)
         for source, group, body in step.deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:
@@ -298,7 +303,40 @@ class ExecutorRunner:
                 )
         snapshot = self._snapshot() if step.want_snapshot else None
         return StepReport(
-            buffer.sends, buffer.outputs, buffer.requests, snapshot, None, buffer.dropped
+            buffer.sends,
+            buffer.outputs,
+            buffer.requests,
+            snapshot,
+            None,
+            buffer.dropped,
+            journal.made or None,
+            journal.statements or None,
+        )
+
+    def _journal(self, step: StepRequest) -> EffectJournal:
+        """The step's effect journal, with what an earlier attempt at it remembered."""
+        scope, fencing, dialect, recorded = step.effects or ("", None, None, None)
+        superstep = step.superstep
+        if recorded is not None:
+            return EffectJournal(
+                self._program.executor_id,
+                superstep,
+                scope,
+                memory={},
+                recorded={(name, n): result for name, n, result in recorded},
+                dialect=dialect,
+                fencing=fencing,
+            )
+        remembered = self._remembered
+        if remembered[0] != scope or remembered[1] != superstep:
+            remembered = self._remembered = (scope, superstep, {})
+        return EffectJournal(
+            self._program.executor_id,
+            superstep,
+            scope,
+            memory=remembered[2],
+            dialect=dialect,
+            fencing=fencing,
         )
 
     def _snapshot(self) -> list[list[Any]]:

@@ -5,20 +5,25 @@ bytes. Frames are plain msgpack (no ext types): payloads inside them are already
 encoded values the supervisor routes without decoding.
 
 ``step`` request (:class:`StepRequest`): ``[superstep, deliveries, want_snapshot,
-suffix, trace]`` where a delivery is ``[source, group, payload]``: ``group`` is
+suffix, trace, effects]`` where a delivery is ``[source, group, payload]``: ``group`` is
 :data:`SINGLE` (payload: one value), a fan-in group index >= 0 (payload: list of
 values, in source order), or :data:`RESPONSE` (payload: ``[request_id, request
 value, answer value]``); ``suffix`` tags default request ids (see ``_lineage``),
-``trace`` is the trace part of a traced run (see ``telemetry``) or None.
+``trace`` is the trace part of a traced run (see ``telemetry``) or None, and
+``effects`` is ``[scope, fencing token, SQL dialect, recorded]`` for the effect
+journal (see ``_effects``): ``recorded``, a replay's ``[[name, n, result], ...]``, is
+None in a live run.
 
 ``step`` report (:class:`StepReport`): ``[sends, outputs, requests, snapshot,
-send_contexts, dropped]``; a send is ``[target, group, payload]``, a request ``[request_id,
+send_contexts, dropped, effects, statements]``; a send is ``[target, group, payload]``, a request ``[request_id,
 payload, response_type]``, a drop (None when there is none) ``[type name, [targets
 passed over]]``, and the snapshot (only when asked for) is a list of
 ``[digest, chunk or None]``, the chunk omitted when the runner already reported
 that digest (or was given it by a ``restore`` or its blueprint: the supervisor
 holds those). ``send_contexts`` (traced runs only, else None) holds the span
-context of each send, in send order.
+context of each send, in send order. ``effects`` holds ``[name, n, result]`` per
+effect the step made or found remembered, ``statements`` ``[sql, params]`` per
+``ctx.sql`` call (each None when there is none).
 
 Both frames are named tuples, checked once when they are decoded; a frame of
 another shape (a host of another version) is refused there, never read by position.
@@ -132,6 +137,8 @@ class StepRequest(NamedTuple):
     """Appended to default request ids: the lineage's tag, or ``""``."""
     trace: list[Any] | None
     """The trace part of a traced run (see ``telemetry``); None when untraced."""
+    effects: list[Any] | None = None
+    """``[scope, fencing token, SQL dialect, recorded]`` for the effect journal."""
 
     def packed(self) -> bytes:
         """The request as bytes."""
@@ -170,6 +177,10 @@ class StepReport(NamedTuple):
     """Traced runs only: each send's span context, in send order."""
     dropped: list[Drop] | None = None
     """The sends no target received (every condition declined them); None if none."""
+    effects: list[list[Any]] | None = None
+    """``[name, n, result]`` of each effect of the step; None if none."""
+    statements: list[list[Any]] | None = None
+    """``[sql, params]`` of each ``ctx.sql`` call of the step; None if none."""
 
     def packed(self) -> bytes:
         """The report as bytes."""

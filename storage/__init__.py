@@ -24,6 +24,7 @@ from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore
 from ._protocol import BlobBatchReader, CheckpointStore
+from ._statements import CommitsStatements, SqlValue, Statement
 from ._summary import SessionSummary
 from ._wrapper import StoreWrapper
 from .encrypted import EncryptedStore
@@ -48,6 +49,10 @@ from ._fast_paths import is_volatile as is_volatile
 from ._history import RawEntry as RawEntry
 from ._lock_wait import bounded_waits as bounded_waits
 from ._lock_wait import lock_bound as lock_bound
+from ._statements import StatementSaver as StatementSaver
+from ._statements import sql_dialect as sql_dialect
+from ._statements import statement_failed as statement_failed
+from ._statements import statement_saver as statement_saver
 from .file import FILESTORE_MARKER as FILESTORE_MARKER
 
 if TYPE_CHECKING:
@@ -59,6 +64,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointKind",
     "CheckpointStore",
+    "CommitsStatements",
     "EncryptedStore",
     "FileStore",
     "HistoryEntry",
@@ -67,6 +73,8 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "SessionSummary",
+    "SqlValue",
+    "Statement",
     "StoreWrapper",
     "SummarisesSessions",
     "blob_digest",

@@ -64,12 +64,14 @@ def describe_runtime(runtime: bytes) -> dict[str, Any]:
     """
     body = check_runtime_bytes(runtime)
     if "partial" in body:  # one executor's finished part of an unfinished superstep
-        sends, outputs, requests = body["report"]
+        sends, outputs, requests, effects, statements = body["report"]
         return {
             "partial": body["partial"],
             "sends": [[target, group, _size(payload)] for target, group, payload in sends],
             "outputs": len(outputs),
             "requests": len(requests),
+            "effects": len(effects),
+            "statements": len(statements),
         }
     inbox = {t: [[src, grp, _size(p)] for src, grp, p in ds] for t, ds in body["inbox"].items()}
     fan_in = {g: {s: len(v) for s, v in srcs.items()} for g, srcs in body["fan_in"].items()}
@@ -82,7 +84,14 @@ def describe_runtime(runtime: bytes) -> dict[str, Any]:
         }
         for request_id, entry in sorted(body["pending"].items())
     ]
-    return {"superstep": body["superstep"], "inbox": inbox, "fan_in": fan_in, "pending": pending}
+    described = {"superstep": body["superstep"], "inbox": inbox, "fan_in": fan_in}
+    described["pending"] = pending
+    if "effects" in body:  # journaled effect results this cut commits
+        described["effects"] = [
+            {"executor": e, "superstep": step, "effect": name, "n": n, "result": _value(result)}
+            for e, step, name, n, result in body["effects"]
+        ]
+    return described
 
 
 def _value(payload: Any) -> Any:

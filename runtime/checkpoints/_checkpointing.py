@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -32,14 +32,16 @@ from actorflow.storage import (
     ExecutorDigests,
     Lease,
     RawEntry,
+    Statement,
     cut_saver,
     is_volatile,
     new_checkpoint_id,
+    statement_saver,
 )
 
 from ._lineage import Lineage
 from ._migration import prepare_snapshots, version_entries
-from ._state import PackedEntries, RunState, decode_runtime
+from ._state import PackedEntries, RunState, decode_runtime, effects_ok, statements_ok
 
 __all__ = ["Checkpointer", "Restored", "check_runtime", "check_runtime_bytes", "load_for_resume"]
 
@@ -81,19 +83,26 @@ class Checkpointer:
             entries.update(lineage.entries())
         self._packed_graph = PackedEntries(entries)
         self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
+        self.lease = lease
+        """The session's lease (its fencing token goes with every save), or None."""
         self._save = cut_saver(store, lease)
+        self._save_statements = statement_saver(store, lease)
         if not is_volatile(store):
             self._save = unpaced(self._save)  # I/O: other sessions may work meanwhile
+            if self._save_statements is not None:
+                self._save_statements = unpaced(self._save_statements)
         self._snapshots: dict[str, list[str]] = {}
         self._executors: ExecutorDigests = ()
         self._referenced: frozenset[str] = frozenset()
-        self._queue: queue.Queue[tuple[Cut, dict[str, bytes]] | None] | None = None
+        self._queue: queue.Queue[_Queued | None] | None = None
         self._writer: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._unwritten: list[RawEntry] = []
         """History entries of queued cuts that were never written (a background write
         failed, and the writer skipped what was queued after it): the session's next
         cut carries them, so a failed write loses no history (see :meth:`unwritten`)."""
+        self._unwritten_journal: tuple[list[list[Any]], list[Statement]] = ([], [])
+        """Likewise the effects and the statements those cuts were to commit."""
         self._written: tuple[Mapping[str, bytes], bytes] = ({}, b"")
         trace = parent.metadata.get(TRACE_KEY) if parent is not None else None
         self.resumed_trace: bytes | None = trace if isinstance(trace, bytes) else None
@@ -117,12 +126,16 @@ class Checkpointer:
         metadata: bytes,
         history: tuple[RawEntry, ...] = (),
         next_seq: int = 0,
+        effects: list[list[Any]] | None = None,
+        statements: list[Statement] | None = None,
     ) -> str:
         """Write one checkpoint; returns its id.
 
         ``history``: the session's entries this cut carries (see
         ``actorflow.storage._history``); ``next_seq``: the number the session's next
         entry will get, kept in the cut so a resume continues the numbering.
+        ``effects`` (``[executor, superstep, name, n, result]`` each) go into the
+        record; ``statements`` run in the transaction that stores it.
 
         Raises:
             CheckpointError (or what the store raised): the write failed; with async
@@ -148,21 +161,34 @@ class Checkpointer:
             kind if kind in _KINDS else CheckpointKind(kind).value,  # unknown kinds raise
             superstep,
             executors,
-            state.to_bytes(self._packed_graph, next_seq),
+            state.to_bytes(self._packed_graph, next_seq, effects),
             metadata,
             history=history,
         )
         self._written = (blobs, cut.runtime)
+        item = _Queued(cut, blobs, statements or [], effects or [])
         if self._sync or kind == "entry":
-            self._save(cut, blobs)
+            self._store(item)
             self._confirmed_id = cut.id
             self.queued = False
         else:
-            self._enqueue(cut, blobs)
+            self._enqueue(item)
             self.queued = True
         self._stored = referenced
         self.last_id = cut.id
         return cut.id
+
+    def _store(self, item: _Queued) -> None:
+        """Save a queued cut: with its statements in one transaction when it has any."""
+        if not item.statements:
+            self._save(item.cut, item.blobs)
+            return
+        if self._save_statements is None:  # ctx.sql refuses first: only a changed store
+            raise CheckpointError(
+                f"the cut after superstep {item.cut.superstep} holds ctx.sql statements, but "
+                "the store no longer commits statements; nothing was written"
+            )
+        self._save_statements(item.cut, item.blobs, item.statements)
 
     @property
     def last_bytes(self) -> int:
@@ -180,7 +206,9 @@ class Checkpointer:
         """Persist one executor's finished part of an unfinished superstep (sync only).
 
         The record's parent is the last cut; on resume it stands in for running that
-        executor again. Chunks given as None must already be stored.
+        executor again. Chunks given as None must already be stored. ``report`` is
+        ``[sends, outputs, requests, effects, statements]``: the statements are kept as
+        data, and committed by the store only with the superstep's cut.
         """
         blobs = {d: c for d, c in chunks if c is not None and d not in self._stored}
         cut = self._cut(
@@ -237,6 +265,13 @@ class Checkpointer:
         taken, self._unwritten = tuple(self._unwritten), []
         return taken
 
+    def unwritten_journal(self) -> tuple[list[list[Any]], list[Statement]]:
+        """The effects and statements of cuts a background write lost, oldest first
+        (taken, as :meth:`unwritten`): their supersteps are in the state the next cut
+        stores, so that cut must commit them."""
+        taken, self._unwritten_journal = self._unwritten_journal, ([], [])
+        return taken
+
     def raise_failure(self) -> None:
         """Re-raise a background write failure (once), resetting the lineage to what is stored."""
         if self._failure is None:
@@ -255,7 +290,7 @@ class Checkpointer:
             self._writer.join(timeout=60)
             self._queue = self._writer = None
 
-    def _enqueue(self, cut: Cut, blobs: dict[str, bytes]) -> None:
+    def _enqueue(self, item: _Queued) -> None:
         if self._queue is None:
             self._queue = queue.Queue(maxsize=8)
             self._writer = threading.Thread(
@@ -263,10 +298,10 @@ class Checkpointer:
             )
             self._writer.start()
         try:
-            self._queue.put_nowait((cut, blobs))
+            self._queue.put_nowait(item)
         except queue.Full:
             with PACE.released():  # waits for the writer
-                self._queue.put((cut, blobs))
+                self._queue.put(item)
 
     def _drain(self) -> None:
         assert self._queue is not None
@@ -277,16 +312,31 @@ class Checkpointer:
                 if item is None:
                     return
                 if self._failure is None:
-                    self._save(*item)
-                    self._confirmed_id = item[0].id
+                    self._store(item)
+                    self._confirmed_id = item.cut.id
                 else:
-                    self._unwritten.extend(item[0].history)
+                    self._lost(item)
             except Exception as exc:  # noqa: BLE001 - surfaced by raise_failure at the next barrier
                 self._failure = exc
                 assert item is not None  # (the sentinel returns before anything can raise)
-                self._unwritten.extend(item[0].history)
+                self._lost(item)
             finally:
                 work.task_done()
+
+    def _lost(self, item: _Queued) -> None:
+        self._unwritten.extend(item.cut.history)
+        self._unwritten_journal[0].extend(item.effects)
+        self._unwritten_journal[1].extend(item.statements)
+
+
+class _Queued(NamedTuple):
+    """A cut on its way to the store, with what it commits besides its record."""
+
+    cut: Cut
+    blobs: dict[str, bytes]
+    statements: list[Statement]
+    effects: list[list[Any]]
+    """Only for :meth:`Checkpointer.unwritten_journal` (the record holds them already)."""
 
 
 class Restored:
@@ -530,13 +580,19 @@ def _partial_of(part: Checkpoint) -> dict[str, tuple[list[Any], list[str]]]:
 
 
 def _partial_body(runtime: bytes, name: str) -> tuple[str, list[Any]]:
-    """The executor and ``[sends, outputs, requests]`` of a partial record's runtime field."""
+    """The executor and ``[sends, outputs, requests, effects, statements]`` of a partial
+    record's runtime field (a record written before effects existed has neither)."""
     try:
         body = msgpack.unpackb(runtime, raw=False, strict_map_key=False, ext_hook=_refuse)
         executor = body["partial"]
-        sends, outputs, requests = body["report"]
+        report = body["report"]
+        sends, outputs, requests = report[:3]
+        effects, statements = report[3:] if len(report) == 5 else ([], [])
         valid = (
             type(body) is dict
+            and len(report) in (3, 5)
+            and effects_ok(effects, with_place=False)
+            and statements_ok(statements)
             and set(body) == {"partial", "report"}
             and type(executor) is str
             and type(sends) is list
@@ -564,7 +620,7 @@ def _partial_body(runtime: bytes, name: str) -> tuple[str, list[Any]]:
         raise CheckpointCorrupt(f"partial checkpoint {name} is malformed: {exc}") from exc
     if not valid:
         raise CheckpointCorrupt(f"partial checkpoint {name} is malformed")
-    return executor, [sends, outputs, requests]
+    return executor, [sends, outputs, requests, effects, statements]
 
 
 def _refuse(code: int, data: bytes) -> Any:

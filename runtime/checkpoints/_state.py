@@ -15,7 +15,15 @@ import msgpack
 from actorflow.errors import CheckpointCorrupt
 from actorflow.runtime._wire import pack, pack_map_header
 
-__all__ = ["Delivery", "PackedEntries", "PendingEntry", "RunState", "decode_runtime"]
+__all__ = [
+    "Delivery",
+    "PackedEntries",
+    "PendingEntry",
+    "RunState",
+    "decode_runtime",
+    "effects_ok",
+    "statements_ok",
+]
 
 Delivery = list[Any]
 """``[source, group, payload]`` as in :mod:`._wire`."""
@@ -29,6 +37,7 @@ _OWN_FIELDS = 6
 _SUPERSTEP_KEY = pack("superstep")
 _INBOX_KEY = pack("inbox")
 _SEQ_KEY = pack("seq")
+_EFFECTS_KEY = pack("effects")
 _EMPTY_ENTRIES = (
     pack("fan_in") + pack({}) + pack("pending") + pack({}) + pack("answered") + pack([])
 )
@@ -38,13 +47,14 @@ _EMPTY_ENTRIES = (
 class PackedEntries:
     """Map entries for :meth:`RunState.to_bytes`, packed once for a lineage."""
 
-    __slots__ = ("entries", "header")
+    __slots__ = ("entries", "header", "header_with_effects")
 
     def __init__(self, fields: Mapping[str, bytes]) -> None:
         """``fields`` maps each key to its value, already msgpack-encoded."""
         size = _OWN_FIELDS + len(fields)
-        assert size < 16  # a fixmap: the header is one byte
+        assert size + 1 < 16  # a fixmap, even with the effects entry: the header is one byte
         self.header = pack_map_header(size)
+        self.header_with_effects = pack_map_header(size + 1)
         self.entries = b"".join(pack(key) + raw for key, raw in fields.items())
 
 
@@ -68,14 +78,20 @@ class RunState:
     snapshots: dict[str, list[str]] = field(default_factory=dict)
     """Executor id -> digests of its last checkpointed (or last good) snapshot."""
 
-    def to_bytes(self, extra: PackedEntries, seq: int = 0) -> bytes:
+    def to_bytes(
+        self, extra: PackedEntries, seq: int = 0, effects: list[list[Any]] | None = None
+    ) -> bytes:
         """Encode for a checkpoint's ``runtime`` field.
 
         ``extra`` holds more map entries, already msgpack-encoded (the graph
         description, which is the same in every checkpoint: packing it once matters
         for a graph of a thousand executors). ``seq`` is the number the session's next
-        history entry gets (a resume continues from it).
+        history entry gets (a resume continues from it). ``effects``: the journaled
+        effects this cut commits, ``[executor, superstep, name, n, result]`` each (see
+        ``runtime._effects``); the entry is left out when there are none.
         """
+        if effects:
+            return self._with_effects(extra, seq, effects)
         fan_in = self.fan_in
         if not (fan_in or self.pending or self.answered):
             # The common cut (no fan-in waiting, no request open): the same bytes as
@@ -109,6 +125,11 @@ class RunState:
         if len(packed) < 4096:  # a slice and two concatenations beat a join with a view
             return extra.header + packed[1:] + extra.entries
         return b"".join((extra.header, memoryview(packed)[1:], extra.entries))
+
+    def _with_effects(self, extra: PackedEntries, seq: int, effects: list[list[Any]]) -> bytes:
+        """:meth:`to_bytes` of a cut that commits effects: one more entry, at the end."""
+        plain = self.to_bytes(extra, seq)
+        return extra.header_with_effects + plain[1:] + _EFFECTS_KEY + pack(effects)
 
     @classmethod
     def from_bytes(
@@ -149,7 +170,7 @@ MAX_SUPERSTEP = (1 << 62) - 1
 counter and the ids derived from it stay within msgpack's 64-bit ints)."""
 _MAX_GROUP = (1 << 31) - 1
 _OWN_KEYS = frozenset({"superstep", "inbox", "fan_in", "pending", "answered"})
-_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "left", "versions", "seq"})
+_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "left", "versions", "seq", "effects"})
 _SINGLE, _RESPONSE = -1, -2  # as in ._wire (SINGLE, RESPONSE)
 
 
@@ -217,6 +238,8 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
     if "seq" in body:  # the session's next history number (older records have none)
         seq = body["seq"]
         _check(type(seq) is int and 0 <= seq < 2**63, "seq")
+    if "effects" in body:  # the journaled effects the cut commits
+        _check(effects_ok(body["effects"], with_place=True), "effects")
     if "versions" in body:  # written by ._migration.version_entries
         versions = body["versions"]
         _check(
@@ -229,6 +252,34 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
         )
     result: dict[str, Any] = body
     return result
+
+
+def effects_ok(effects: object, *, with_place: bool) -> bool:
+    """Whether ``effects`` is a list of ``[name, n, result]`` (``with_place``:
+    ``[executor, superstep, name, n, result]``), as the supervisor writes them."""
+    head = 2 if with_place else 0
+    return type(effects) is list and all(
+        type(e) is list
+        and len(e) == head + 3
+        and (not with_place or (type(e[0]) is str and type(e[1]) is int and e[1] >= 0))
+        and type(e[head]) is str
+        and type(e[head + 1]) is int
+        and e[head + 1] >= 0
+        and type(e[head + 2]) is bytes
+        for e in effects
+    )
+
+
+def statements_ok(statements: object) -> bool:
+    """Whether ``statements`` is a list of ``[sql, params]`` as ``ctx.sql`` queues them."""
+    return type(statements) is list and all(
+        type(s) is list
+        and len(s) == 2
+        and type(s[0]) is str
+        and type(s[1]) is list
+        and all(p is None or type(p) in (bool, int, float, str, bytes) for p in s[1])
+        for s in statements
+    )
 
 
 def _delivery_ok(group: object, payload: object) -> bool:

@@ -25,6 +25,7 @@ from ._failures import qualname
 from ._history import HistoryLog
 from ._hosts import Hosts
 from ._job import RunJob
+from ._journals import Journals
 from ._last_good import LastGood
 
 __all__ = ["CutWriter", "Parts"]
@@ -42,6 +43,7 @@ class CutWriter:
         hosts: Hosts,
         last: LastGood,
         history: HistoryLog,
+        journals: Journals,
         *,
         log: Log,
     ) -> None:
@@ -49,6 +51,7 @@ class CutWriter:
         self._hosts = hosts
         self._last = last
         self._history = history
+        self._journals = journals
         self._log = log
         self.completed: Parts = {}
         """The finished parts of the superstep a crashed process was running (resume)."""
@@ -142,6 +145,7 @@ class CutWriter:
                     ) from exc
                 last.remember(target, snapshot)
         history = self._history.take()
+        effects, statements = self._journals.take()
         try:
             checkpoint_id = checkpointer.write(
                 kind=kind,
@@ -152,6 +156,8 @@ class CutWriter:
                 metadata=job.metadata,
                 history=history,
                 next_seq=self._history.next_seq,
+                effects=effects,
+                statements=statements,
             )
             if kind in ("final", "halt"):
                 checkpointer.flush()  # a run is reported ended only once that is durable
@@ -159,6 +165,8 @@ class CutWriter:
             # Nothing of it was stored: the next cut carries these entries, after those
             # of earlier cuts a background write lost (older numbers first).
             self._history.put_back(checkpointer.unwritten() + history)
+            lost_effects, lost_statements = checkpointer.unwritten_journal()
+            self._journals.put_back(lost_effects + effects, lost_statements + statements)
             self._log.error(
                 f"checkpoint write failed after superstep {state.superstep}: "
                 f"{qualname(type(exc))}: {exc}; stopping the run",
@@ -194,7 +202,16 @@ class CutWriter:
         chunks = [(d, c if c is not None else self._last.chunks.get(d)) for d, c in report.snapshot]
         try:
             self.checkpointer.write_partial(
-                superstep, target, [report.sends, report.outputs, report.requests], chunks
+                superstep,
+                target,
+                [
+                    report.sends,
+                    report.outputs,
+                    report.requests,
+                    report.effects or [],
+                    report.statements or [],
+                ],
+                chunks,
             )
         except Exception as exc:
             job.emit(
@@ -220,9 +237,16 @@ class CutWriter:
             if target not in targets or superstep != state.superstep + 1:
                 continue
             self._hosts.load_state(target, [(d, None) for d in digests])
-            sends, outputs, requests = report
+            sends, outputs, requests, effects, statements = report
             # A persisted part keeps no drops: they are reported by the run that made them.
             reports[target] = StepReport(
-                sends, outputs, requests, [[d, None] for d in digests], None, None
+                sends,
+                outputs,
+                requests,
+                [[d, None] for d in digests],
+                None,
+                None,
+                effects or None,
+                statements or None,
             )
         return reports

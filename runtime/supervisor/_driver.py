@@ -36,7 +36,7 @@ from actorflow.runtime._policy import RestartPolicy
 from actorflow.runtime._wire import SINGLE, StepReport, StepRequest
 from actorflow.runtime.checkpoints import Checkpointer, RunState
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
-from actorflow.storage import BlobBatchReader
+from actorflow.storage import BlobBatchReader, sql_dialect
 
 from ._barrier import Interrupted, TimedOut, collect
 from ._cuts import CutWriter, Parts
@@ -45,6 +45,7 @@ from ._failures import StepFailure, qualname
 from ._history import HistoryLog
 from ._hosts import Hosts, HostWrapper
 from ._job import Payload, RunJob
+from ._journals import Journals
 from ._last_good import Chunks, LastGood
 from ._recovery import Recovery
 
@@ -93,11 +94,22 @@ class Driver:
             history if history is not None else HistoryLog(durable=checkpointer is not None)
         )
         """The session's history: numbers events, and hands the cuts their entries."""
+        self._journals = Journals()
+        """Effects and statements of completed supersteps, until a cut commits them."""
         self._cuts = (
-            CutWriter(checkpointer, self._hosts, self._last, self.history, log=self._log)
+            CutWriter(
+                checkpointer,
+                self._hosts,
+                self._last,
+                self.history,
+                self._journals,
+                log=self._log,
+            )
             if checkpointer is not None
             else None
         )
+        self._effect_frame: list[Any] = ["", None, None, None]
+        """The ``effects`` field of this run's step requests (see ``_wire``)."""
         self._stopping: threading.Event | None = None
         """The current run's cancel event, watched at the barrier."""
         self.request_suffix = ""
@@ -195,6 +207,7 @@ class Driver:
         log = self._log.bind(run=job.run_id)
         log.info("run started", superstep=self.state.superstep)
         self._stopping = job.cancel
+        self._effect_frame = self._effect_frame_of()
         steps = 0
         emit = job.emit
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
@@ -375,6 +388,8 @@ class Driver:
                         response_type,
                     )
                 )
+            if cuts is not None:
+                self._journals.completed(target, superstep, report)
             if report.snapshot is not None:
                 last.remember(target, report.snapshot)
             else:
@@ -389,6 +404,19 @@ class Driver:
                 cuts.unwritten = True
             else:
                 cuts.write(job, "step", state, telemetry)
+
+    def _effect_frame_of(self) -> list[Any]:
+        """``[scope, fencing token, SQL dialect, recorded]`` for this run's handlers."""
+        checkpointer = self.checkpointer
+        if checkpointer is None:
+            return [self.session + self.request_suffix, None, None, None]
+        lease = checkpointer.lease
+        return [
+            self.session + self.request_suffix,
+            lease.token if lease is not None else None,
+            sql_dialect(checkpointer.store),
+            None,
+        ]
 
     def _announce(
         self, job: RunJob, superstep: int, targets: list[str], inbox: dict[str, list[Any]]
@@ -480,10 +508,16 @@ class Driver:
     ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
         telemetry, hosts, suffix = self._telemetry, self._hosts, self.request_suffix
+        effects = self._effect_frame
         started = time.monotonic()
         for target in targets:
             request = StepRequest(
-                superstep, inbox[target], want_snapshot, suffix, telemetry.step_frame(target)
+                superstep,
+                inbox[target],
+                want_snapshot,
+                suffix,
+                telemetry.step_frame(target),
+                effects,
             )
             futures[target] = hosts.call(target, "step", request.packed())
         if on_sent is not None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Iterable, Mapping
-from typing import Any, Self
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Self
 
 import psycopg
 import psycopg_pool
@@ -47,6 +47,7 @@ from actorflow.storage._sql import (
     summaries_of,
     verified_blobs,
 )
+from actorflow.storage._statements import Statement, statement_failed
 from actorflow.storage._summary import SessionSummary
 
 from . import _sql as sql
@@ -218,6 +219,9 @@ class PostgresStore:
 
     # --- the protocol ------------------------------------------------------------
 
+    sql_dialect: ClassVar[str] = "postgres"
+    """What ``ctx.sql`` statements are written in (see :class:`CommitsStatements`)."""
+
     def save(
         self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
     ) -> None:
@@ -226,6 +230,32 @@ class PostgresStore:
         The fencing check is part of the record's INSERT, under the session's advisory
         lock (shared), in the transaction whose COMMIT goes out with it.
         """
+        self._save(checkpoint, blobs, lease, ())
+
+    def save_with_statements(
+        self,
+        checkpoint: Checkpoint,
+        blobs: Mapping[str, bytes],
+        statements: Sequence[Statement],
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        """:meth:`save`, with ``ctx.sql`` statements run in its transaction before the
+        record's INSERT, whose fencing check rolls them back with everything else (see
+        :class:`CommitsStatements`).
+
+        Raises:
+            StatementFailed: a statement failed; nothing was committed.
+        """
+        self._save(checkpoint, blobs, lease, statements)
+
+    def _save(
+        self,
+        checkpoint: Checkpoint,
+        blobs: Mapping[str, bytes],
+        lease: Lease | None,
+        statements: Sequence[Statement],
+    ) -> None:
         record = encode_checkpoint(checkpoint)
         referenced = checkpoint.blob_digests()
         given = checked_blobs(checkpoint.id, blobs, referenced)
@@ -249,7 +279,8 @@ class PostgresStore:
         # psycopg's pipeline mode can stall on large messages (psycopg #685): a save
         # carrying many new bytes (a first checkpoint, a big state change) goes
         # statement by statement; its round trips are small next to its bytes.
-        pipelined = sum(len(b) for b in given.values()) <= PIPELINE_MAX_BYTES
+        # With statements, each goes on its own, so a failing one is known as such.
+        pipelined = not statements and sum(len(b) for b in given.values()) <= PIPELINE_MAX_BYTES
         lock_key = session_key(self._schema, cp.session)
         if lease is not None:
             if lease.session != cp.session:
@@ -274,6 +305,13 @@ class PostgresStore:
                     db.execute(self._q_lock_shared, (lock_key,))
                     if given:
                         db.execute(self._q_new_blobs, (list(given), list(given.values())))
+                    for statement in statements:
+                        try:
+                            db.execute(statement.sql, statement.params)
+                        except psycopg.Error as exc:
+                            if db.closed or db.broken:
+                                raise  # the connection, not the statement: retried
+                            raise statement_failed(statement, exc) from exc
                     db.execute(self._q_save[lease is not None], params)
             except pg_errors.DivisionByZero:
                 raise self._refused(db, cp, digests, lease) from None

@@ -12,9 +12,9 @@ import builtins
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
 
 from actorflow.errors import (
     CheckpointCorrupt,
@@ -50,6 +50,7 @@ from actorflow.storage._sql import (
     summaries_of,
     verified_blobs,
 )
+from actorflow.storage._statements import Statement, statement_failed
 from actorflow.storage._summary import SessionSummary
 
 from . import _sql as sql
@@ -145,6 +146,9 @@ class SQLiteStore:
 
     # --- the protocol ------------------------------------------------------------
 
+    sql_dialect: ClassVar[str] = "sqlite"
+    """What ``ctx.sql`` statements are written in (see :class:`CommitsStatements`)."""
+
     def save(
         self, checkpoint: Checkpoint, blobs: Mapping[str, bytes], *, lease: Lease | None = None
     ) -> None:
@@ -153,6 +157,31 @@ class SQLiteStore:
         The lease row is read in the same write transaction (BEGIN IMMEDIATE holds the
         write lock), so no lease change can come between the fencing check and commit.
         """
+        self._save(checkpoint, blobs, lease, ())
+
+    def save_with_statements(
+        self,
+        checkpoint: Checkpoint,
+        blobs: Mapping[str, bytes],
+        statements: Sequence[Statement],
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        """:meth:`save`, with ``ctx.sql`` statements run in its transaction, after the
+        fencing check and before the record (see :class:`CommitsStatements`).
+
+        Raises:
+            StatementFailed: a statement failed; nothing was committed.
+        """
+        self._save(checkpoint, blobs, lease, statements)
+
+    def _save(
+        self,
+        checkpoint: Checkpoint,
+        blobs: Mapping[str, bytes],
+        lease: Lease | None,
+        statements: Sequence[Statement],
+    ) -> None:
         record = encode_checkpoint(checkpoint)
         referenced = checkpoint.blob_digests()
         given = checked_blobs(checkpoint.id, blobs, referenced)
@@ -165,6 +194,11 @@ class SQLiteStore:
                 fence(holder, lease, cp.session, cp.id)
             elif holder is not None:
                 leaseless_check(holder, cp.session, cp.id, time.time())
+            for statement in statements:
+                try:
+                    db.execute(statement.sql, statement.params)
+                except sqlite3.Error as exc:
+                    raise statement_failed(statement, exc) from exc  # rolls everything back
             # The primary key refuses a second record with this id; no SELECT first.
             try:
                 row = db.execute(

@@ -1,0 +1,202 @@
+"""The journal of one executor's effects in one superstep (runner side).
+
+A handler calls the outside world through ``ctx.effect``: the journal runs the call
+once, encodes its result like a message and hands the handler a decoded copy. The
+results made in a superstep travel to the supervisor in the step's report
+(``effects``: ``[name, n, result]`` each) and are written into the checkpoint that
+commits the superstep; ``ctx.sql`` statements likewise (``statements``), executed by
+the store in the transaction that commits that checkpoint.
+
+An effect is identified by its *name* (``key=``, by default the callable's qualified
+name) and its occurrence ``n`` among the effects of that name the executor made in
+the superstep: the identity does not depend on the order of unrelated effects, so a
+handler refactored to call them in another order still finds its results.
+
+Results are looked up, in order, in:
+
+- the results a replay hands in (``recorded``): a replay never calls anything, and an
+  effect the stored run did not make is an :class:`~actorflow.errors.EffectNotRecorded`;
+- the results of an earlier attempt at the same superstep of the same lineage, kept by
+  the runner (a handler that failed after its effect and was restarted, or a
+  superstep rolled back and run again in this process): not called again.
+
+Otherwise the call is made. Its idempotency key (:meth:`EffectJournal.key`) is the
+same for every attempt at the superstep along the lineage, so an API that accepts
+one deduplicates a call that was in flight when a process died.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from actorflow.actors import decode, encode
+from actorflow.errors import EffectNotRecorded, EncodeError, StatementRefused
+from actorflow.storage import SqlValue
+
+__all__ = ["EffectJournal", "EffectMemory", "SqlValue", "check_statement"]
+
+EffectMemory = dict[tuple[str, int], bytes]
+"""(name, n) -> encoded result: what an executor's effects returned in one superstep."""
+
+_CONTROL: Final = re.compile(
+    r"^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|ATTACH|DETACH|VACUUM|PRAGMA|START|"
+    r"PREPARE|SET\s+TRANSACTION|LOCK)\b",
+    re.IGNORECASE,
+)
+"""Statements that would take the commit out of the store's hands (or its connection's
+settings): refused, since the statement runs inside the checkpoint's transaction."""
+
+_MAX_INT = (1 << 63) - 1
+
+
+def check_statement(executor: str, statement: str, params: tuple[Any, ...]) -> None:
+    """Refuse what cannot run inside a checkpoint's transaction, before it is queued.
+
+    Raises:
+        StatementRefused: not a str, more than one statement, transaction control, or a
+            parameter neither SQLite nor PostgreSQL binds as is.
+    """
+    if not isinstance(statement, str) or not statement.strip():
+        raise StatementRefused(
+            f"executor {executor!r}: ctx.sql takes one SQL statement as a non-empty str, "
+            f"not {statement!r}"
+        )
+    if _CONTROL.match(statement) or ";" in statement.strip().rstrip(";"):
+        raise StatementRefused(
+            f"executor {executor!r}: ctx.sql({statement[:60]!r}) was refused: it runs inside "
+            "the transaction that commits the superstep's checkpoint, so it must be a single "
+            "statement without transaction control (BEGIN, COMMIT, SAVEPOINT, ...), ATTACH "
+            "or PRAGMA; pass one INSERT/UPDATE/DELETE per call"
+        )
+    for index, value in enumerate(params):
+        ok = value is None or type(value) in (bool, float, str, bytes)
+        if type(value) is int:
+            ok = -_MAX_INT - 1 <= value <= _MAX_INT
+        if not ok:
+            raise StatementRefused(
+                f"executor {executor!r}: parameter {index} of ctx.sql({statement[:60]!r}) is "
+                f"{type(value).__qualname__} {value!r:.40}; pass None, bool, int (64-bit), "
+                "float, str or bytes (encode anything else yourself, e.g. as JSON text)"
+            )
+
+
+class EffectJournal:
+    """One executor's effects and statements in one superstep (one attempt at it)."""
+
+    __slots__ = (
+        "_counts",
+        "dialect",
+        "executor",
+        "fencing",
+        "made",
+        "memory",
+        "recorded",
+        "scope",
+        "statements",
+        "superstep",
+    )
+
+    def __init__(
+        self,
+        executor: str,
+        superstep: int,
+        scope: str,
+        *,
+        memory: EffectMemory,
+        recorded: EffectMemory | None = None,
+        dialect: str | None = None,
+        fencing: int | None = None,
+    ) -> None:
+        self.executor = executor
+        self.superstep = superstep
+        self.scope = scope
+        """The session id and lineage tag: what makes a key unique to this run's lineage."""
+        self.memory = memory
+        """Results of earlier attempts at this superstep (the runner's; added to here)."""
+        self.recorded = recorded
+        """A replay's recorded results (then nothing is ever called), else None."""
+        self.dialect = dialect
+        """The SQL dialect of the store that commits the superstep, None if it takes none."""
+        self.fencing = fencing
+        """The session lease's fencing token, None without a lease."""
+        self.made: list[list[Any]] = []
+        """``[name, n, result]`` of each effect of this attempt, in call order."""
+        self.statements: list[list[Any]] = []
+        """``[sql, params]`` of each ``ctx.sql`` call, in call order."""
+        self._counts: dict[str, int] = {}
+
+    def key(self, name: str) -> str:
+        """The idempotency key of the next effect named ``name``: the same on every attempt
+        at this superstep along this lineage, different for every other effect."""
+        n = self._counts.get(name, 0)
+        identity = f"{self.scope}\x00{self.superstep}\x00{self.executor}\x00{name}\x00{n}"
+        return "af-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
+
+    def call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        """The result of the next effect named ``name``: recorded, remembered, or called."""
+        found, n = self._take(name)
+        if found is None:
+            found = self._record(name, n, fn(*args, **kwargs))
+        return decode(found)
+
+    async def acall(
+        self, name: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: Any
+    ) -> Any:
+        """:meth:`call` for a coroutine function (awaited only when it must be called)."""
+        found, n = self._take(name)
+        if found is None:
+            found = self._record(name, n, await fn(*args, **kwargs))
+        return decode(found)
+
+    def queue_sql(self, statement: str, params: tuple[Any, ...]) -> None:
+        """Queue a statement for the superstep's checkpoint transaction."""
+        if self.dialect is None:
+            raise StatementRefused(
+                f"executor {self.executor!r} called ctx.sql, but the session's store does not "
+                "commit statements with its checkpoints (only SQLiteStore and PostgresStore "
+                "do, used directly: not through a wrapper or EncryptedStore); run the session "
+                "with one of them, or make the write a ctx.effect with an idempotency key"
+            )
+        check_statement(self.executor, statement, params)
+        if self.recorded is None:  # a replay checks the statement, and commits nothing
+            self.statements.append([statement, list(params)])
+
+    def _take(self, name: str) -> tuple[bytes | None, int]:
+        n = self._counts.get(name, 0)
+        self._counts[name] = n + 1
+        if self.recorded is not None:
+            found = self.recorded.get((name, n))
+            if found is None:
+                raise EffectNotRecorded(
+                    f"executor {self.executor!r} made effect {name!r} (occurrence {n}) in "
+                    f"superstep {self.superstep}, which the stored run did not make: the new "
+                    "code calls the outside world where the old did not",
+                    executor=self.executor,
+                    superstep=self.superstep,
+                    effect=name,
+                )
+            self.made.append([name, n, found])
+            return found, n
+        found = self.memory.get((name, n))
+        if found is not None:
+            self.made.append([name, n, found])
+        return found, n
+
+    def _record(self, name: str, n: int, result: object) -> bytes:
+        try:
+            data = encode(result)
+        except EncodeError as exc:
+            raise EncodeError(
+                f"executor {self.executor!r} (superstep {self.superstep}): the result of effect "
+                f"{name!r} cannot be recorded: {exc}; return built-in values or "
+                "@actorflow.message classes from the effect (its result is journaled like a "
+                "message)",
+                type_name=exc.type_name,
+                executor=self.executor,
+            ) from None
+        self.memory[(name, n)] = data
+        self.made.append([name, n, data])
+        return data

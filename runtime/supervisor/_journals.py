@@ -1,0 +1,55 @@
+"""The effects and statements of completed supersteps, until a cut commits them.
+
+A superstep's reports carry the effects its handlers made (results, journaled) and
+the ``ctx.sql`` statements they queued. Both belong to the superstep only once it
+completes: a failed attempt's are never taken (its retry reports them again, the
+runner remembering the effect results). They wait here until the next cut is
+written, which commits all of them at once (a policy that checkpoints every third
+superstep commits three supersteps' worth); a cut that fails to be written gives
+them back, so the one after it commits them. Supervisor thread only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actorflow.runtime._wire import StepReport
+from actorflow.storage import Statement
+
+__all__ = ["Journals"]
+
+
+class Journals:
+    """One session's uncommitted effects and statements."""
+
+    __slots__ = ("_effects", "_statements")
+
+    def __init__(self) -> None:
+        self._effects: list[list[Any]] = []
+        """``[executor, superstep, name, n, result]`` per effect, in superstep order."""
+        self._statements: list[Statement] = []
+
+    def completed(self, executor: str, superstep: int, report: StepReport) -> None:
+        """Take what ``executor``'s report of the completed ``superstep`` made."""
+        if report.effects:
+            self._effects.extend([executor, superstep, *made] for made in report.effects)
+        if report.statements:
+            self._statements.extend(
+                Statement(sql, tuple(params), executor, superstep)
+                for sql, params in report.statements
+            )
+
+    def take(self) -> tuple[list[list[Any]], list[Statement]]:
+        """Everything not yet committed (the caller's cut commits it, or puts it back)."""
+        taken = (self._effects, self._statements)
+        self._effects, self._statements = [], []
+        return taken
+
+    def put_back(self, effects: list[list[Any]], statements: list[Statement]) -> None:
+        """Give back what a cut did not commit: it goes first into the next cut."""
+        self._effects[:0] = effects
+        self._statements[:0] = statements
+
+    def clear(self) -> None:
+        """Drop everything (the state it belongs to was dropped: ``reset``)."""
+        self._effects, self._statements = [], []

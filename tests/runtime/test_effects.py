@@ -1,0 +1,397 @@
+"""Effects with a journal (``ctx.effect``) and transactional writes (``ctx.sql``).
+
+Each test is a row of the guarantee table in ``docs/effects.md``: what happens once,
+what happens at least once with a stable key, and what a fork does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import actorflow as af
+from actorflow.actors import decode
+from actorflow.runtime.checkpoints import decode_runtime
+from tests.support import outbox, pg
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@af.message
+@dataclass
+class Receipt:
+    order: int
+    tags: list[str]
+
+
+class Calls:
+    """The outside world of an in-process test: every call, in order."""
+
+    def __init__(self) -> None:
+        self.made: list[Any] = []
+
+    def __call__(self, order: int) -> Receipt:
+        self.made.append(order)
+        return Receipt(order, ["paid"])
+
+
+CALLS = Calls()
+FAILURES: list[str] = []
+"""Executors that should fail once, right after their effect (taken as they fail)."""
+
+
+@pytest.fixture(autouse=True)
+def fresh_world() -> Iterator[None]:
+    CALLS.made.clear()
+    FAILURES.clear()
+    yield
+    FAILURES.clear()
+
+
+class Pay(af.Executor):
+    def __init__(self, executor_id: str) -> None:
+        super().__init__(executor_id)
+        self.keys: list[str] = []
+
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[int]) -> None:
+        key = ctx.effect_key("charge")
+        receipt = ctx.effect(CALLS, order, key="charge")
+        receipt.tags.append("mine")  # a copy: the journal keeps what the call returned
+        self.keys.append(key)
+        if self.id in FAILURES:
+            FAILURES.remove(self.id)
+            raise RuntimeError("the connection dropped after the charge")
+        ctx.output([receipt.order, receipt.tags, key])
+        ctx.send(order)
+
+
+class Sink(af.Executor):
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[None]) -> None:
+        if self.id in FAILURES:
+            FAILURES.remove(self.id)
+            raise RuntimeError("the sink failed")
+
+
+def _payments(restart: af.RestartPolicy | None = None) -> af.Workflow:
+    pay = Pay("pay")
+    builder = af.WorkflowBuilder("pay", start=pay, restart=restart)
+    return builder.add_edge(pay, Sink("sink")).build()
+
+
+def test_a_restarted_handler_gets_the_recorded_result_without_calling_again() -> None:
+    FAILURES.append("pay")
+    with _payments(af.RestartPolicy(max_restarts=1)) as wf:
+        result = wf.run(7)
+    assert CALLS.made == [7]
+    [(order, tags, key)] = result.outputs
+    assert (order, tags) == (7, ["paid", "mine"])  # each attempt got its own decoded copy
+    assert key.startswith("af-")
+
+
+def test_a_rolled_back_superstep_run_again_in_the_process_does_not_call_again(
+    tmp_path: Path,
+) -> None:
+    with _payments() as wf, wf.session("s", store=af.SQLiteStore(tmp_path / "s.db")) as s:
+        s.run(1)
+        FAILURES.append("pay")  # superstep 1 of the next run fails: rolled back
+        with pytest.raises(af.ExecutorFailed):
+            s.run(2)
+        result = s.run()  # run again: the recorded result, no second call
+    assert CALLS.made == [1, 2]
+    assert [o[0] for o in result.outputs] == [2]
+
+
+def test_the_checkpoint_that_commits_a_superstep_records_its_effects(tmp_path: Path) -> None:
+    store = af.SQLiteStore(tmp_path / "s.db")
+    with _payments() as wf, wf.session("s", store=store) as s:
+        s.run(3)
+    [step_one] = [cp for cp in store.list(session="s") if cp.superstep == 1]
+    [(executor, superstep, name, n, result)] = decode_runtime(step_one.runtime)["effects"]
+    assert (executor, superstep, name, n) == ("pay", 1, "charge", 0)
+    assert decode(result) == Receipt(3, ["paid"])
+    store.close()
+
+
+def test_keys_are_stable_per_attempt_and_unique_per_session_superstep_and_fork(
+    tmp_path: Path,
+) -> None:
+    store = af.SQLiteStore(tmp_path / "s.db")
+    with _payments(af.RestartPolicy(max_restarts=1)) as wf:
+        with wf.session("a", store=store) as a:
+            FAILURES.append("pay")
+            first = a.run(1).outputs[0][2]
+            second = a.run(1).outputs[0][2]
+            entry = next(cp for cp in store.list(session="a") if cp.kind.value == "entry")
+        with wf.session("b", store=store) as b:
+            other_session = b.run(1).outputs[0][2]
+        with wf.resume(store, session="a", checkpoint_id=entry.id) as fork:
+            forked = fork.run().outputs[0][2]  # a new lineage: a new key, called again
+    assert len({first, second, other_session, forked}) == 4
+    assert CALLS.made == [1, 1, 1, 1]
+    store.close()
+
+
+def test_an_unencodable_result_names_the_executor_and_the_effect() -> None:
+    class Leaky(af.Executor):
+        @af.handler
+        def on_text(self, text: str, ctx: af.Context[None]) -> None:
+            ctx.effect(object, key="socket")
+
+    workflow = af.WorkflowBuilder("leaky", start=Leaky("leaky")).build()
+    with workflow as wf, pytest.raises(af.ExecutorFailed) as failed:
+        wf.run("x")
+    cause = failed.value.__cause__
+    assert isinstance(cause, af.EncodeError)
+    assert "'leaky'" in str(cause) and "'socket'" in str(cause)
+
+
+def test_an_async_effect_is_journaled_too() -> None:
+    seen: list[int] = []
+
+    async def fetch(n: int) -> int:
+        seen.append(n)
+        return n * 2
+
+    class Fetch(af.Executor):
+        @af.handler
+        async def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            doubled = await ctx.aeffect(fetch, n)
+            if len(seen) == 1 and not FAILURES:
+                FAILURES.append("done")
+                raise RuntimeError("once")
+            ctx.output(doubled)
+
+    builder = af.WorkflowBuilder("fetch", start=Fetch("f"), restart=af.RestartPolicy())
+    with builder.build() as wf:
+        assert wf.run(4).outputs == [8]
+    assert seen == [4]
+
+
+# --- transactional writes ----------------------------------------------------------
+
+
+class Ledger(af.Executor):
+    """Inserts one row per order through ctx.sql; fails once after it when told to."""
+
+    table = "ledger"
+
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[None]) -> None:
+        mark = "?" if ctx.sql_dialect == "sqlite" else "%s"
+        ctx.sql(f"INSERT INTO {self.table} VALUES ({mark})", [order])
+        if self.id in FAILURES:
+            FAILURES.remove(self.id)
+            raise RuntimeError("the handler failed after its write")
+        ctx.output(order)
+
+
+def _ledger_rows(durable: pg.Durable) -> list[int]:
+    if durable.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(durable.where) as db:
+            return sorted(r[0] for r in db.execute("SELECT n FROM ledger"))
+    import psycopg
+
+    with psycopg.connect(durable.where, autocommit=True) as db:
+        return sorted(r[0] for r in db.execute(f"SELECT n FROM {durable.schema}.ledger"))
+
+
+def _ledger_table(durable: pg.Durable) -> str:
+    if durable.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(durable.where) as db:
+            db.execute("CREATE TABLE ledger (n INTEGER)")
+        return "ledger"
+    import psycopg
+
+    with psycopg.connect(durable.where, autocommit=True) as db:
+        db.execute(f"CREATE SCHEMA IF NOT EXISTS {durable.schema}")
+        db.execute(f"CREATE TABLE {durable.schema}.ledger (n BIGINT)")
+    return f"{durable.schema}.ledger"
+
+
+def _ledger(table: str, checkpoint: af.CheckpointPolicy | None = None) -> af.Workflow:
+    ledger = type("Ledger", (Ledger,), {"table": table})
+    return af.WorkflowBuilder("ledger", start=ledger("ledger")).build()
+
+
+def test_statements_commit_with_the_superstep_and_a_failed_one_commits_nothing(
+    durable: pg.Durable,
+) -> None:
+    table = _ledger_table(durable)
+    store = durable.open()
+    with _ledger(table) as wf, wf.session("s", store=store) as s:
+        assert s.run(1).outputs == [1]
+        assert _ledger_rows(durable) == [1]
+        FAILURES.append("ledger")
+        with pytest.raises(af.ExecutorFailed):
+            s.run(13)  # the handler queued its row, then failed: nothing of it commits
+        assert _ledger_rows(durable) == [1]
+        assert s.run(2).outputs == [13, 2]  # the rolled-back superstep runs again first
+    assert _ledger_rows(durable) == [1, 2, 13]
+    store.close()
+
+
+def test_a_statement_the_database_refuses_stops_the_run_and_commits_nothing(
+    durable: pg.Durable,
+) -> None:
+    _ledger_table(durable)
+    store = durable.open()
+    with _ledger("no_such_table") as wf, wf.session("s", store=store) as s:
+        with pytest.raises(af.CheckpointWriteFailed) as failed:
+            s.run(5)
+        last = s.last_checkpoint_id
+    cause = failed.value.__cause__
+    assert isinstance(cause, af.StatementFailed)
+    assert (cause.executor, cause.superstep) == ("ledger", 1)
+    assert last is not None and store.load(last).superstep == 0  # only the entry cut
+    assert _ledger_rows(durable) == []
+    store.close()
+
+
+def test_statements_of_supersteps_between_cuts_commit_with_the_next_cut(tmp_path: Path) -> None:
+    durable = pg.Durable("sqlite", str(tmp_path / "s.db"))
+    table = _ledger_table(durable)
+
+    class Count(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[int]) -> None:
+            ctx.sql(f"INSERT INTO {table} VALUES (?)", [n])
+            if n < 5:
+                ctx.send(n + 1)
+
+    count = Count("count")
+    workflow = af.WorkflowBuilder("count", start=count).add_edge(count, count).build()
+    store = durable.open()
+    policy = af.CheckpointPolicy(every=3)
+    with workflow as wf, wf.session("s", store=store, checkpoint=policy) as s:
+        s.run(1)
+    assert _ledger_rows(durable) == [1, 2, 3, 4, 5]
+    cuts = [cp.superstep for cp in store.list(session="s")]
+    assert cuts == [0, 3, 5]
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "BEGIN",
+        "commit",
+        "  SAVEPOINT x",
+        "ATTACH DATABASE 'x' AS y",
+        "INSERT INTO t VALUES (1); DROP TABLE t",
+    ],
+)
+def test_transaction_control_and_several_statements_are_refused(
+    statement: str, tmp_path: Path
+) -> None:
+    class Bad(af.Executor):
+        @af.handler
+        def on_text(self, text: str, ctx: af.Context[None]) -> None:
+            ctx.sql(statement)
+
+    store = af.SQLiteStore(tmp_path / "s.db")
+    workflow = af.WorkflowBuilder("bad", start=Bad("bad")).build()
+    raised = pytest.raises(af.ExecutorFailed)
+    with raised as failed, workflow as wf, wf.session("s", store=store) as s:
+        s.run("x")
+    assert isinstance(failed.value.__cause__, af.StatementRefused)
+    assert "'bad'" in str(failed.value.__cause__)
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "params", [[object()], [1 << 64], [{"a": 1}], [[1, 2]]], ids=["object", "int", "dict", "list"]
+)
+def test_parameters_sql_cannot_bind_are_refused(params: list[Any], tmp_path: Path) -> None:
+    class Bad(af.Executor):
+        @af.handler
+        def on_text(self, text: str, ctx: af.Context[None]) -> None:
+            ctx.sql("INSERT INTO t VALUES (?)", params)
+
+    store = af.SQLiteStore(tmp_path / "s.db")
+    workflow = af.WorkflowBuilder("bad", start=Bad("bad")).build()
+    raised = pytest.raises(af.ExecutorFailed)
+    with raised as failed, workflow as wf, wf.session("s", store=store) as s:
+        s.run("x")
+    assert isinstance(failed.value.__cause__, af.StatementRefused)
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ["none", "memory", "file", "encrypted"])
+def test_stores_that_commit_no_statements_refuse_ctx_sql(kind: str, tmp_path: Path) -> None:
+    seen: list[str | None] = []
+
+    class Writer(af.Executor):
+        @af.handler
+        def on_text(self, text: str, ctx: af.Context[None]) -> None:
+            seen.append(ctx.sql_dialect)
+            ctx.sql("INSERT INTO t VALUES (1)")
+
+    store: af.CheckpointStore | None = None
+    if kind == "memory":
+        store = af.MemoryStore()
+    elif kind == "file":
+        store = af.FileStore(tmp_path / "f")
+    elif kind == "encrypted":
+        pytest.importorskip("cryptography")
+        inner = af.SQLiteStore(tmp_path / "e.db")
+        store = af.storage.EncryptedStore(inner, keys={"k1": os.urandom(32)}, close_inner=True)
+    workflow = af.WorkflowBuilder("w", start=Writer("writer")).build()
+    raised = pytest.raises(af.ExecutorFailed)
+    with raised as failed, workflow as wf, wf.session("s", store=store) as s:
+        s.run("x")
+    assert seen == [None]
+    assert isinstance(failed.value.__cause__, af.StatementRefused)
+    assert "SQLiteStore and PostgresStore" in str(failed.value.__cause__)
+
+
+# --- crashes -----------------------------------------------------------------------
+
+
+def _child(config: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.outbox", json.dumps(config)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("where", ["after_call", "next_step"])
+def test_a_killed_process_repeats_only_the_call_in_flight_and_writes_each_row_once(
+    where: str, durable: pg.Durable, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "calls.jsonl")
+    db = [durable.kind, durable.where, durable.schema]
+    config = {"store": durable.source(), "session": "s", "log": log, "db": db}
+    killed = _child({**config, "orders": [1, 2, 3], "kill": [2, where]})
+    assert killed.returncode == -9, killed.stderr
+    finished = _child({**config, "orders": [3], "resume": True})
+    assert finished.returncode == 0, finished.stderr
+    made = outbox.calls(log)
+    orders = [c["order"] for c in made]
+    if where == "after_call":  # in flight: called again, with the same key
+        assert orders == [1, 2, 2, 3]
+        assert made[1]["key"] == made[2]["key"]
+    else:  # its superstep committed: the recorded result, never called again
+        assert orders == [1, 2, 3]
+    assert outbox.rows(*db) == [1, 2, 3]
