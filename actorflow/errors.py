@@ -31,6 +31,8 @@ class's other bases::
             SessionClosed
             SessionBroken
             SessionExists
+            EffectNotRecorded
+            StatementRefused (also ValueError)
             RequestError
         CheckpointError: storing or restoring a checkpoint failed
             CheckpointNotFound
@@ -38,6 +40,7 @@ class's other bases::
             UnsupportedFormat
             GraphMismatch
             CheckpointWriteFailed (also RunFailed)
+            StatementFailed
             StoreClosed
             StoreLocked
             StoreNotFound

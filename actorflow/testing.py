@@ -1,4 +1,5 @@
-"""Helpers for testing your own workflows: fault injection and event collection.
+"""Helpers for testing your own workflows: fault injection, event collection, and
+replaying stored sessions against new code (:func:`replay`, see ``docs/effects.md``).
 
 A fault is injected by wrapping the executor's host (:meth:`Session.wrap_host`):
 the wrapper sees each ``step`` call go by and fails the chosen one, so nothing of
@@ -38,18 +39,31 @@ from actorflow.actors import (
 )
 from actorflow.runtime import (
     NO_INPUT,
+    Divergence,
     Event,
     ExecutorFailedEvent,
     OutputEvent,
+    ReplayReport,
     RunCancelledEvent,
     RunCompletedEvent,
     RunRestartedEvent,
     RunStatus,
     Session,
     StepRequest,
+    replay,
 )
 
-__all__ = ["Fault", "FaultKind", "InjectedFault", "RunOutcome", "inject_fault", "run_to_idle"]
+__all__ = [
+    "Divergence",
+    "Fault",
+    "FaultKind",
+    "InjectedFault",
+    "ReplayReport",
+    "RunOutcome",
+    "inject_fault",
+    "replay",
+    "run_to_idle",
+]
 
 FaultKind = Literal["exception", "timeout", "death", "kill"]
 

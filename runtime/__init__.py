@@ -83,6 +83,9 @@ __all__ = [
 from ._history import KINDS as KINDS
 from ._history import event_of as event_of
 from ._history import read_entries as read_entries
+from ._replay import Divergence as Divergence
+from ._replay import ReplayReport as ReplayReport
+from ._replay import replay as replay
 from ._wire import StepRequest as StepRequest
 from .checkpoints import check_runtime as check_runtime
 from .checkpoints import check_runtime_bytes as check_runtime_bytes

@@ -110,6 +110,8 @@ def test_show_describes_a_partial_record_without_decoding_payloads() -> None:
         "sends": [["z", -1, "2 bytes"]],
         "outputs": 1,
         "requests": 0,
+        "effects": 0,
+        "statements": 0,
     }
 
 

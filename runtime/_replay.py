@@ -1,0 +1,377 @@
+"""Replaying stored sessions against the current code (``actorflow replay``).
+
+Each run a store holds starts at an ``entry`` cut (its input queued) or a
+``response`` cut (answers queued). A replay copies that cut and its blobs into a
+scratch :class:`~actorflow.storage.MemoryStore`, resumes it with the current
+workflow, and runs it to idle with every effect answered from the results the
+stored run journaled (the hosts' step requests carry them, see ``_effects``):
+nothing is called, no ``ctx.sql`` statement is committed, and the stored store is
+only read. Every later cut of the stored run (along its lineage, each child the
+earliest written) is then compared with the replay's cut of the same kind and
+superstep: each executor's state (digests first; decoded attribute by attribute
+where they differ, the stored state brought to the current ``state_version`` as a
+resume would) and the outputs of the run. The first difference of each session is
+reported; a graph that changed is reported as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from actorflow.actors import HostedFactory, HostFuture, HostRef, decode_state
+from actorflow.errors import (
+    ActorflowError,
+    CheckpointError,
+    EffectNotRecorded,
+    GraphMismatch,
+    RunFailed,
+)
+from actorflow.storage import (
+    BlobBatchReader,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStore,
+    MemoryStore,
+    sql_dialect,
+)
+
+from ._events import OutputEvent
+from ._history import event_of
+from ._wire import StepRequest
+from ._workflow import Workflow
+from .checkpoints import decode_runtime, load_for_resume
+
+__all__ = ["Divergence", "ReplayReport", "replay"]
+
+_STARTS = (CheckpointKind.ENTRY, CheckpointKind.RESPONSE)
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a replay first differed from the stored run of a session."""
+
+    session: str
+    superstep: int
+    """The superstep whose cut differs (for ``graph``: the stored cut's)."""
+    kind: str
+    """``state`` (an attribute's value), ``output``, ``graph`` (the workflow's graph
+    changed), ``effect`` (an effect the stored run did not make), ``end`` (the replay
+    stopped, or went on, where the stored run did not) or ``error``."""
+    executor: str | None = None
+    attribute: str | None = None
+    old: Any = None
+    """The stored value (a state attribute's, an output list's)."""
+    new: Any = None
+    """The replay's value."""
+    detail: str = ""
+    """The whole story in one sentence."""
+
+    def __str__(self) -> str:
+        return f"session {self.session!r}, superstep {self.superstep}: {self.detail}"
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """What :func:`replay` found: runs replayed and, per session, the first divergence."""
+
+    sessions: int = 0
+    runs: int = 0
+    divergences: list[Divergence] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """Whether every replayed run matched its stored run."""
+        return not self.divergences
+
+    def __str__(self) -> str:
+        if self.identical:
+            return f"{self.sessions} session(s), {self.runs} run(s): all replay identically"
+        lines = [
+            f"{self.sessions} session(s), {self.runs} run(s): "
+            f"{len(self.divergences)} session(s) diverge"
+        ]
+        lines += [f"  {d}" for d in self.divergences]
+        return "\n".join(lines)
+
+
+def replay(
+    store: CheckpointStore, workflow: Workflow, sessions: Iterable[str] | None = None
+) -> ReplayReport:
+    """Replay the stored sessions of ``workflow`` (all, or ``sessions``) against its code.
+
+    Never writes to ``store``. See the module docstring for what is compared.
+
+    Raises:
+        CheckpointError: the store could not be read.
+    """
+    spec = workflow._spec
+    report = ReplayReport()
+    wanted = list(sessions) if sessions is not None else store.sessions()
+    dialect = sql_dialect(store)
+    for session in wanted:
+        cuts = [
+            cp
+            for cp in store.list(workflow=spec.name, session=session)
+            if cp.kind is not CheckpointKind.PARTIAL
+        ]
+        if not cuts:
+            continue
+        report.sessions += 1
+        for start, chain in _runs(cuts):
+            report.runs += 1
+            found = _replay_run(store, workflow, start, chain, dialect)
+            if found is not None:
+                report.divergences.append(found)
+                break
+    return report
+
+
+def _runs(cuts: list[Checkpoint]) -> list[tuple[Checkpoint, list[Checkpoint]]]:
+    """Each run of a session: its starting cut and the cuts it wrote after, in order."""
+    children: dict[str, list[Checkpoint]] = {}
+    for cp in cuts:  # oldest first: the earliest child leads
+        if cp.parent_id is not None:
+            children.setdefault(cp.parent_id, []).append(cp)
+    runs = []
+    for start in cuts:
+        if start.kind not in _STARTS:
+            continue
+        chain: list[Checkpoint] = []
+        here = start
+        while True:
+            following = [c for c in children.get(here.id, []) if c.kind not in _STARTS]
+            if not following:
+                break
+            here = following[0]
+            chain.append(here)
+            if here.kind in (CheckpointKind.FINAL, CheckpointKind.HALT):
+                break
+        if chain:
+            runs.append((start, chain))
+    return runs
+
+
+def _replay_run(
+    store: CheckpointStore,
+    workflow: Workflow,
+    start: Checkpoint,
+    chain: list[Checkpoint],
+    dialect: str | None,
+) -> Divergence | None:
+    """Replay one run; its first divergence, or None."""
+    session = start.session
+    if start.graph_signature != workflow.signature:
+        try:
+            load_for_resume(store, workflow._spec, session=None, checkpoint_id=start.id)
+        except GraphMismatch as exc:
+            return Divergence(session, start.superstep, "graph", detail=f"the graph changed: {exc}")
+    scratch = MemoryStore()
+    scratch.save(start, _blobs(store, {d for ds in start.executors.values() for d in ds}))
+    recorded: dict[tuple[str, int], list[list[Any]]] = {}
+    for cp in chain:
+        for executor, superstep, name, n, result in decode_runtime(cp.runtime).get("effects", []):
+            recorded.setdefault((executor, superstep), []).append([name, n, result])
+    failure: ActorflowError | None = None
+    try:
+        with workflow.resume(scratch, session=session) as replaying:
+            journal = _Journal(recorded, dialect)
+            for executor in workflow.executor_ids:
+                replaying.wrap_host(executor, journal.host)
+            try:
+                replaying.run()
+            except RunFailed as exc:
+                failure = exc
+    except CheckpointError as exc:
+        return Divergence(session, start.superstep, "error", detail=f"could not resume: {exc}")
+    replayed = {(cp.kind, cp.superstep): cp for cp in scratch.list(session=session)}
+    outputs = (_outputs(chain), _outputs(scratch.list(session=session)))
+    for cp in chain:
+        mine = replayed.get((cp.kind, cp.superstep))
+        if mine is None:
+            return _ended(session, cp, failure)
+        found = _compare(store, workflow, cp, scratch, mine)
+        if found is not None:
+            return found
+        found = _compare_outputs(session, cp.superstep, outputs)
+        if found is not None:
+            return found
+    last = chain[-1]
+    extra = [cp for cp in scratch.list(session=session) if cp.superstep > last.superstep]
+    if last.kind in (CheckpointKind.FINAL, CheckpointKind.HALT) and extra:
+        return Divergence(
+            session,
+            last.superstep,
+            "end",
+            old=last.kind.value,
+            new=extra[-1].kind.value,
+            detail=f"the stored run ended ({last.kind.value}) after superstep "
+            f"{last.superstep}; the replay went on to superstep {extra[-1].superstep}",
+        )
+    return None
+
+
+def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Divergence:
+    cause = failure.__cause__ if failure is not None else None
+    if isinstance(cause, EffectNotRecorded):
+        return Divergence(
+            session,
+            cause.superstep,
+            "effect",
+            executor=cause.executor,
+            attribute=cause.effect,
+            detail=str(cause),
+        )
+    how = f"failed: {failure}" if failure is not None else "ended"
+    return Divergence(
+        session,
+        cp.superstep,
+        "end" if failure is None else "error",
+        old=cp.kind.value,
+        detail=f"the stored run wrote a {cp.kind.value} cut after superstep {cp.superstep}; "
+        f"the replay {how} before it",
+    )
+
+
+def _compare(
+    store: CheckpointStore,
+    workflow: Workflow,
+    stored: Checkpoint,
+    scratch: MemoryStore,
+    mine: Checkpoint,
+) -> Divergence | None:
+    """The first executor state that differs between a stored cut and the replay's."""
+    session = stored.session
+    if all(list(stored.executors.get(e, ())) == list(mine.executors[e]) for e in mine.executors):
+        return None
+    try:  # the stored states, brought to the current code's versions as a resume would
+        restored = load_for_resume(store, workflow._spec, session=None, checkpoint_id=stored.id)
+    except ActorflowError as exc:
+        return Divergence(session, stored.superstep, "error", detail=str(exc))
+    for executor in sorted(mine.executors):
+        old_chunks = [c for _, c in restored.snapshots[executor] if c is not None]
+        new_chunks = list(_blobs(scratch, mine.executors[executor]).values())
+        old, new = decode_state(old_chunks), decode_state(new_chunks)
+        if old == new:
+            continue
+        for attribute in sorted(set(old) | set(new)):
+            before, after = old.get(attribute, _MISSING), new.get(attribute, _MISSING)
+            if before != after:
+                return Divergence(
+                    session,
+                    stored.superstep,
+                    "state",
+                    executor=executor,
+                    attribute=attribute,
+                    old=None if before is _MISSING else before,
+                    new=None if after is _MISSING else after,
+                    detail=f"executor {executor!r}: {attribute} was "
+                    f"{_show(before)} in the stored run, {_show(after)} in the replay",
+                )
+    return None
+
+
+def _outputs(cuts: Iterable[Checkpoint]) -> list[tuple[int, str, Any]]:
+    """(superstep, executor, value) of every output the cuts' history holds, in order."""
+    found = []
+    for cp in cuts:
+        for entry in cp.history:
+            if entry.kind == "output":
+                event = event_of(entry)
+                assert isinstance(event, OutputEvent)
+                found.append((event.superstep, event.executor, event.value))
+    return found
+
+
+def _compare_outputs(
+    session: str, upto: int, outputs: tuple[list[tuple[int, str, Any]], list[tuple[int, str, Any]]]
+) -> Divergence | None:
+    old = [o for o in outputs[0] if o[0] <= upto]
+    new = [o for o in outputs[1] if o[0] <= upto]
+    if old == new:
+        return None
+    index = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
+        min(len(old), len(new)),
+    )
+    before = old[index] if index < len(old) else None
+    after = new[index] if index < len(new) else None
+    superstep = (before or after or (upto, "", None))[0]
+    executor = (before or after or (0, None, None))[1]
+    return Divergence(
+        session,
+        superstep,
+        "output",
+        executor=executor,
+        old=None if before is None else before[2],
+        new=None if after is None else after[2],
+        detail=f"output {index} of the run was {_show(before[2] if before else _MISSING)} "
+        f"in the stored run, {_show(after[2] if after else _MISSING)} in the replay",
+    )
+
+
+def _show(value: object) -> str:
+    if value is _MISSING:
+        return "absent"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _blobs(store: CheckpointStore, digests: Iterable[str]) -> dict[str, bytes]:
+    wanted = list(dict.fromkeys(digests))
+    if isinstance(store, BlobBatchReader):
+        found = store.load_blobs(wanted)
+        return {d: found[d] for d in wanted}
+    return {d: store.load_blob(d) for d in wanted}
+
+
+class _Journal:
+    """Wraps each host so its step requests carry the stored run's effect results."""
+
+    __slots__ = ("_dialect", "_recorded")
+
+    def __init__(self, recorded: Mapping[tuple[str, int], list[list[Any]]], dialect: str | None):
+        self._recorded = recorded
+        self._dialect = dialect
+
+    def host(self, host: HostRef, program: HostedFactory) -> HostRef:
+        executor: str = getattr(program, "executor_id", "")
+        return _ReplayHost(host, self, executor)
+
+    def rewrite(self, executor: str, method: str, payload: bytes) -> bytes:
+        if method != "step":
+            return payload
+        request = StepRequest.unpacked(payload)
+        scope, fencing = (request.effects or ("", None))[:2]
+        recorded = self._recorded.get((executor, request.superstep), [])
+        return request._replace(effects=[scope, fencing, self._dialect, recorded]).packed()
+
+
+class _ReplayHost:
+    """A host whose step requests are rewritten by a :class:`_Journal`."""
+
+    __slots__ = ("_executor", "_host", "_journal")
+
+    def __init__(self, host: HostRef, journal: _Journal, executor: str) -> None:
+        self._host = host
+        self._journal = journal
+        self._executor = executor
+
+    def call(self, method: str, payload: bytes) -> HostFuture:
+        return self._host.call(method, self._journal.rewrite(self._executor, method, payload))
+
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
+        rewritten = self._journal.rewrite(self._executor, method, payload)
+        return self._host.load_call(factory, method, rewritten)
+
+    def unload(self) -> HostFuture:
+        return self._host.unload()
+
+    def stop(self) -> None:
+        self._host.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self._host.alive

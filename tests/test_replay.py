@@ -1,0 +1,267 @@
+"""Replaying stored sessions against new code: ``actorflow.testing.replay`` and
+``actorflow replay``. The stored run is played by one version of the classes, the
+replay by another (the same ``__actorflow_name__``, as after a deploy)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+from collections.abc import Callable
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import actorflow as af
+from actorflow.cli import main
+from actorflow.testing import replay
+
+pytestmark = pytest.mark.timeout(120)
+
+CALLS: list[int] = []
+
+
+def price(item: int) -> int:
+    CALLS.append(item)
+    return item * 10
+
+
+def _old_classes() -> tuple[type[af.Executor], type[af.Executor]]:
+    class Cart(af.Executor):
+        __actorflow_name__ = "shop.Cart"
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.total = 0
+            self.items: list[int] = []
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            self.total += ctx.effect(price, item, key="price")
+            self.items.append(item)
+            ctx.send(self.total)
+
+    class Audit(af.Executor):
+        __actorflow_name__ = "shop.Audit"
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.seen = 0
+
+        @af.handler
+        def on_total(self, total: int, ctx: af.Context[None]) -> None:
+            self.seen += 1
+            if total > 100:
+                ctx.request(total, bool)
+            else:
+                ctx.output(f"total {total}")
+
+        @af.response_handler
+        def on_approval(self, total: int, approved: bool, ctx: af.Context[None]) -> None:
+            ctx.output(f"total {total} approved={approved}")
+
+    return Cart, Audit
+
+
+def _workflow(cart: type[af.Executor], audit: type[af.Executor]) -> af.Workflow:
+    start = cart("cart")
+    return af.WorkflowBuilder("shop", start=start).add_edge(start, audit("audit")).build()
+
+
+def _record(path: Path, sessions: int = 3) -> af.SQLiteStore:
+    """Run ``sessions`` sessions of the old code into a SQLite store at ``path``."""
+    store = af.SQLiteStore(path)
+    with _workflow(*_old_classes()) as wf:
+        for n in range(sessions):
+            with wf.session(f"s{n}", store=store) as s:
+                s.run(n + 1)
+                result = s.run(20)  # total > 100: a request, answered below
+                [pending] = result.pending_requests
+                s.respond({pending.request_id: True})
+    return store
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_same_code_replays_identically_calls_nothing_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    store = _record(tmp_path / "s.db")
+    ids = [cp.id for cp in store.list()]
+    store.close()
+    before = _digest(tmp_path / "s.db")
+    CALLS.clear()
+    with af.SQLiteStore(tmp_path / "s.db") as reopened, _workflow(*_old_classes()) as wf:
+        report = replay(reopened, wf)
+        assert [cp.id for cp in reopened.list()] == ids
+    assert report.identical, str(report)
+    assert (report.sessions, report.runs) == (3, 9)  # each: two inputs and an answer
+    assert CALLS == []
+    assert _digest(tmp_path / "s.db") == before
+
+
+def test_a_nondeterministic_change_is_caught_with_where_and_what(tmp_path: Path) -> None:
+    _record(tmp_path / "s.db").close()
+    old_cart, audit = _old_classes()
+
+    class Cart(old_cart):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            self.total += ctx.effect(price, item, key="price") + random.randint(1, 9)
+            self.items.append(item)
+            ctx.send(self.total)
+
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
+        report = replay(store, wf, ["s1"])
+    [found] = report.divergences
+    assert (found.session, found.superstep, found.kind) == ("s1", 1, "state")
+    assert (found.executor, found.attribute, found.old) == ("cart", "total", 20)
+    assert found.new != 20
+    assert "total was 20 in the stored run" in str(found)
+
+
+def test_a_changed_output_is_caught(tmp_path: Path) -> None:
+    _record(tmp_path / "s.db").close()
+    cart, old_audit = _old_classes()
+
+    class Audit(old_audit):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Audit"
+
+        @af.handler
+        def on_total(self, total: int, ctx: af.Context[None]) -> None:
+            self.seen += 1
+            if total > 100:
+                ctx.request(total, bool)
+            else:
+                ctx.output(f"sum {total}")
+
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(cart, Audit) as wf:
+        report = replay(store, wf, ["s0"])
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.old, found.new) == (
+        "output",
+        "audit",
+        "total 10",
+        "sum 10",
+    )
+
+
+def test_a_new_attribute_with_a_migration_and_a_renamed_handler_replay_identically(
+    tmp_path: Path,
+) -> None:
+    _record(tmp_path / "s.db").close()
+    _, audit = _old_classes()
+
+    class Cart(af.Executor):
+        __actorflow_name__ = "shop.Cart"
+        state_version: ClassVar[int] = 2
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.total = 0
+            self.items: list[int] = []
+            self.count = 0
+
+        @classmethod
+        def migrate(cls, state: dict[str, Any], from_version: int) -> dict[str, Any]:
+            return {**state, "count": len(state["items"])}
+
+        @af.handler
+        def add_item(self, item: int, ctx: af.Context[int]) -> None:  # was on_item
+            self.total += ctx.effect(price, item, key="price")
+            self.items.append(item)
+            self.count += 1
+            ctx.send(self.total)
+
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+
+
+def test_a_graph_change_is_reported_as_such(tmp_path: Path) -> None:
+    _record(tmp_path / "s.db").close()
+    cart, audit = _old_classes()
+    start = cart("cart")
+    changed = (
+        af.WorkflowBuilder("shop", start=start)
+        .add_edge(start, audit("audit"))
+        .add_edge(start, audit("audit2"))
+        .build()
+    )
+    with af.SQLiteStore(tmp_path / "s.db") as store, changed as wf:
+        report = replay(store, wf, ["s0"])
+    [found] = report.divergences
+    assert found.kind == "graph"
+    assert "audit2" in found.detail
+
+
+def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: Path) -> None:
+    _record(tmp_path / "s.db").close()
+    old_cart, audit = _old_classes()
+
+    class Cart(old_cart):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            self.total += ctx.effect(price, item, key="price")
+            self.total += ctx.effect(price, item, key="tax")  # new: calls the outside world
+            self.items.append(item)
+            ctx.send(self.total)
+
+    CALLS.clear()
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
+        report = replay(store, wf, ["s0"])
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.attribute, found.superstep) == (
+        "effect",
+        "cart",
+        "tax",
+        1,
+    )
+    assert CALLS == []
+
+
+_CLI_WORKFLOW: list[Callable[[], af.Workflow]] = []
+
+
+def build_for_cli() -> af.Workflow:
+    """What ``--workflow tests.test_replay:build_for_cli`` builds (set by the test)."""
+    return _CLI_WORKFLOW[0]()
+
+
+def test_the_command_says_identical_or_diverges_in_its_exit_status(tmp_path: Path) -> None:
+    _record(tmp_path / "s.db", sessions=2).close()
+    old_cart, audit = _old_classes()
+
+    class Cart(old_cart):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            self.total += ctx.effect(price, item, key="price") * 2
+            self.items.append(item)
+            ctx.send(self.total)
+
+    argv = [
+        "replay",
+        str(tmp_path / "s.db"),
+        "--workflow",
+        "tests.test_replay:build_for_cli",
+    ]
+    _CLI_WORKFLOW[:] = [lambda: _workflow(*_old_classes())]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(argv) == 0
+    assert "2 session(s), 6 run(s): all replay identically" in out.getvalue()
+    _CLI_WORKFLOW[:] = [lambda: _workflow(Cart, audit)]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main([*argv, "--session", "s1"]) == 1
+    assert "session 's1', superstep 1: executor 'cart': total was 20" in out.getvalue()
