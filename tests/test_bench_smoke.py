@@ -52,6 +52,12 @@ EXPECTED_FIGURES = {
     ("serve", "sse_reconnect_lost"),
     ("serve", "sse_reconnect_repeated"),
     ("serve", "first_event_ms"),
+    ("effects_cost_file", "ms_per_superstep"),
+    ("effects_cost_sqlite", "ms_per_superstep"),
+    ("effects_crash_sqlite", "violations"),
+    ("effects_crash_file", "violations"),
+    ("effects_crash", "violations"),
+    ("replay", "seconds"),
 }
 
 if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only with a server
@@ -60,6 +66,7 @@ if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only wit
         ("w3_postgres", "bytes_stored_mb"),
         ("w4_postgres", "resume_plus_step_ms"),
         ("takeover_postgres", "takeover_after_kill9_s"),
+        ("effects_crash_postgres", "violations"),
     }
 
 KEYS = {

@@ -20,7 +20,7 @@ def _blocks(page: str) -> list[str]:
     ("page", "index"),
     [
         (page, i)
-        for page in ("requests.md", "running.md", "history.md")
+        for page in ("requests.md", "running.md", "history.md", "effects.md")
         for i in range(len(_blocks(page)))
     ],
 )

@@ -143,6 +143,19 @@ def test_keys_are_stable_per_attempt_and_unique_per_session_superstep_and_fork(
     store.close()
 
 
+def test_a_reset_starts_a_lineage_whose_effects_are_called_again_with_new_keys(
+    tmp_path: Path,
+) -> None:
+    store = af.SQLiteStore(tmp_path / "s.db")
+    with _payments() as wf, wf.session("s", store=store) as s:
+        before = s.run(4).outputs[0][2]
+        s.reset()  # superstep 1 again, in a new lineage
+        after = s.run(4).outputs[0][2]
+    assert before != after
+    assert CALLS.made == [4, 4]
+    store.close()
+
+
 def test_an_unencodable_result_names_the_executor_and_the_effect() -> None:
     class Leaky(af.Executor):
         @af.handler
