@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             target_value=0,
             target_on="value",
             quick=args.quick,
-            **{k: v for k, v in counts.items() if k != "violations"},
+            counts={k: v for k, v in counts.items() if k != "violations"},
         )
     report(
         "effects_crash",
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         stores=kinds,
         seconds=round(time.perf_counter() - started, 1),
-        **{k: v for k, v in all_counts.items() if k != "violations"},
+        counts={k: v for k, v in all_counts.items() if k != "violations"},
     )
     return 0
 
