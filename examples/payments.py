@@ -83,11 +83,14 @@ def play(db: str, api_log: str, orders: list[int], kill_after: list[str]) -> lis
     API_LOG[0] = api_log
     KILL_AFTER[:] = kill_after
     outputs: list[str] = []
-    with af.SQLiteStore(db) as store, build() as wf:
-        with wf.session("shop", store=store, if_exists="resume") as session:
-            outputs += session.run().outputs  # what a killed process left in flight
-            for order in orders:
-                outputs += session.run(order).outputs
+    with (
+        af.SQLiteStore(db) as store,
+        build() as wf,
+        wf.session("shop", store=store, if_exists="resume") as session,
+    ):
+        outputs += session.run().outputs  # what a killed process left in flight
+        for order in orders:
+            outputs += session.run(order).outputs
     return outputs
 
 

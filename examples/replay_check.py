@@ -129,8 +129,10 @@ def main() -> None:
         # The same from the command line (exit 0: identical; 1: a divergence).
         for target, expected in (("build_refactored", 0), ("build_rounded", 1)):
             done = subprocess.run(
-                [sys.executable, "-m", "actorflow", "replay", str(db)]
-                + ["--workflow", f"replay_check:{target}", "--session", "customer-3"],
+                [
+                    *(sys.executable, "-m", "actorflow", "replay", str(db)),
+                    *("--workflow", f"replay_check:{target}", "--session", "customer-3"),
+                ],
                 cwd=Path(__file__).parent,
                 capture_output=True,
                 text=True,
