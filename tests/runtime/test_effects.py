@@ -408,3 +408,24 @@ def test_a_killed_process_repeats_only_the_call_in_flight_and_writes_each_row_on
     else:  # its superstep committed: the recorded result, never called again
         assert orders == [1, 2, 3]
     assert outbox.rows(*db) == [1, 2, 3]
+
+
+def test_a_finished_part_persisted_before_a_kill_is_not_run_again_and_commits_once(
+    tmp_path: Path,
+) -> None:
+    """A crash mid-superstep: the finished executor's part (its effect's result and its
+    statement) comes from the partial record; only the unfinished executor runs again."""
+    db, log = str(tmp_path / "s.db"), str(tmp_path / "calls.log")
+    argv = [sys.executable, "-m", "tests.support.partial_child", db, log]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = {"cwd": ROOT, "env": env, "capture_output": True, "text": True, "timeout": 90}
+    killed = subprocess.run([*argv, "first"], check=False, **run)  # type: ignore[call-overload]
+    assert killed.returncode == -9, killed.stderr
+    resumed = subprocess.run([*argv, "resume"], check=False, **run)  # type: ignore[call-overload]
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "[7]"
+    assert Path(log).read_text().split() == ["7"]  # the effect ran once, in the killed process
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT * FROM ledger").fetchall() == [(7, "booked-7")]
