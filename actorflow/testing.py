@@ -32,6 +32,7 @@ from typing import Any, Literal
 from actorflow.actors import (
     HostedFactory,
     HostFuture,
+    HostProxy,
     HostRef,
     RayBackend,
     ReplyFuture,
@@ -153,13 +154,13 @@ class _FaultPlan:
 _PLANS: weakref.WeakKeyDictionary[Session, dict[str, _FaultPlan]] = weakref.WeakKeyDictionary()
 
 
-class _FaultyHost:
+class _FaultyHost(HostProxy):
     """A host whose ``step`` calls fail on purpose where its plan says."""
 
-    __slots__ = ("_host", "_plan", "_program")
+    __slots__ = ("_plan", "_program")
 
     def __init__(self, host: HostRef, program: HostedFactory, plan: _FaultPlan) -> None:
-        self._host = host
+        super().__init__(host)
         self._program = program
         self._plan = plan
 
@@ -174,16 +175,6 @@ class _FaultyHost:
         if fault is not None:
             return self._fail(fault, lambda: self._host.load_call(factory, method, payload))
         return self._host.load_call(factory, method, payload)
-
-    def unload(self) -> HostFuture:
-        return self._host.unload()
-
-    def stop(self) -> None:
-        self._host.stop()
-
-    @property
-    def alive(self) -> bool:
-        return self._host.alive
 
     def _fail(self, fault: Fault, step: Callable[[], HostFuture]) -> HostFuture:
         if fault.kind == "death":

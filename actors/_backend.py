@@ -28,6 +28,7 @@ __all__ = [
     "ActorBackend",
     "HostFuture",
     "HostPool",
+    "HostProxy",
     "HostRef",
     "ThreadBackend",
     "WaitAny",
@@ -85,6 +86,35 @@ class HostRef(Protocol):
     @property
     def alive(self) -> bool:
         """Whether the host can still take calls."""
+
+
+class HostProxy:
+    """A :class:`HostRef` that forwards every call to another host.
+
+    The base of the wrappers testing tools put around a session's hosts
+    (``Session.wrap_host``): a subclass overrides what it changes, such as ``call``.
+    """
+
+    __slots__ = ("_host",)
+
+    def __init__(self, host: HostRef) -> None:
+        self._host = host
+
+    def call(self, method: str, payload: bytes) -> HostFuture:
+        return self._host.call(method, payload)
+
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
+        return self._host.load_call(factory, method, payload)
+
+    def unload(self) -> HostFuture:
+        return self._host.unload()
+
+    def stop(self) -> None:
+        self._host.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self._host.alive
 
 
 class ActorBackend(Protocol):

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actorflow.actors import HostedFactory, HostFuture, HostRef, decode_state
+from actorflow.actors import HostedFactory, HostFuture, HostProxy, HostRef, decode_state
 from actorflow.errors import (
     ActorflowError,
     CheckpointError,
@@ -349,13 +349,13 @@ class _Journal:
         return request._replace(effects=[scope, fencing, self._dialect, recorded]).packed()
 
 
-class _ReplayHost:
+class _ReplayHost(HostProxy):
     """A host whose step requests are rewritten by a :class:`_Journal`."""
 
-    __slots__ = ("_executor", "_host", "_journal")
+    __slots__ = ("_executor", "_journal")
 
     def __init__(self, host: HostRef, journal: _Journal, executor: str) -> None:
-        self._host = host
+        super().__init__(host)
         self._journal = journal
         self._executor = executor
 
@@ -365,13 +365,3 @@ class _ReplayHost:
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
         rewritten = self._journal.rewrite(self._executor, method, payload)
         return self._host.load_call(factory, method, rewritten)
-
-    def unload(self) -> HostFuture:
-        return self._host.unload()
-
-    def stop(self) -> None:
-        self._host.stop()
-
-    @property
-    def alive(self) -> bool:
-        return self._host.alive
