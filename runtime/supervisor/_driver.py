@@ -406,13 +406,15 @@ class Driver:
                 cuts.write(job, "step", state, telemetry)
 
     def _effect_frame_of(self) -> list[Any]:
-        """``[scope, fencing token, SQL dialect, recorded]`` for this run's handlers."""
+        """``[scope, fencing token, SQL dialect, recorded]`` for this run's handlers; the
+        scope (session id and lineage tag) is what makes effect keys unique to a lineage."""
+        scope = f"{self.session}\x00{self.request_suffix}"
         checkpointer = self.checkpointer
         if checkpointer is None:
-            return [self.session + self.request_suffix, None, None, None]
+            return [scope, None, None, None]
         lease = checkpointer.lease
         return [
-            self.session + self.request_suffix,
+            scope,
             lease.token if lease is not None else None,
             sql_dialect(checkpointer.store),
             None,
