@@ -141,7 +141,7 @@ def _table(kind: str, where: str, schema: str) -> str:
     import psycopg
 
     with psycopg.connect(where, autocommit=True) as db:
-        db.execute(f"CREATE SCHEMA {schema}")
+        db.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         db.execute(f"CREATE TABLE {schema}.payments (order_no BIGINT, receipt TEXT)")
     return f"{schema}.payments"
 
