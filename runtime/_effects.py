@@ -32,11 +32,20 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from actorflow.actors import decode, encode
+from actorflow.actors import HostedFactory, HostFuture, HostProxy, HostRef, decode, encode
 from actorflow.errors import EffectNotRecorded, EncodeError, StatementRefused
 from actorflow.storage import SqlValue
 
-__all__ = ["EffectJournal", "EffectMemory", "SqlValue", "check_statement"]
+from ._wire import StepRequest
+
+__all__ = [
+    "EffectFrame",
+    "EffectFrameHost",
+    "EffectJournal",
+    "EffectMemory",
+    "SqlValue",
+    "check_statement",
+]
 
 EffectMemory = dict[tuple[str, int], bytes]
 """(name, n) -> encoded result: what an executor's effects returned in one superstep."""
@@ -200,3 +209,43 @@ class EffectJournal:
         self.memory[(name, n)] = data
         self.made.append([name, n, data])
         return data
+
+
+EffectFrame = list[Any]
+"""A step request's ``effects`` field: ``[scope, fencing token, SQL dialect, recorded]``."""
+
+
+class EffectFrameHost(HostProxy):
+    """A host whose step requests get their effect frame from ``reframe``.
+
+    ``reframe(executor, superstep, frame)`` returns the frame to send instead: a
+    replay gives the stored run's results, a sub-workflow the parent's scope. The
+    runtime's own path never wraps a host; the tools that need this do
+    (``Session.wrap_host``).
+    """
+
+    __slots__ = ("_executor", "_reframe")
+
+    def __init__(
+        self,
+        host: HostRef,
+        executor: str,
+        reframe: Callable[[str, int, EffectFrame], EffectFrame],
+    ) -> None:
+        super().__init__(host)
+        self._executor = executor
+        self._reframe = reframe
+
+    def call(self, method: str, payload: bytes) -> HostFuture:
+        return self._host.call(method, self._rewritten(method, payload))
+
+    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
+        return self._host.load_call(factory, method, self._rewritten(method, payload))
+
+    def _rewritten(self, method: str, payload: bytes) -> bytes:
+        if method != "step":
+            return payload
+        request = StepRequest.unpacked(payload)
+        frame = list(request.effects or ("", None, None, None))
+        new = self._reframe(self._executor, request.superstep, frame)
+        return request._replace(effects=new).packed()

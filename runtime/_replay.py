@@ -20,10 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actorflow.actors import HostedFactory, HostFuture, HostProxy, HostRef, decode_state
+from actorflow.actors import HostedFactory, HostRef, decode_state
 from actorflow.errors import (
     ActorflowError,
     CheckpointError,
+    CheckpointNotFound,
     EffectNotRecorded,
     GraphMismatch,
     RunFailed,
@@ -34,12 +35,14 @@ from actorflow.storage import (
     CheckpointKind,
     CheckpointStore,
     MemoryStore,
+    decode_checkpoint,
     sql_dialect,
 )
 
+from ._effects import EffectFrame, EffectFrameHost
 from ._events import OutputEvent
 from ._history import event_of
-from ._wire import StepRequest
+from ._subworkflow import NESTED_RECORD, WorkflowExecutor
 from ._workflow import Workflow
 from .checkpoints import decode_runtime, load_for_resume
 
@@ -105,6 +108,8 @@ def replay(
     Never writes to ``store``. See the module docstring for what is compared.
 
     Raises:
+        CheckpointNotFound: a session named in ``sessions`` has no checkpoint of the
+            workflow, or (``sessions`` None) the store holds no session of it at all.
         CheckpointError: the store could not be read.
     """
     spec = workflow._spec
@@ -118,6 +123,11 @@ def replay(
             if cp.kind is not CheckpointKind.PARTIAL
         ]
         if not cuts:
+            if sessions is not None:
+                raise CheckpointNotFound(
+                    f"session {session!r} has no checkpoint of workflow {spec.name!r} in the "
+                    "store; list its sessions with `actorflow checkpoints list STORE`"
+                )
             continue
         report.sessions += 1
         for start, chain in _runs(cuts):
@@ -126,6 +136,11 @@ def replay(
             if found is not None:
                 report.divergences.append(found)
                 break
+    if not report.sessions and sessions is None:
+        raise CheckpointNotFound(
+            f"the store holds no session of workflow {spec.name!r}: nothing to replay; check "
+            "the store and that the workflow is built with the name its sessions were run with"
+        )
     return report
 
 
@@ -254,6 +269,8 @@ def _compare(
         old_chunks = [c for _, c in restored.snapshots[executor] if c is not None]
         new_chunks = list(_blobs(scratch, mine.executors[executor]).values())
         old, new = decode_state(old_chunks), decode_state(new_chunks)
+        if issubclass(workflow._spec.programs[executor].cls, WorkflowExecutor):
+            old, new = _nested_content(old), _nested_content(new)
         if old == new:
             continue
         for attribute in sorted(set(old) | set(new)):
@@ -271,6 +288,20 @@ def _compare(
                     f"{_show(before)} in the stored run, {_show(after)} in the replay",
                 )
     return None
+
+
+def _nested_content(state: dict[str, Any]) -> dict[str, Any]:
+    """A sub-workflow's state with its nested record reduced to what the inner run
+    decided (superstep, kind, states, in-flight work): its id and times differ per run."""
+    record = state.get(NESTED_RECORD)
+    if not isinstance(record, bytes):
+        return state
+    nested = decode_checkpoint(record)
+    runtime = decode_runtime(nested.runtime)
+    runtime.pop("lineage", None)
+    runtime.pop("lineages", None)
+    content = (nested.superstep, nested.kind.value, nested.executors, runtime)
+    return {**state, NESTED_RECORD: content}
 
 
 def _outputs(cuts: Iterable[Checkpoint]) -> list[tuple[int, str, Any]]:
@@ -328,7 +359,8 @@ def _blobs(store: CheckpointStore, digests: Iterable[str]) -> dict[str, bytes]:
 
 
 class _Journal:
-    """Wraps each host so its step requests carry the stored run's effect results."""
+    """Gives each host's step requests the stored run's effect results (strict: an
+    effect without one raises ``EffectNotRecorded``, never calls)."""
 
     __slots__ = ("_dialect", "_recorded")
 
@@ -337,31 +369,8 @@ class _Journal:
         self._dialect = dialect
 
     def host(self, host: HostRef, program: HostedFactory) -> HostRef:
-        executor: str = getattr(program, "executor_id", "")
-        return _ReplayHost(host, self, executor)
+        return EffectFrameHost(host, getattr(program, "executor_id", ""), self.reframe)
 
-    def rewrite(self, executor: str, method: str, payload: bytes) -> bytes:
-        if method != "step":
-            return payload
-        request = StepRequest.unpacked(payload)
-        scope, fencing = (request.effects or ("", None))[:2]
-        recorded = self._recorded.get((executor, request.superstep), [])
-        return request._replace(effects=[scope, fencing, self._dialect, recorded]).packed()
-
-
-class _ReplayHost(HostProxy):
-    """A host whose step requests are rewritten by a :class:`_Journal`."""
-
-    __slots__ = ("_executor", "_journal")
-
-    def __init__(self, host: HostRef, journal: _Journal, executor: str) -> None:
-        super().__init__(host)
-        self._journal = journal
-        self._executor = executor
-
-    def call(self, method: str, payload: bytes) -> HostFuture:
-        return self._host.call(method, self._journal.rewrite(self._executor, method, payload))
-
-    def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
-        rewritten = self._journal.rewrite(self._executor, method, payload)
-        return self._host.load_call(factory, method, rewritten)
+    def reframe(self, executor: str, superstep: int, frame: EffectFrame) -> EffectFrame:
+        scope, fencing = frame[:2]
+        return [scope, fencing, self._dialect, self._recorded.get((executor, superstep), [])]

@@ -24,32 +24,39 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from actorflow.actors import entry_named, main_module_name
+from actorflow.actors import HostedFactory, HostRef, entry_named, main_module_name
 
 # Not re-exported by actorflow.actors: only the codec and this lookup need it.
 from actorflow.errors import CheckpointCorrupt, DecodeError, RequestError
-from actorflow.storage import MemoryStore, blob_digest, decode_checkpoint, encode_checkpoint
+from actorflow.storage import (
+    Checkpoint,
+    MemoryStore,
+    blob_digest,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 
 from ._context import Context
+from ._effects import EffectFrame, EffectFrameHost, EffectJournal
 from ._events import RequestEvent, RunResult
 from ._graph import explain_mismatch
 from ._policy import CheckpointPolicy
 from ._wire import unpack
 from ._workflow import Workflow
-from .checkpoints import prepare_snapshots
+from .checkpoints import decode_runtime, prepare_snapshots
 from .graph import Executor, handler, response_handler
 from .session import Session, open_private
 
-__all__ = ["OutputMode", "WorkflowExecutor"]
+__all__ = ["NESTED_RECORD", "OutputMode", "WorkflowExecutor"]
 
 OutputMode = Literal["send", "output"]
 """What a sub-workflow does with its inner outputs: send them along the parent's
 out-edges (``"send"``) or emit them as parent outputs (``"output"``)."""
 
-_RECORD = "checkpoint"
+NESTED_RECORD = "checkpoint"
 """Snapshot attribute holding the nested record; every other attribute but one is a blob."""
 _ASKED = "asked"
 """Snapshot attribute mapping the parent's ids of open inner requests that carry the
@@ -138,7 +145,7 @@ class WorkflowExecutor(Executor):
         One attribute per nested blob, so the parent's chunked, content-addressed
         snapshots store an unchanged (large) inner executor state only once.
         """
-        state: dict[str, Any] = {_RECORD: self._af_nested}
+        state: dict[str, Any] = {NESTED_RECORD: self._af_nested}
         if self._af_asked:
             state[_ASKED] = dict(self._af_asked)
         for digest in sorted(self._af_blobs):
@@ -152,9 +159,9 @@ class WorkflowExecutor(Executor):
             CheckpointCorrupt: the record or a blob is damaged, or a blob is missing.
             GraphMismatch: the record was taken on another inner graph (names the path).
         """
-        record = state.get(_RECORD)
+        record = state.get(NESTED_RECORD)
         asked = state.get(_ASKED) or {}
-        blobs = {k: v for k, v in state.items() if k not in (_RECORD, _ASKED)}
+        blobs = {k: v for k, v in state.items() if k not in (NESTED_RECORD, _ASKED)}
         if record is not None:
             self._check(record, blobs)
         self._af_nested = record
@@ -216,14 +223,19 @@ class WorkflowExecutor(Executor):
         """Resume the nested run, ``act`` on it, keep its new checkpoint, pass results up."""
         code = self._af_code
         store = MemoryStore()
+        nested = _NestedEffects(ctx._journal(), self.id)
         try:
             session = self._open(store)
+            resumed = session.last_checkpoint_id
+            for executor in code.workflow.executor_ids:
+                session.wrap_host(executor, nested.host)
             with session:
                 result = act(session)
                 last = session.last_checkpoint_id
             assert last is not None, "an inner session with a store checkpoints when idle"
             latest = store.load(last)
             blobs = {d: store.load_blob(d) for d in sorted(latest.blob_digests())}
+            nested.adopt(cp for cp in store.list() if cp.id != resumed)
         finally:
             store.close()
         for value in result.outputs:
@@ -254,6 +266,50 @@ class WorkflowExecutor(Executor):
         checkpoint = decode_checkpoint(self._af_nested)
         store.save(checkpoint, self._af_blobs)
         return open_private(inner._engine, store, self.id, checkpoint.id, _INNER_POLICY)
+
+
+class _NestedEffects:
+    """The parent's effect journal, carried into one delivery's inner run.
+
+    Inner effect keys are scoped by the parent's scope (two parent sessions never
+    share one); the inner run's results are recorded with the parent's superstep,
+    named ``<sub-workflow>/<executor>@<inner superstep>/<name>``; and when the parent
+    is replayed, the inner run gets those recorded results, so a replay calls nothing
+    inside a sub-workflow either. ``ctx.sql`` is refused inside (the inner run's store
+    is private to the delivery).
+    """
+
+    __slots__ = ("_outer", "_sub")
+
+    def __init__(self, outer: EffectJournal, sub: str) -> None:
+        self._outer = outer
+        self._sub = sub
+
+    def host(self, host: HostRef, program: HostedFactory) -> HostRef:
+        return EffectFrameHost(host, getattr(program, "executor_id", ""), self.reframe)
+
+    def reframe(self, executor: str, superstep: int, frame: EffectFrame) -> EffectFrame:
+        outer = self._outer
+        recorded = None
+        if outer.recorded is not None:
+            prefix = self._name(executor, superstep, "")
+            recorded = [
+                [name[len(prefix) :], n, result]
+                for (name, n), result in outer.recorded.items()
+                if name.startswith(prefix)
+            ]
+        return [f"{outer.scope}\x00{self._sub}\x00{frame[0]}", outer.fencing, None, recorded]
+
+    def adopt(self, cuts: Iterable[Checkpoint]) -> None:
+        """Record the effects the inner run's cuts hold in the parent's journal."""
+        for cp in cuts:
+            for executor, superstep, name, n, result in decode_runtime(cp.runtime).get(
+                "effects", []
+            ):
+                self._outer.made.append([self._name(executor, superstep, name), n, result])
+
+    def _name(self, executor: str, superstep: int, name: str) -> str:
+        return f"{self._sub}/{executor}@{superstep}/{name}"
 
 
 def _type_named(label: str) -> type:

@@ -8,7 +8,7 @@ import hashlib
 import io
 import random
 from collections.abc import Callable
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -265,3 +265,24 @@ def test_the_command_says_identical_or_diverges_in_its_exit_status(tmp_path: Pat
     with redirect_stdout(out):
         assert main([*argv, "--session", "s1"]) == 1
     assert "session 's1', superstep 1: executor 'cart': total was 20" in out.getvalue()
+
+
+def test_a_session_or_a_workflow_the_store_does_not_hold_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    _record(tmp_path / "s.db", sessions=1).close()
+    missing = pytest.raises(af.CheckpointNotFound, match="'nobody'")
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(*_old_classes()) as wf, missing:
+        replay(store, wf, ["nobody"])
+    cart, audit = _old_classes()
+    start = cart("cart")
+    other = af.WorkflowBuilder("other", start=start).add_edge(start, audit("audit")).build()
+    none = pytest.raises(af.CheckpointNotFound, match="no session of workflow 'other'")
+    with af.SQLiteStore(tmp_path / "s.db") as store, other as wf, none:
+        replay(store, wf)
+    err = io.StringIO()
+    argv = ["replay", str(tmp_path / "s.db"), "--workflow", "tests.test_replay:build_for_cli"]
+    _CLI_WORKFLOW[:] = [lambda: _workflow(*_old_classes())]
+    with redirect_stderr(err):
+        assert main([*argv, "--session", "nobody"]) == 2
+    assert "'nobody'" in err.getvalue()

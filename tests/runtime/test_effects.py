@@ -20,6 +20,7 @@ import pytest
 import actorflow as af
 from actorflow.actors import decode
 from actorflow.runtime.checkpoints import decode_runtime
+from actorflow.testing import replay
 from tests.support import outbox, pg
 
 pytestmark = pytest.mark.timeout(120)
@@ -429,3 +430,48 @@ def test_a_finished_part_persisted_before_a_kill_is_not_run_again_and_commits_on
 
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT * FROM ledger").fetchall() == [(7, "booked-7")]
+
+
+class Inner(af.Executor):
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[None]) -> None:
+        receipt = ctx.effect(CALLS, order, key="charge")
+        ctx.output([receipt.order, ctx.effect_key("after")])
+
+
+def _nested() -> tuple[af.Workflow, af.Workflow]:
+    """(the parent, its sub-workflow's inner workflow): the caller closes both."""
+    inner = af.WorkflowBuilder("inner", start=Inner("inner")).build()
+    sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+
+    class Forward(af.Executor):
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[int]) -> None:
+            ctx.send(order)
+
+    start = Forward("start")
+    return af.WorkflowBuilder("nested", start=start).add_edge(start, sub).build(), inner
+
+
+def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recorded(
+    tmp_path: Path,
+) -> None:
+    store = af.SQLiteStore(tmp_path / "s.db")
+    parent, inner = _nested()
+    with parent as wf, inner:
+        with wf.session("a", store=store) as a:
+            [[order_a, key_a]] = a.run(5).outputs
+        with wf.session("b", store=store) as b:
+            [[order_b, key_b]] = b.run(5).outputs
+    assert (order_a, order_b) == (5, 5)
+    assert key_a != key_b  # the same sub-workflow id in two parent sessions: two keys
+    [cut] = [cp for cp in store.list(session="a") if cp.kind.value == "step" and cp.superstep == 2]
+    [(executor, superstep, name, n, _)] = decode_runtime(cut.runtime)["effects"]
+    assert (executor, superstep, name, n) == ("sub", 2, "sub/inner@1/charge", 0)
+    CALLS.made.clear()
+    parent, inner = _nested()
+    with parent as wf, inner:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+    assert CALLS.made == []  # the replay called nothing inside the sub-workflow either
+    store.close()
