@@ -161,18 +161,17 @@ def _rows(kind: str, where: str, table: str) -> list[tuple[int, str]]:
 
 
 def _spawn(config: dict[str, Any]) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.effects_crash", "--child", json.dumps(config)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    """A child on ``config``; its stderr goes to ``config["log"] + ".err"`` (appended)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    with open(config["log"] + ".err", "a", encoding="utf-8") as errors:  # the child keeps a copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "bench.effects_crash", "--child", json.dumps(config)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path},
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
 
 
 def _kill_once(config: dict[str, Any], rng: random.Random) -> bool:
@@ -183,7 +182,8 @@ def _kill_once(config: dict[str, Any], rng: random.Random) -> bool:
     line = proc.stdout.readline()  # READY (or EOF if it died: reported by the checks)
     if line.strip() != "READY":
         proc.wait(timeout=60)
-        raise RuntimeError(f"the child did not start: {line!r}")
+        errors = Path(config["log"] + ".err").read_text(encoding="utf-8")
+        raise RuntimeError(f"the child did not start: {line!r}; its stderr ends: {errors[-2000:]}")
     try:
         proc.wait(timeout=rng.uniform(0.0, MAX_DELAY))
         return False  # it finished all its orders first
@@ -197,7 +197,11 @@ def _finish(config: dict[str, Any]) -> None:
     proc = _spawn({**config, "orders": 0})
     out, _ = proc.communicate(timeout=300)
     if proc.returncode != 0 or "DONE" not in out:
-        raise RuntimeError(f"the last child failed (exit {proc.returncode}): {out!r}")
+        errors = Path(config["log"] + ".err").read_text(encoding="utf-8")
+        raise RuntimeError(
+            f"the last child failed (exit {proc.returncode}): {out!r}; its stderr ends: "
+            f"{errors[-2000:]}"
+        )
 
 
 def _committed(store: af.CheckpointStore) -> tuple[dict[int, list[str]], set[int], set[int]]:
