@@ -16,6 +16,7 @@ import os
 import resource
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ __all__ = [
     "HandoffEcho",
     "Options",
     "SleepEcho",
+    "TellFloor",
     "alternate",
     "alternate_all",
     "bytes_under",
@@ -226,6 +228,60 @@ class AskFloor:
                 ref.ask(_SMALL)
 
         return self.asks / time_call(one)
+
+
+class Relay(pykka.ThreadingActor):
+    """A bare actor of the tell floor: decodes the payload, re-encodes it, and tells the
+    next actor of the ring, until the hop budget is spent (then it sets ``finished``)."""
+
+    def __init__(self, finished: threading.Event) -> None:
+        super().__init__()
+        self.finished = finished
+        self.next: Any = None
+
+    def on_receive(self, message: Any) -> None:
+        if type(message) is not tuple:  # the next actor of the ring, set once
+            self.next = message
+            return
+        left, payload = message
+        payload = _roundtrip(payload)
+        if left <= 0:
+            self.finished.set()
+        else:
+            self.next.tell((left - 1, payload))
+
+
+class TellFloor:
+    """Two bare actors passing a msgpack payload on with ``tell``: one hand-off per hop,
+    the limit for one thread per actor. :meth:`sample` returns hops/s."""
+
+    def __init__(self, hops: int = 2001) -> None:
+        self.hops = hops
+        self._refs: list[Any] = []
+        self._finished = threading.Event()
+
+    def __enter__(self) -> TellFloor:
+        self._refs = [Relay.start(self._finished), Relay.start(self._finished)]
+        a, b = self._refs
+        a.tell(b)
+        b.tell(a)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for ref in self._refs:
+            ref.stop()
+
+    def sample(self) -> float:
+        """Hops/s over ``hops`` hops around the ring."""
+        self._finished.clear()
+        first = self._refs[0]
+
+        def one() -> None:
+            first.tell((self.hops - 1, _SMALL))
+            if not self._finished.wait(60):
+                raise TimeoutError("the tell floor's ring stalled")
+
+        return self.hops / time_call(one)
 
 
 class GatherFloor:
