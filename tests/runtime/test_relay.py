@@ -116,7 +116,7 @@ def test_a_cancel_stops_a_hung_relayed_handler_and_the_session_goes_on() -> None
             def run() -> None:
                 try:
                     outcome.append(session.run(0))
-                except BaseException as exc:  # noqa: BLE001 - the test reads it
+                except BaseException as exc:
                     outcome.append(exc)
 
             runner = threading.Thread(target=run)
