@@ -107,6 +107,7 @@ class Relay:
         """Who handles the answer in flight: None (nobody yet), "relay" or "supervisor"."""
         self._waiting = 0
         """Answers of the superstep in flight still to come."""
+        self._given_back = False
         self._registering = False
         self._landed_early = False
 
@@ -126,7 +127,7 @@ class Relay:
         stepper, job = self._stepper, self._job
         while True:
             if not stepper.relays(job, self.steps):
-                self._back.release()
+                self._give_back()
                 return
             self.steps += 1
             opened = stepper.open_superstep(job)
@@ -139,12 +140,12 @@ class Relay:
                 )
             except Exception:  # noqa: BLE001 - the supervisor sends it again and handles it
                 self.in_flight = (opened, None)
-                self._back.release()
+                self._give_back()
                 return
             self.in_flight = (opened, sent)
             futures = list(sent[0].values())
             if not all(isinstance(f, ReplyFuture) for f in futures):
-                self._back.release()  # not a thread host's: no thread to call back on
+                self._give_back()  # not a thread host's: no thread to call back on
                 return
             with self._lock:
                 self._owner = None
@@ -154,8 +155,8 @@ class Relay:
                 future.add_done_callback(self._landed)
             with self._lock:
                 self._registering = False
-                if not self._landed_early:
-                    return  # the thread of the host that answers last goes on
+                if self._owner is not None or not self._landed_early:
+                    return  # the last host's thread goes on (or the supervisor took over)
                 self._landed_early = False
                 self._owner = "relay"
             if not self._close(futures):
@@ -173,9 +174,13 @@ class Relay:
                 self._landed_early = True  # the registering thread goes on
                 return
             self._owner = "relay"
-        assert self.in_flight is not None and self.in_flight[1] is not None
-        if self._close(list(self.in_flight[1][0].values())):
-            self._advance()
+        try:
+            assert self.in_flight is not None and self.in_flight[1] is not None
+            if self._close(list(self.in_flight[1][0].values())):
+                self._advance()
+        except BaseException as exc:  # noqa: BLE001 - never into the host's own loop
+            self.error = exc
+            self._give_back()
 
     def _close(self, futures: list[HostFuture]) -> bool:
         """Close the superstep in flight here if every answer is a report; whether to go on."""
@@ -183,7 +188,7 @@ class Relay:
             for future in futures:
                 StepReport.unpacked(future.get(timeout=0))
         except Exception:  # noqa: BLE001 - a failure: restarting is the supervisor's work
-            self._back.release()
+            self._give_back()
             return False
         assert self.in_flight is not None
         opened, sent = self.in_flight
@@ -192,9 +197,17 @@ class Relay:
             self._stepper.close_superstep(self._job, opened, sent)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the supervisor's thread
             self.error = exc
-            self._back.release()
+            self._give_back()
             return False
         return True
+
+    def _give_back(self) -> None:
+        """Hand the baton back to the supervisor's thread (once)."""
+        with self._lock:
+            if self._given_back:
+                return
+            self._given_back = True
+        self._back.release()
 
     def _take_over(self) -> bool:
         """Take the superstep in flight over (a cancel); False while a host's thread has it."""
