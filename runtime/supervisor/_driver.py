@@ -48,7 +48,6 @@ from ._job import Payload, RunJob
 from ._journals import Journals
 from ._last_good import Chunks, LastGood
 from ._recovery import Recovery
-from ._relay import Opened, Relay, Sent
 
 __all__ = ["Driver"]
 
@@ -234,9 +233,6 @@ class Driver:
                         run_id=job.run_id,
                         superstep=state.superstep,
                     )
-                if self.relays(job, steps):
-                    steps = self._relay(job, steps)
-                    continue
                 steps += 1
                 telemetry.superstep(state.superstep + 1, lambda: self._superstep(job))
             pending = tuple(sorted(state.pending))
@@ -308,37 +304,11 @@ class Driver:
         job.emit(end)
 
     def _superstep(self, job: RunJob) -> None:
-        self.close_superstep(job, self.open_superstep(job))
-
-    def relays(self, job: RunJob, steps: int) -> bool:
-        """Whether the next superstep may run on the relay (see ``_relay``): it needs no
-        store, no trace and no deadline, and the run may go on."""
-        inbox = self.state.inbox
-        if not inbox or steps >= job.max_supersteps or job.cancel.is_set():
-            return False
-        if self._cuts is not None or self._telemetry is not SILENT or self.broken is not None:
-            return False
-        timeouts, hosts = self.spec.timeouts, self._hosts
-        return all(timeouts.get(t) is None and not hosts.unrestored(t) for t in inbox)
-
-    def _relay(self, job: RunJob, steps: int) -> int:
-        """Run supersteps on the relay while they qualify; the run's supersteps after."""
-        relay = Relay(self, job, steps)
-        relay.run()
-        if relay.error is not None:
-            raise relay.error
-        if relay.in_flight is not None:  # failed, cancelled or not relayable after all
-            opened, sent = relay.in_flight
-            self.close_superstep(job, opened, sent)
-        return relay.steps
-
-    def open_superstep(self, job: RunJob) -> Opened:
-        """Start the next superstep: take its inbox out of the state and announce it (or,
-        with a cut still to write, arrange for both once every host has its part)."""
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
         superstep = state.superstep + 1
         inbox, state.inbox = state.inbox, {}
         targets = sorted(inbox)
+        emit = job.emit
         on_sent: Callable[[], None] | None = None
         announced = [False]  # whether the caller heard of this superstep (a cell: on_sent sets it)
         if cuts is not None and cuts.unwritten:
@@ -353,24 +323,8 @@ class Driver:
             self._announce(job, superstep, targets, inbox)
             announced[0] = True
         checkpoint_now = cuts is not None and cuts.due(superstep)
-        return Opened(
-            superstep,
-            targets,
-            inbox,
-            announced,
-            on_sent,
-            want_snapshot=self._recovery.active or checkpoint_now,
-            persist=checkpoint_now and cuts is not None and cuts.persists_parts(targets),
-            checkpoint_now=checkpoint_now,
-        )
-
-    def close_superstep(self, job: RunJob, opened: Opened, sent: Sent | None = None) -> None:
-        """Finish an opened superstep: run it (its parts already ``sent``, or not yet),
-        restart failures, roll it back if it fails, route what it produced, checkpoint."""
-        state, cuts, telemetry = self.state, self._cuts, self._telemetry
-        superstep, targets, inbox = opened.superstep, opened.targets, opened.inbox
-        checkpoint_now = opened.checkpoint_now
-        emit = job.emit
+        want_snapshot = self._recovery.active or checkpoint_now
+        persist = checkpoint_now and cuts is not None and cuts.persists_parts(targets)
         try:
             done = cuts.take_completed(superstep, targets, state) if cuts and cuts.completed else {}
             to_run = [t for t in targets if t not in done] if done else targets
@@ -379,10 +333,9 @@ class Driver:
                 superstep,
                 to_run,
                 inbox,
-                want_snapshot=opened.want_snapshot,
-                persist=opened.persist,
-                on_sent=opened.on_sent,
-                sent=sent,
+                want_snapshot=want_snapshot,
+                persist=persist,
+                on_sent=on_sent,
             )
             reports.update(done)
         except BaseException as exc:
@@ -399,9 +352,7 @@ class Driver:
             )
             if broken is not None:
                 self.broken = broken
-            elif opened.announced[
-                0
-            ]:  # (a superstep whose start the caller never heard of is not news)
+            elif announced[0]:  # (a superstep whose start the caller never heard of is not news)
                 emit(
                     ev.SuperstepRolledBackEvent(
                         job.run_id, superstep, time.time(), tuple(targets), _reason(exc)
@@ -507,12 +458,11 @@ class Driver:
         want_snapshot: bool,
         persist: bool,
         on_sent: Callable[[], None] | None,
-        sent: Sent | None = None,
     ) -> dict[str, StepReport]:
         """Run the superstep's targets in parallel; restart failures alone.
 
         ``on_sent`` is called once, when every host has its part and before any answer
-        is read. ``sent``: the parts already handed out (the relay's), else None.
+        is read.
         """
         reports: dict[str, StepReport] = {}
         pending = targets
@@ -533,9 +483,8 @@ class Driver:
                 reports=reports,
                 on_answer=on_answer if persist else None,
                 on_sent=on_sent,
-                sent=sent,
             )
-            on_sent, sent = None, None
+            on_sent = None
             if not failures:
                 return reports
             for failure in failures:
@@ -548,15 +497,17 @@ class Driver:
             pending = [f.executor for f in failures]
         return reports
 
-    def send(
+    def _dispatch(
         self,
         superstep: int,
         targets: list[str],
         inbox: dict[str, list[Any]],
         *,
         want_snapshot: bool,
-    ) -> Sent:
-        """Hand each target its part of ``superstep``; (futures, when they were handed out)."""
+        reports: dict[str, StepReport],
+        on_answer: Callable[[str, bytes, int], None] | None,
+        on_sent: Callable[[], None] | None,
+    ) -> list[StepFailure]:
         futures: dict[str, HostFuture] = {}
         telemetry, hosts, suffix = self._telemetry, self._hosts, self.request_suffix
         effects = self._effect_frame
@@ -571,24 +522,6 @@ class Driver:
                 effects,
             )
             futures[target] = hosts.call(target, "step", request.packed())
-        return futures, started
-
-    def _dispatch(
-        self,
-        superstep: int,
-        targets: list[str],
-        inbox: dict[str, list[Any]],
-        *,
-        want_snapshot: bool,
-        reports: dict[str, StepReport],
-        on_answer: Callable[[str, bytes, int], None] | None,
-        on_sent: Callable[[], None] | None,
-        sent: Sent | None = None,
-    ) -> list[StepFailure]:
-        telemetry, hosts = self._telemetry, self._hosts
-        if sent is None:
-            sent = self.send(superstep, targets, inbox, want_snapshot=want_snapshot)
-        futures, started = sent
         if on_sent is not None:
             on_sent()
         failures: list[StepFailure] = []
