@@ -24,6 +24,11 @@ each against a floor taken in the same run, alternated with it:
   pass it (Ray itself moves arguments and results over 100 KiB through its object
   store), against ``ray.put`` first and the reference passed. A ratio below 1
   means inline is faster.
+- **ray_first_run**: the first run (21 supersteps of the W1 cycle) of the first
+  workflow built on a Ray that is already running: its classes checked on a worker
+  and its workers started. Floor: its second run. Target: <= 1 s. ``details``: the
+  same on another backend started with ``start(workers=2)`` (which returns once
+  they run), and ``ray.init``'s own time.
 - **restart_cost_ray**: a 401-superstep cycle checkpointed to a MemoryStore, with
   the worker of the executor in step 100, 200, 300 and 400 SIGKILLed mid-step
   (a new worker is started and restored each time). Floor: the same run without
@@ -273,6 +278,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend.start()
     init_s = time.perf_counter() - started
     import ray
+
+    # The first run of the first workflow built on the running cluster (its classes not
+    # yet checked, no worker started): against its second run.
+    with build_w1(backend) as wf:
+        started = time.perf_counter()
+        assert wf.run(990).outputs == [1000]
+        first_s = time.perf_counter() - started
+        started = time.perf_counter()
+        assert wf.run(990).outputs == [1000]
+        second_s = time.perf_counter() - started
+    ahead = af.RayBackend()  # another backend on the same cluster, as a service starts one
+    ahead.start(workers=2)
+    with build_w1(ahead) as wf:
+        started = time.perf_counter()
+        assert wf.run(990).outputs == [1000]
+        ahead_s = time.perf_counter() - started
+    ahead.shutdown()
+    report(
+        "ray_first_run",
+        "seconds",
+        first_s,
+        "s",
+        floor=second_s,
+        floor_unit="s",
+        floor_name="the same workflow's second run",
+        target_op="<=",
+        target_value=1.0,
+        target_on="value",
+        quick=quick,
+        ray_init_s=round(init_s, 2),
+        started_ahead_s=round(ahead_s, 3),
+        started_ahead="RayBackend.start(workers=2) (returns with them running), then built",
+    )
 
     # W1 on Ray against serial bare calls.
     pair = _echo_actors(ray, 2)

@@ -180,14 +180,38 @@ class RayBackend:
         }
         return (_rebuild, (settings,))
 
-    def start(self) -> None:
-        """Start (or connect to) Ray now, with this backend's ``init``, if it is not running.
+    def start(self, *, workers: int = 0) -> None:
+        """Start (or connect to) Ray now, with this backend's ``init``, if it is not running,
+        and start ``workers`` worker processes ahead, for executors with the graph-wide
+        ``options``.
 
-        Otherwise that happens when the first session starts its hosts, on the
-        supervisor's thread; Ray installs its signal handlers only when started on
-        the main thread, so a program that owns its Ray calls this first.
+        Otherwise Ray starts when the first session starts its hosts, on the
+        supervisor's thread; Ray installs its signal handlers only when started on the
+        main thread, so a program that owns its Ray calls this first. A worker process
+        takes ~1 s to start and import: a service that starts as many as its first
+        workflow hosts in workers (and keeps one backend for all its workflows, whose
+        reserve hands workers on) starts its first run without waiting for one. This
+        returns once Ray is up and the workers run.
         """
-        ray_module(self._init)
+        ray = ray_module(self._init)
+        ready = self._start_workers(ray, None, workers)
+        if ready:
+            ray.get(ready, timeout=120)
+
+    def _start_workers(self, ray: Any, executor: str | None, count: int) -> list[Any]:
+        """Start ``count`` workers of ``executor``'s placement (None: the graph-wide
+        options) in the background, parked as spares: ``known`` is the reference to
+        their (empty) preload, so a spawn that takes one before it runs waits for it.
+        Returns those references."""
+        options = self.options_for(executor) if executor is not None else dict(self._options)
+        key = self.placement(executor) if executor is not None else _freeze(options)
+        actor = actor_class(ray).options(**options)
+        ready = []
+        for _ in range(count):
+            worker = actor.remote()
+            ready.append(worker.preload.remote([]))
+            self._reserve.park(worker, key, spare=True, known=ready[-1])
+        return ready
 
     # --- ActorBackend -------------------------------------------------------------
 
@@ -254,17 +278,27 @@ class RayBackend:
         if not todo:
             return
         ray = ray_module(self._init)
-        task = check_task(ray)
         pending = []
-        for executors in todo.values():
-            env = self.options_for(executors[0][0]).get("runtime_env")
-            options: dict[str, Any] = {"num_cpus": 0}
-            if env is not None:
-                options["runtime_env"] = env
-            pending.append(task.options(**options).remote(executors))
-        for ref in pending:
+        for placement, executors in todo.items():
+            # A worker of the placement checks them: one parked already, or one started
+            # now with the others its executors will need, all parked for the spawns
+            # that follow. The processes start together, once: the first run on a
+            # running cluster waits for one worker start (~0.7 s), not a check task's
+            # process and then the workers' (~1.2 s).
+            parked = self._reserve.peek(placement)
+            if parked is None and not _reserves(self.options_for(executors[0][0])):
+                self._start_workers(ray, executors[0][0], len(executors))
+                parked = self._reserve.peek(placement)
+            ref = parked.check.remote(executors) if parked is not None else None
+            pending.append((executors, ref))
+        for executors, ref in pending:
             try:
-                ray.get(ref, timeout=120)
+                try:
+                    ray.get(
+                        ref if ref is not None else self._check_task(ray, executors), timeout=120
+                    )
+                except ray.exceptions.RayActorError:  # the parked worker died: a task, then
+                    ray.get(self._check_task(ray, executors), timeout=120)
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause
                 if isinstance(cause, WorkerImportFailed):
@@ -273,6 +307,14 @@ class RayBackend:
         for executor, factory in factories.items():
             if executor not in self._on_driver:
                 self._programs.checked(self.placement(executor), factory)
+
+    def _check_task(self, ray: Any, executors: list[tuple[str, str, bytes]]) -> Any:
+        """A Ray task unpickling ``executors``' programs (in their runtime env)."""
+        env = self.options_for(executors[0][0]).get("runtime_env")
+        options: dict[str, Any] = {"num_cpus": 0}
+        if env is not None:
+            options["runtime_env"] = env
+        return check_task(ray).options(**options).remote(executors)
 
     def shutdown(self) -> None:
         """Kill the reserve's idle workers (hosts lent to sessions stop with them)."""

@@ -1,8 +1,9 @@
 """The idle Ray workers a backend keeps for reuse, by placement.
 
-A worker process costs ~0.5 s to start, so a worker its session let go is parked
+A worker process costs ~0.5-1 s to start, so a worker its session let go is parked
 here for the next spawn with the same placement (up to the reserve's size), as
-are the spares started ahead (not counted against it). Each parked worker comes
+are the spares started ahead (not counted against it): a released worker is
+taken before a spare, which may still be starting. Each parked worker comes
 with the digests of the programs it holds, so its new host sends only digests for
 those. Shared by the backend (takes, spares) and every :class:`~._host.RayHost`
 it starts (parks). Thread-safe.
@@ -32,12 +33,24 @@ class Reserve:
         self._parked: dict[Hashable, list[tuple[Any, Any]]] = {}
 
     def take(self, placement: Hashable) -> tuple[tuple[Any, Any] | None, int]:
-        """The oldest parked worker of ``placement`` (the most likely running) or None,
-        and how many are left parked there."""
+        """A parked worker of ``placement`` or None, and how many are left parked there.
+
+        A worker a session gave back (``known``: a tuple) is running for sure, so the
+        oldest of those goes first; else the oldest spare (``known``: the reference to
+        its preload), which may still be starting.
+        """
         with self._lock:
             parked = self._parked.get(placement)
-            taken = parked.pop(0) if parked else None
-            return taken, len(parked or ())
+            if not parked:
+                return None, 0
+            index = next((i for i, (_h, known) in enumerate(parked) if type(known) is tuple), 0)
+            return parked.pop(index), len(parked)
+
+    def peek(self, placement: Hashable) -> Any | None:
+        """The handle of the oldest parked worker of ``placement``, left parked; or None."""
+        with self._lock:
+            parked = self._parked.get(placement)
+            return parked[0][0] if parked else None
 
     def park(
         self, handle: Any, placement: Hashable, *, spare: bool = False, known: Any = ()

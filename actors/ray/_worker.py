@@ -174,6 +174,10 @@ class Worker:
                 self._programs.popitem(last=False)
         return list(self._programs)
 
+    def check(self, executors: list[tuple[str, str, bytes]]) -> None:
+        """:func:`check_programs` in this worker (a parked one, already running)."""
+        check_programs(executors)
+
 
 def check_programs(executors: list[tuple[str, str, bytes]]) -> None:
     """Ray task: unpickle each program (worker side); raise WorkerImportFailed if one fails."""

@@ -61,6 +61,34 @@ def test_executors_run_in_worker_processes(backend: af.ActorBackend) -> None:
     assert (pid != os.getpid()) == isinstance(backend, af.RayBackend)
 
 
+class Pids(af.Executor):
+    @af.handler
+    def on_work(self, work: Work, ctx: af.Context[Any]) -> None:
+        ctx.output(os.getpid())
+        if work.n:
+            ctx.send(Work(work.n - 1))
+
+
+def test_workers_started_ahead_serve_the_first_run_of_a_workflow(ray_cluster: Any) -> None:
+    """``start(workers=2)`` starts two worker processes the first workflow built on the
+    backend runs on: its first run (and the check of its classes) starts no process."""
+    backend = af.RayBackend(spares=0)
+    try:
+        backend.start(workers=2)
+        key = backend.placement("a")
+        parked = [backend._reserve.take(key)[0] for _ in range(2)]
+        ahead = {ray_cluster.get(handle.pid.remote(), timeout=60) for handle, _ in parked}
+        for handle, known in parked:  # (looked at, and put back as they were)
+            backend._reserve.park(handle, key, spare=True, known=known)
+        start = Pids("a")
+        builder = af.WorkflowBuilder("ahead", start=start).add_edge(start, Pids("b"))
+        with builder.add_edge("b", "a").build(backend=backend) as wf:
+            pids = set(wf.run(Work(5)).outputs)
+        assert pids == ahead
+    finally:
+        backend.shutdown()
+
+
 def test_every_socket_is_on_loopback(ray_cluster: Any) -> None:
     """With the loopback setting, every socket of this process and its Ray is on 127.0.0.0/8."""
     backend = af.RayBackend()
