@@ -76,7 +76,11 @@ def test_workers_started_ahead_serve_the_first_run_of_a_workflow(ray_cluster: An
     try:
         backend.start(workers=2)
         key = backend.placement("a")
-        parked = [backend._reserve.take(key)[0] for _ in range(2)]
+        parked = []
+        for _ in range(2):
+            taken, _left = backend._reserve.take(key)
+            assert taken is not None, "start(workers=2) parked two workers"
+            parked.append(taken)
         ahead = {ray_cluster.get(handle.pid.remote(), timeout=60) for handle, _ in parked}
         for handle, known in parked:  # (looked at, and put back as they were)
             backend._reserve.park(handle, key, spare=True, known=known)
