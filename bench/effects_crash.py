@@ -39,6 +39,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +307,25 @@ def trial(kind: str, kills: int, seed: int, quick: bool, tmp: Path) -> dict[str,
     return counts
 
 
+def _report(bench: str, counts: Mapping[str, int], quick: bool, **details: Any) -> None:
+    """One figure: the violations among ``counts`` (every other count a detail)."""
+    report(
+        bench,
+        "violations",
+        counts["violations"],
+        "events",
+        floor=None,
+        floor_unit="",
+        floor_name="none: every violation is a defect",
+        target_op="<=",
+        target_value=0,
+        target_on="value",
+        quick=quick,
+        counts={k: v for k, v in counts.items() if k != "violations"},
+        **details,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Kill, resume, count; one record per store and one for all of them."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -326,36 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             counts = trial(kind, shares[kind], seed=index, quick=args.quick, tmp=Path(tmp))
         all_counts.update(counts)
-        report(
-            f"effects_crash_{kind}",
-            "violations",
-            counts["violations"],
-            "events",
-            floor=None,
-            floor_unit="",
-            floor_name="none: every violation is a defect",
-            target_op="<=",
-            target_value=0,
-            target_on="value",
-            quick=args.quick,
-            counts={k: v for k, v in counts.items() if k != "violations"},
-        )
-    report(
-        "effects_crash",
-        "violations",
-        all_counts["violations"],
-        "events",
-        floor=None,
-        floor_unit="",
-        floor_name="none: every violation is a defect",
-        target_op="<=",
-        target_value=0,
-        target_on="value",
-        quick=args.quick,
-        stores=kinds,
-        seconds=round(time.perf_counter() - started, 1),
-        counts={k: v for k, v in all_counts.items() if k != "violations"},
-    )
+        _report(f"effects_crash_{kind}", counts, args.quick)
+    seconds = round(time.perf_counter() - started, 1)
+    _report("effects_crash", all_counts, args.quick, stores=kinds, seconds=seconds)
     return 0
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import actorflow as af
-from actorflow.actors import HostedFactory, HostFuture, HostRef
+from actorflow.actors import HostedFactory, HostFuture, HostProxy, HostRef
 from actorflow.testing import inject_fault, run_to_idle
 
 
@@ -77,10 +77,7 @@ def test_a_wrapper_given_twice_wraps_once() -> None:
     """``Session.wrap_host`` with a wrapper it already has changes nothing."""
     calls: list[str] = []
 
-    class Counting:
-        def __init__(self, host: HostRef) -> None:
-            self._host = host
-
+    class Counting(HostProxy):
         def call(self, method: str, payload: bytes) -> HostFuture:
             calls.append(method)
             return self._host.call(method, payload)
@@ -88,16 +85,6 @@ def test_a_wrapper_given_twice_wraps_once() -> None:
         def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> HostFuture:
             calls.append(method)
             return self._host.load_call(factory, method, payload)
-
-        def unload(self) -> HostFuture:
-            return self._host.unload()
-
-        def stop(self) -> None:
-            self._host.stop()
-
-        @property
-        def alive(self) -> bool:
-            return self._host.alive
 
     def wrap(host: HostRef, program: Any) -> HostRef:
         return Counting(host)
