@@ -20,7 +20,7 @@ from actorflow.actors import HostFuture, WaitAny, group_wait
 from actorflow.errors import ExecutorTimedOut
 from actorflow.runtime._pace import PACE
 
-__all__ = ["CANCEL_GRACE", "Interrupted", "Outcome", "TimedOut", "collect"]
+__all__ = ["CANCEL_GRACE", "Interrupted", "Outcome", "TimedOut", "collect", "wait_released"]
 
 
 TimedOut = ExecutorTimedOut
@@ -172,6 +172,15 @@ def collect(
             all_in=all_in,
             landed=landed,
         )
+
+
+def wait_released(lock: threading.Lock, cancel: threading.Event | None) -> bool:
+    """Acquire ``lock`` (no deadline), giving up :data:`CANCEL_GRACE` s after a cancel.
+
+    Returns:
+        Whether it was acquired; False: the run was cancelled and it was not in time.
+    """
+    return _Stop(cancel).wait(lock, None)
 
 
 def _in_order(

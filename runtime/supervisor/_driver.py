@@ -38,9 +38,10 @@ from actorflow.runtime.checkpoints import Checkpointer, RunState
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.storage import BlobBatchReader, sql_dialect
 
-from ._barrier import Interrupted, TimedOut, collect
+from ._barrier import Interrupted, Outcome, TimedOut, collect, wait_released
 from ._cuts import CutWriter, Parts
 from ._drops import report_drops
+from ._express import Chain
 from ._failures import StepFailure, qualname
 from ._history import HistoryLog
 from ._hosts import Hosts, HostWrapper
@@ -211,6 +212,9 @@ class Driver:
         steps = 0
         emit = job.emit
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
+        # Supersteps of one executor go from host to host when nothing is decided
+        # between them: no cut to write, no state to keep for a restart, no spans.
+        express = cuts is None and not self._recovery.active and telemetry is SILENT
         try:
             if first_checkpoint is not None and cuts is not None:
                 cuts.write_first(job, first_checkpoint, state, self.spec.start, telemetry)
@@ -233,8 +237,11 @@ class Driver:
                         run_id=job.run_id,
                         superstep=state.superstep,
                     )
-                steps += 1
-                telemetry.superstep(state.superstep + 1, lambda: self._superstep(job))
+                if express and len(state.inbox) == 1:
+                    steps += self._express(job, job.max_supersteps - steps)
+                else:
+                    steps += 1
+                    telemetry.superstep(state.superstep + 1, lambda: self._superstep(job))
             pending = tuple(sorted(state.pending))
             now = time.time()
             status = ev.RunStatus.IDLE_WITH_PENDING_REQUESTS if pending else ev.RunStatus.COMPLETED
@@ -303,7 +310,45 @@ class Driver:
                 )
         job.emit(end)
 
-    def _superstep(self, job: RunJob) -> None:
+    def _express(self, job: RunJob, budget: int) -> int:
+        """Run one-executor supersteps as a chain, at most ``budget`` (see ``_express``),
+        then settle each as :meth:`_superstep` would have; returns how many ran."""
+        state = self.state
+        [(target, deliveries)] = state.inbox.items()
+        if self.spec.timeouts.get(target) is not None:
+            self._superstep(job)  # a deadline is the supervisor's to watch
+            return 1
+        chain = Chain(
+            self._hosts,
+            limits=self.spec.timeouts,
+            suffix=self.request_suffix,
+            effects=self._effect_frame,
+            cancel=self._stopping,
+            budget=budget,
+        )
+        state.inbox = {}
+        chain.start(state.superstep + 1, target, deliveries)
+        if not wait_released(chain.done, self._stopping):
+            chain.abandon()  # cancelled, and a handler is still running past the grace
+        for link in chain.links:
+            # Each link's batch is what the one before it routed: in flight no more.
+            inbox = {link.target: link.deliveries}
+            state.inbox = {}
+            self._announce(job, link.superstep, [link.target], inbox)
+            self._settle(job, link.superstep, [link.target], {link.target: link.report})
+        stopped = chain.stopped
+        if stopped is None:
+            return len(chain.links)
+        # The step the chain did not complete fails as it would have in a superstep of
+        # its own (restarted, or rolled back), with the same events.
+        state.inbox = {stopped.target: stopped.deliveries}
+        error = stopped.error if stopped.error is not None else Interrupted(stopped.target)
+        self._superstep(job, given={stopped.target: error})
+        return len(chain.links) + 1
+
+    def _superstep(self, job: RunJob, given: dict[str, BaseException] | None = None) -> None:
+        """Run one superstep; ``given``: the outcome of its executors' first attempt, when
+        it is already known (an express chain's failed step), instead of running them."""
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
         superstep = state.superstep + 1
         inbox, state.inbox = state.inbox, {}
@@ -336,6 +381,7 @@ class Driver:
                 want_snapshot=want_snapshot,
                 persist=persist,
                 on_sent=on_sent,
+                given=given,
             )
             reports.update(done)
         except BaseException as exc:
@@ -361,6 +407,19 @@ class Driver:
             if cuts is not None and cuts.unwritten:
                 cuts.write_unwritten(job, state, telemetry)  # no host started: the cut counts
             raise
+        self._settle(job, superstep, targets, reports)
+        if checkpoint_now:
+            assert cuts is not None
+            if cuts.may_defer(state):
+                cuts.unwritten = True
+            else:
+                cuts.write(job, "step", state, telemetry)
+
+    def _settle(
+        self, job: RunJob, superstep: int, targets: list[str], reports: dict[str, StepReport]
+    ) -> None:
+        """Take a completed superstep's reports: route, emit, remember; it is then done."""
+        state, cuts, emit = self.state, self._cuts, job.emit
         new_inbox = state.inbox
         now = time.time()
         last = self._last
@@ -398,12 +457,6 @@ class Driver:
         self._complete_fan_ins(new_inbox)
         state.superstep = superstep
         emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
-        if checkpoint_now:
-            assert cuts is not None
-            if cuts.may_defer(state):
-                cuts.unwritten = True
-            else:
-                cuts.write(job, "step", state, telemetry)
 
     def _effect_frame_of(self) -> list[Any]:
         """``[scope, fencing token, SQL dialect, recorded]`` for this run's handlers; the
@@ -458,11 +511,13 @@ class Driver:
         want_snapshot: bool,
         persist: bool,
         on_sent: Callable[[], None] | None,
+        given: dict[str, BaseException] | None = None,
     ) -> dict[str, StepReport]:
         """Run the superstep's targets in parallel; restart failures alone.
 
         ``on_sent`` is called once, when every host has its part and before any answer
-        is read.
+        is read. ``given``: the failures of a first attempt already made (see
+        :meth:`_superstep`).
         """
         reports: dict[str, StepReport] = {}
         pending = targets
@@ -483,8 +538,9 @@ class Driver:
                 reports=reports,
                 on_answer=on_answer if persist else None,
                 on_sent=on_sent,
+                given=given,
             )
-            on_sent = None
+            on_sent = given = None
             if not failures:
                 return reports
             for failure in failures:
@@ -507,26 +563,31 @@ class Driver:
         reports: dict[str, StepReport],
         on_answer: Callable[[str, bytes, int], None] | None,
         on_sent: Callable[[], None] | None,
+        given: dict[str, BaseException] | None = None,
     ) -> list[StepFailure]:
-        futures: dict[str, HostFuture] = {}
-        telemetry, hosts, suffix = self._telemetry, self._hosts, self.request_suffix
-        effects = self._effect_frame
-        started = time.monotonic()
-        for target in targets:
-            request = StepRequest(
-                superstep,
-                inbox[target],
-                want_snapshot,
-                suffix,
-                telemetry.step_frame(target),
-                effects,
-            )
-            futures[target] = hosts.call(target, "step", request.packed())
-        if on_sent is not None:
-            on_sent()
+        telemetry, hosts = self._telemetry, self._hosts
+        outcomes: list[Outcome]
+        if given is not None:
+            outcomes = [(target, None, given[target]) for target in targets]
+        else:
+            futures: dict[str, HostFuture] = {}
+            suffix, effects = self.request_suffix, self._effect_frame
+            started = time.monotonic()
+            for target in targets:
+                request = StepRequest(
+                    superstep,
+                    inbox[target],
+                    want_snapshot,
+                    suffix,
+                    telemetry.step_frame(target),
+                    effects,
+                )
+                futures[target] = hosts.call(target, "step", request.packed())
+            if on_sent is not None:
+                on_sent()
+            outcomes = collect(futures, self.spec.timeouts, started, on_answer, self._stopping)
         failures: list[StepFailure] = []
         abandoned: list[str] = []
-        outcomes = collect(futures, self.spec.timeouts, started, on_answer, self._stopping)
         for target, answer, error in outcomes:
             if error is not None:
                 if isinstance(error, (TimedOut, Interrupted)):
