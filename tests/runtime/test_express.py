@@ -135,11 +135,11 @@ def _flaky_cycle(name: str) -> af.Workflow:
 
 
 def test_a_handler_that_fails_mid_chain_fails_its_own_superstep() -> None:
+    events: list[af.Event] = []
     with _flaky_cycle("express-fail") as wf, wf.session() as session:
-        events: list[af.Event] = []
+        stream = session.stream(0)
         with pytest.raises(af.ExecutorFailed) as caught:
-            for event in session.stream(0):
-                events.append(event)
+            events.extend(stream)
     failure = caught.value
     assert failure.executor == "b"  # 123 is odd: b's
     assert failure.superstep == 124  # input 0 is superstep 1
@@ -252,9 +252,8 @@ def release() -> Iterator[None]:
 def test_an_executor_with_a_time_limit_is_watched_inside_a_cycle() -> None:
     builder = af.WorkflowBuilder("express-limit-time", start=Hop("hop"), max_supersteps=10_000)
     builder.add_edge("hop", Slow("slow", timeout=0.3)).add_edge("slow", "hop")
-    with builder.build() as wf, wf.session() as session:
-        with pytest.raises(af.ExecutorFailed) as caught:
-            session.run(0)
+    with builder.build() as wf, wf.session() as session, pytest.raises(af.ExecutorFailed) as caught:
+        session.run(0)
     assert caught.value.executor == "slow"
     assert isinstance(caught.value.__cause__, af.ExecutorTimedOut)
     assert caught.value.superstep == 2 * (Slow.SLOW_AT + 1)  # hop runs the odd supersteps
