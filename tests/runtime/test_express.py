@@ -102,8 +102,8 @@ def test_state_carries_over_from_an_express_run() -> None:
 
 def test_the_superstep_limit_holds_inside_a_chain() -> None:
     with _cycle("express-limit", limit=10**9) as wf:
-        for session_args in ({}, {"restart": SUPERVISED}):
-            with wf.session(**session_args) as session:
+        for policy in (None, SUPERVISED):
+            with wf.session(restart=policy) as session:
                 with pytest.raises(af.SuperstepLimitExceeded) as caught:
                     session.run(0, max_supersteps=77)
                 assert caught.value.superstep == 77
@@ -216,8 +216,8 @@ def test_a_request_in_a_chain_leaves_the_run_idle_with_it_pending() -> None:
     builder = af.WorkflowBuilder("express-ask", start=Asker("a"), max_supersteps=10_000)
     builder.add_edge("a", Hop("hop")).add_edge("hop", "a")
     with builder.build() as wf:
-        for session_args in ({}, {"restart": SUPERVISED}):
-            with wf.session(**session_args) as session:
+        for policy in (None, SUPERVISED):
+            with wf.session(restart=policy) as session:
                 idle = session.run(0)
                 assert idle.status is af.RunStatus.IDLE_WITH_PENDING_REQUESTS
                 [pending] = idle.pending_requests
@@ -289,7 +289,7 @@ def test_a_cancel_stops_a_chain_at_a_barrier_with_nothing_lost_or_doubled() -> N
                 steps.append(event.superstep)
             if Endless.PASSED.is_set():
                 break
-        stream.close()
+        stream.close()  # type: ignore[attr-defined]  # an EventStream
         assert steps == list(range(1, len(steps) + 1))
         with pytest.raises(af.SuperstepLimitExceeded):
             session.run(max_supersteps=5)
