@@ -22,7 +22,7 @@ from ._backend import (
     group_wait,
 )
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
-from ._reply import LeanActor, ReplyFuture, ReplyTimeout, prefer_handoffs
+from ._reply import LeanActor, ReplyFuture, ReplyTimeout
 from .codec import (
     check_state,
     decode,
@@ -73,7 +73,6 @@ __all__ = [
     "is_registered",
     "main_module_name",
     "message",
-    "prefer_handoffs",
     "stable_name",
     "state_names",
     "to_json",

@@ -26,13 +26,10 @@ import msgpack
 import pykka
 import structlog
 
-from actorflow.actors import prefer_handoffs
-
 __all__ = [
     "AskFloor",
     "Echo",
     "GatherFloor",
-    "HandoffEcho",
     "Options",
     "SleepEcho",
     "TellFloor",
@@ -181,14 +178,6 @@ class Echo(pykka.ThreadingActor):
         return _roundtrip(message)
 
 
-class HandoffEcho(Echo):
-    """:class:`Echo` on a thread scheduled as actorflow's own actor threads are
-    (``prefer_handoffs``: no wakeup preemption, Linux). For comparison only."""
-
-    def on_start(self) -> None:
-        prefer_handoffs()
-
-
 class SleepEcho(pykka.ThreadingActor):
     """Like :class:`Echo`, blocking ``delay`` seconds first (the W2-io floor's worker)."""
 
@@ -287,19 +276,16 @@ class TellFloor:
 class GatherFloor:
     """``width`` bare actors asked at once, then every answer got: one "run"."""
 
-    def __init__(self, width: int = 8, delay: float = 0.0, *, handoffs: bool = False) -> None:
+    def __init__(self, width: int = 8, delay: float = 0.0) -> None:
         self.width = width
         self.delay = delay
-        self.handoffs = handoffs
-        """Schedule the actors' threads as actorflow's are (:class:`HandoffEcho`)."""
         self._refs: list[Any] = []
 
     def __enter__(self) -> GatherFloor:
         if self.delay:
             self._refs = [SleepEcho.start(self.delay) for _ in range(self.width)]
         else:
-            echo = HandoffEcho if self.handoffs else Echo
-            self._refs = [echo.start() for _ in range(self.width)]
+            self._refs = [Echo.start() for _ in range(self.width)]
         return self
 
     def __exit__(self, *exc: object) -> None:

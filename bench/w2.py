@@ -3,9 +3,6 @@
 W2: source -> 8 workers (worker i sends i * 2) -> fan-in aggregator, which outputs
 the sum (56) in one invocation. Metric: runs/s over 200 runs (after a warm-up),
 against 8 bare pykka actors asked at once and gathered, per run. Target: >= 0.5x.
-Also reported (details): the same floor with its actors' threads scheduled as
-actorflow schedules its own (``SCHED_BATCH`` on Linux, see ``prefer_handoffs``),
-to show how much of the ratio is that policy.
 
 W2-io: the same, every worker blocking 20 ms in its handler (the I/O stand-in).
 Metric: median latency per run over ~30 runs, against 8 bare pykka actors that
@@ -24,7 +21,6 @@ import actorflow as af
 from bench._common import (
     GatherFloor,
     alternate,
-    alternate_all,
     median,
     parse_options,
     report,
@@ -93,11 +89,7 @@ def bench_w2(quick: bool) -> None:
     """Measure W2 (runs/s over batches of runs) against the gather floor."""
     runs = 50 if quick else 200
     repeats = 2 if quick else 5
-    with (
-        build() as wf,
-        GatherFloor(WIDTH) as floor,
-        GatherFloor(WIDTH, handoffs=True) as handoff_floor,
-    ):
+    with build() as wf, GatherFloor(WIDTH) as floor:
 
         def batch() -> float:
             def go() -> None:
@@ -106,10 +98,8 @@ def bench_w2(quick: bool) -> None:
 
             return runs / time_call(go)
 
-        floors, rates, handoff_floors = alternate_all(
-            [lambda: floor.rate(runs), batch, lambda: handoff_floor.rate(runs)], repeats
-        )
-    rate, floor_rate, handoff_rate = median(rates), median(floors), median(handoff_floors)
+        floors, rates = alternate(lambda: floor.rate(runs), batch, repeats)
+    rate, floor_rate = median(rates), median(floors)
     report(
         "w2",
         "runs_per_s",
@@ -126,9 +116,6 @@ def bench_w2(quick: bool) -> None:
         runs_per_sample=runs,
         ms_per_run=1e3 / rate,
         floor_ms_per_run=1e3 / floor_rate,
-        handoff_floor=handoff_rate,
-        handoff_floor_samples=handoff_floors,
-        ratio_vs_handoff_floor=rate / handoff_rate,
     )
 
 

@@ -163,29 +163,19 @@ def test_pykka_messages_still_reach_pykkas_own_dispatch(worker: pykka.ActorRef[W
     assert worker.ask(len, timeout=5) == ("echo", len)  # a builtin is not a plain function
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="scheduling policies are Linux's")
-def test_actor_threads_do_not_preempt_their_wakers() -> None:
-    """Actor threads run SCHED_BATCH (no wakeup preemption: fewer context switches per
-    hand-off), which a thread a handler starts inherits and may change back."""
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="scheduling policies are Linux's")
+def test_actor_threads_keep_the_default_scheduling_policy() -> None:
+    """Hosts and supervisors run under the process's own policy (``SCHED_OTHER``): a host
+    woken while another process has the CPU runs at once, instead of waiting out that
+    process's slice (``SCHED_BATCH`` made W1 five times slower beside two busy processes)."""
 
     class Probe(af.Executor):
         @af.handler
         def on_num(self, n: int, ctx: af.Context[Any]) -> None:
-            seen: list[int] = []
-
-            def child_work() -> None:
-                seen.append(_policy())
-                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-                seen.append(_policy())
-
-            child = threading.Thread(target=child_work)
-            child.start()
-            child.join(timeout=10)
-            ctx.output([_policy(), *seen])
+            ctx.output(_policy())
 
     with af.WorkflowBuilder("probe", start=Probe("p")).build() as wf:
-        assert wf.run(1).outputs == [[os.SCHED_BATCH, os.SCHED_BATCH, os.SCHED_OTHER]]
-    assert _policy() == os.SCHED_OTHER, "the caller's own thread is left alone"
+        assert wf.run(1).outputs == [os.SCHED_OTHER]
 
 
 def _policy() -> int:
