@@ -52,7 +52,18 @@ from . import flows
 from .observe import AttemptLog, canonical, final_states, history_of, lineage_outputs
 from .stores import FaultyStore, Progress, open_store
 
-__all__ = ["Log", "Opener", "drive", "main", "policy_of", "restart_of", "split_attempts"]
+__all__ = [
+    "Log",
+    "Opener",
+    "answers_to",
+    "drive",
+    "main",
+    "policy_of",
+    "record",
+    "restart_of",
+    "round_input",
+    "split_attempts",
+]
 
 MAX_ATTEMPTS = 8
 """Attempts a session gets in one process before it gives up (each after a failed run)."""
@@ -95,7 +106,7 @@ def restart_of(config: Mapping[str, Any]) -> af.RestartPolicy | None:
     return af.RestartPolicy(max_restarts=restart["max"], within_seconds=120.0)
 
 
-def _input(spec: Mapping[str, Any], round_: int) -> flows.Msg:
+def round_input(spec: Mapping[str, Any], round_: int) -> flows.Msg:
     """The input of a session's ``round_``-th run (every session runs ``spec["rounds"]``)."""
     return flows.Msg(spec["input"]["hops"], spec["input"]["value"] + 17 * round_)
 
@@ -108,11 +119,11 @@ def _rounds_started(store: Any, session: str) -> int:
     return sum(1 for cp in store.history(latest.id) if cp.kind == "entry")
 
 
-def _answers(session: af.Session) -> dict[str, Any]:
+def answers_to(session: af.Session) -> dict[str, Any]:
     return {p.request_id: flows.answer_for(p.value) for p in session.pending_requests}
 
 
-def _record(event: af.Event, log: Log, progress: Progress | None, session_id: str) -> None:
+def record(event: af.Event, log: Log, progress: Progress | None, session_id: str) -> None:
     if isinstance(event, af.OutputEvent):
         log("out", event.superstep, event.executor, canonical(event.value))
     elif isinstance(event, af.CheckpointedEvent):
@@ -171,12 +182,12 @@ def _drive_attempt(
 ) -> None:
     """Run ``s`` until idle with nothing pending, then the next round's input, until every
     round ran (raises what a failed run raises)."""
-    value: Any = None if s.last_checkpoint_id else _input(opener.config["spec"], 0)
+    value: Any = None if s.last_checkpoint_id else round_input(opener.config["spec"], 0)
     while True:
         events = s.stream(value) if value is not None else s.stream()
         for event in events:
-            _record(event, log, progress, sid)
-        answers = _answers(s)
+            record(event, log, progress, sid)
+        answers = answers_to(s)
         if answers:
             s.queue_answers(answers)
             value = None
@@ -184,18 +195,18 @@ def _drive_attempt(
         started = _rounds_started(opener.inner, sid)
         if started >= opener.config["spec"].get("rounds", 1):
             return
-        value = _input(opener.config["spec"], started)
+        value = round_input(opener.config["spec"], started)
 
 
 async def _adrive_attempt(
     s: af.Session, opener: Opener, log: Log, progress: Progress | None, sid: str
 ) -> None:
-    value: Any = None if s.last_checkpoint_id else _input(opener.config["spec"], 0)
+    value: Any = None if s.last_checkpoint_id else round_input(opener.config["spec"], 0)
     while True:
         events = s.astream(value) if value is not None else s.astream()
         async for event in events:
-            _record(event, log, progress, sid)
-        answers = _answers(s)
+            record(event, log, progress, sid)
+        answers = answers_to(s)
         if answers:
             s.queue_answers(answers)
             value = None
@@ -203,7 +214,7 @@ async def _adrive_attempt(
         started = await asyncio.to_thread(_rounds_started, opener.inner, sid)
         if started >= opener.config["spec"].get("rounds", 1):
             return
-        value = _input(opener.config["spec"], started)
+        value = round_input(opener.config["spec"], started)
 
 
 def _bug(log: Log, exc: BaseException) -> None:

@@ -48,7 +48,7 @@ from typing import Any
 import actorflow as af
 
 from . import flows, grammar
-from .child import Log, Opener, drive, split_attempts
+from .child import Log, Opener, answers_to, drive, record, round_input, split_attempts
 from .observe import AttemptLog, final_states, history_of, lineage_outputs
 from .stores import DURABLE, FaultyStore, drop_store, open_store
 
@@ -93,6 +93,12 @@ class Oracle:
     """(superstep, executor) of every executor invocation."""
     supersteps: int
     seconds: float
+    trace: list[list[Any]] = dataclasses.field(default_factory=list)
+    """Its outputs and invocations, in order: ``["out", superstep, executor, value]``
+    and ``["inv", superstep, executor]``."""
+    express: list[list[Any]] = dataclasses.field(default_factory=list)
+    """The same of the same rounds on a session without a store (whose supersteps of
+    one executor go from host to host): it must equal ``trace``."""
 
     def widths(self) -> dict[int, list[str]]:
         """Superstep -> the executors it ran."""
@@ -119,11 +125,39 @@ def oracle_of(spec: Mapping[str, Any]) -> Oracle:
         attempts = split_attempts(log.lines)
         outputs = lineage_outputs(store, "oracle", attempts)
         states = final_states(store, "oracle")
+        express = express_trace(workflow, spec)
     finally:
         flows.close(workflow, inners)
         store.close()
     invoked = [(line[1], line[2]) for line in log.lines if line[0] == "inv"]
-    return Oracle(_json(outputs), _json(states), invoked, states.get("superstep", 0), seconds)
+    trace = [line for line in log.lines if line[0] in ("out", "inv")]
+    return Oracle(
+        _json(outputs),
+        _json(states),
+        invoked,
+        states.get("superstep", 0),
+        seconds,
+        trace=_json(trace),
+        express=_json(express),
+    )
+
+
+def express_trace(workflow: af.Workflow, spec: Mapping[str, Any]) -> list[list[Any]]:
+    """``spec``'s rounds on a session without a store, restart policy or faults (its
+    one-executor supersteps go express): what it output and invoked, in order."""
+    log = Log(None)
+    with workflow.session() as session:
+        for round_ in range(spec.get("rounds", 1)):
+            value: Any = round_input(spec, round_)
+            while True:
+                for event in session.stream(value) if value is not None else session.stream():
+                    record(event, log, None, "express")
+                answers = answers_to(session)
+                if not answers:
+                    break
+                session.queue_answers(answers)
+                value = None
+    return [line for line in log.lines if line[0] in ("out", "inv")]
 
 
 def _acceptable(oracle: Oracle) -> bool:
@@ -172,6 +206,11 @@ class Trial:
         work = Path(tempfile.mkdtemp(prefix=f"torture-{self.store}-{self.seed}-"))
         summary: dict[str, Any] = {"trial": self.name, "kind": self.kind, "flow": spec["name"]}
         try:
+            if oracle.express != oracle.trace:
+                raise Failure(
+                    f"the run of {spec['name']} without a store (express supersteps) differs "
+                    f"from its run on a MemoryStore: {_first_difference(oracle)}"
+                )
             runner = _Runner(self, spec, oracle, work, rng)
             getattr(runner, self.kind)()
             runner.check()
@@ -529,6 +568,13 @@ class _Runner:
 
 def _lines(path: Path) -> list[list[Any]]:
     return AttemptLog.parse(path.read_text().splitlines()).events
+
+
+def _first_difference(oracle: Oracle) -> str:
+    for index, (stored, express) in enumerate(zip(oracle.trace, oracle.express, strict=False)):
+        if stored != express:
+            return f"at event {index}: {express} where the MemoryStore run had {stored}"
+    return f"{len(oracle.express)} events where the MemoryStore run had {len(oracle.trace)}"
 
 
 def _json(value: Any) -> Any:
