@@ -212,9 +212,9 @@ class Driver:
         steps = 0
         emit = job.emit
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
-        # Supersteps of one executor go from host to host when nothing is decided
-        # between them: no cut to write, no state to keep for a restart, no spans.
-        express = cuts is None and not self._recovery.active and telemetry is SILENT
+        # Supersteps of one executor may go from host to host (see _expressible):
+        # never when every barrier's state is kept for a restart, or with spans.
+        express = not self._recovery.active and telemetry is SILENT
         try:
             if first_checkpoint is not None and cuts is not None:
                 cuts.write_first(job, first_checkpoint, state, self.spec.start, telemetry)
@@ -237,7 +237,11 @@ class Driver:
                         run_id=job.run_id,
                         superstep=state.superstep,
                     )
-                if express and len(state.inbox) == 1:
+                if (
+                    express
+                    and len(state.inbox) == 1
+                    and self._expressible(state.superstep + 1, *state.inbox)
+                ):
                     steps += self._express(job, job.max_supersteps - steps)
                 else:
                     steps += 1
@@ -310,17 +314,30 @@ class Driver:
                 )
         job.emit(end)
 
+    def _expressible(self, superstep: int, target: str) -> bool:
+        """Whether ``superstep``, run by ``target`` alone, may be handed to it by the
+        host before it: nothing in it is the supervisor's to do. Not a superstep whose
+        barrier is checkpointed (its state is asked for, and the cut written after it),
+        nor one with a cut still to write or parts of a crashed process to take; not a
+        ``timeout=`` executor (the supervisor watches deadlines), nor one whose stored
+        state is still to restore (after a resume).
+
+        Asked by the supervisor for a chain's first superstep, and by the host holding
+        the chain for each next one (while the supervisor only waits).
+        """
+        cuts = self._cuts
+        if cuts is not None and (cuts.unwritten or cuts.completed or cuts.due(superstep)):
+            return False
+        return self.spec.timeouts.get(target) is None and not self._hosts.unrestored(target)
+
     def _express(self, job: RunJob, budget: int) -> int:
         """Run one-executor supersteps as a chain, at most ``budget`` (see ``_express``),
         then settle each as :meth:`_superstep` would have; returns how many ran."""
         state = self.state
         [(target, deliveries)] = state.inbox.items()
-        if self.spec.timeouts.get(target) is not None:
-            self._superstep(job)  # a deadline is the supervisor's to watch
-            return 1
         chain = Chain(
             self._hosts,
-            limits=self.spec.timeouts,
+            may_run=self._expressible,
             suffix=self.request_suffix,
             effects=self._effect_frame,
             cancel=self._stopping,

@@ -3,18 +3,18 @@
 In a chain or a cycle (W1), every superstep runs one executor, and the normal path
 costs two thread hand-offs per superstep (the supervisor gives the host its batch,
 the host gives the report back) plus the supervisor's own bookkeeping in between.
-When the supervisor has nothing to decide between two such supersteps (no store to
-checkpoint into, no restart policy to snapshot for, no tracing, no deadline), the
-host that finished superstep k hands superstep k+1 to the next host itself: the
-report's sends, all to one executor, become that executor's batch, framed as bytes
-as ever. The supervisor sleeps meanwhile; when the chain stops, it settles each
-superstep's report in order, exactly as if it had driven them one by one (same
-events, same routing, same state).
+When the supervisor has nothing to do between two such supersteps (no barrier to
+checkpoint, no restart policy to snapshot for, no tracing, no deadline: the
+driver's ``_expressible``), the host that finished superstep k hands superstep k+1
+to the next host itself: the report's sends, all to one executor, become that
+executor's batch, framed as bytes as ever. The supervisor sleeps meanwhile; when
+the chain stops, it settles each superstep's report in order, exactly as if it had
+driven them one by one (same events, same routing, same state, same journals).
 
 A chain stops at the first superstep that needs the supervisor: sends to more than
-one executor, to a fan-in, or to an executor with a time limit; no sends; a failed
-step; the run's superstep budget; a cancel; or :data:`WINDOW` seconds, so that a
-stream's consumer hears of supersteps at least that often.
+one executor or to a fan-in; no sends; a superstep that is not expressible; a
+failed step; the run's superstep budget; a cancel; or :data:`WINDOW` seconds, so
+that a stream's consumer hears of supersteps at least that often.
 
 Isolation is unchanged: each executor's state stays in its host, every boundary
 carries bytes, and supersteps stay bulk-synchronous (one executor runs at a time).
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -81,14 +81,15 @@ class Chain:
         self,
         hosts: Hosts,
         *,
-        limits: Mapping[str, float | None],
+        may_run: Callable[[int, str], bool],
         suffix: str,
         effects: list[Any],
         cancel: threading.Event | None,
         budget: int,
     ) -> None:
         self._hosts = hosts
-        self._limits = limits
+        self._may_run = may_run
+        """``may_run(superstep, executor)``: whether the chain may run that superstep."""
         self._suffix = suffix
         self._effects = effects
         self._cancel = cancel
@@ -181,7 +182,7 @@ class Chain:
         for dst, group, _payload in sends:
             if dst != target or group != SINGLE:
                 return None
-        if self._limits.get(target) is not None:
+        if not self._may_run(superstep + 1, target):
             return None
         deliveries = [[source, SINGLE, payload] for _dst, _group, payload in sends]
         try:

@@ -1,8 +1,8 @@
 """Express supersteps: one-executor supersteps handed from host to host.
 
-A run without a store, restart policy or tracing hands a superstep of one executor
-straight from the host that finished the last one to the next (see
-``runtime/supervisor/_express.py``). Every test here runs the same workflow both
+A run without a restart policy or tracing hands a superstep of one executor, whose
+barrier no cut is due at, straight from the host that finished the last one to the
+next (see ``runtime/supervisor/_express.py``). Every test here runs the same workflow both
 ways, the express way and the supervisor's way (a session with a restart policy never
 goes express: it keeps every executor's state at each barrier), and expects the
 same outputs, the same events in the same order, and the same state: the chain
@@ -296,3 +296,77 @@ def test_a_cancel_stops_a_chain_at_a_barrier_with_nothing_lost_or_doubled() -> N
     handled = Endless.HANDLED
     assert len(handled) > Endless.SIGNAL_AT + 5
     assert handled == list(range(len(handled)))
+
+
+# --- with a store: supersteps whose barrier is not checkpointed go express too ----------
+
+
+def _cuts(store: af.CheckpointStore, session: str) -> list[tuple[str, int]]:
+    return [(cp.kind.value, cp.superstep) for cp in store.list(session=session)]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [af.CheckpointPolicy(every=7), af.CheckpointPolicy(on_idle_only=True)],
+    ids=["every-7", "idle-only"],
+)
+def test_a_session_with_a_store_checkpoints_the_same_cuts_either_way(
+    policy: af.CheckpointPolicy, tmp_path: Any
+) -> None:
+    store = af.SQLiteStore(str(tmp_path / "cuts.db"))
+    with store, _cycle("express-store") as wf:
+        with wf.session("fast", store=store, checkpoint=policy) as fast:
+            fast_result = fast.run(0)
+        with wf.session("slow", store=store, checkpoint=policy, restart=SUPERVISED) as slow:
+            slow_result = slow.run(0)
+        assert fast_result.outputs == slow_result.outputs
+        assert _shape(fast_result.events) == _shape(slow_result.events)
+        assert _cuts(store, "fast") == _cuts(store, "slow")
+        fast_last = store.latest(session="fast")
+        slow_last = store.latest(session="slow")
+        assert fast_last is not None and slow_last is not None
+        assert fast_last.superstep == slow_last.superstep == 601
+
+
+class FailsOnce(af.Executor):
+    """Passes n on; fails the first time it meets ``FAIL_AT`` (in this process)."""
+
+    FAIL_AT = 33
+    failed: list[int] = []  # noqa: RUF012 - once per test (reset by it)
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.seen: list[int] = []
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        self.seen.append(n)
+        if n == self.FAIL_AT and not self.failed:
+            self.failed.append(n)
+            raise RuntimeError("once")
+        if n >= 60:
+            ctx.output(self.seen)
+        else:
+            ctx.send(n + 1)
+
+
+def test_a_failure_mid_chain_resumes_from_the_last_cut_with_nothing_lost_or_doubled(
+    tmp_path: Any,
+) -> None:
+    """Cuts every 5 supersteps, a handler fails between two of them: the session resumed
+    from the store replays from the last cut, and every executor's state ends as if
+    nothing had failed."""
+    FailsOnce.failed.clear()
+    builder = af.WorkflowBuilder("express-resume", start=FailsOnce("a"), max_supersteps=1000)
+    builder.add_edge("a", FailsOnce("b")).add_edge("b", "a")
+    store = af.SQLiteStore(str(tmp_path / "resume.db"))
+    policy = af.CheckpointPolicy(every=5)
+    with store, builder.build() as wf:
+        with wf.session("s", store=store, checkpoint=policy) as session:
+            with pytest.raises(af.ExecutorFailed) as caught:
+                session.run(0)
+        assert caught.value.superstep == FailsOnce.FAIL_AT + 1
+        with wf.resume(store, session="s", checkpoint=policy) as resumed:
+            result = resumed.run()
+    # a handled the even numbers (b the odd ones) up to 60, each exactly once.
+    assert result.outputs == [list(range(0, 61, 2))]
