@@ -362,9 +362,11 @@ def test_a_failure_mid_chain_resumes_from_the_last_cut_with_nothing_lost_or_doub
     store = af.SQLiteStore(str(tmp_path / "resume.db"))
     policy = af.CheckpointPolicy(every=5)
     with store, builder.build() as wf:
-        with wf.session("s", store=store, checkpoint=policy) as session:
-            with pytest.raises(af.ExecutorFailed) as caught:
-                session.run(0)
+        with (
+            wf.session("s", store=store, checkpoint=policy) as session,
+            pytest.raises(af.ExecutorFailed) as caught,
+        ):
+            session.run(0)
         assert caught.value.superstep == FailsOnce.FAIL_AT + 1
         with wf.resume(store, session="s", checkpoint=policy) as resumed:
             result = resumed.run()
