@@ -24,7 +24,10 @@ from bench._common import parse_options, report
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The child installs Python's SIGINT handler itself: started from a shell's background
+# job (``nohup ... &``), it would inherit SIGINT ignored and never see the Ctrl-C.
 _CHILD = """
+import signal; signal.signal(signal.SIGINT, signal.default_int_handler)
 import asyncio, sys, threading
 import actorflow as af
 
