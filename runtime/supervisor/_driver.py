@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import actorflow.runtime._events as ev
-from actorflow.actors import HostFuture, HostPool
+from actorflow.actors import HostFuture, HostPool, group_wait
 from actorflow.errors import (
     CheckpointWriteFailed,
     RunCancelled,
@@ -119,6 +119,11 @@ class Driver:
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._telemetry: Telemetry = SILENT
         """The current run's spans and metrics."""
+        self._local_hosts: bool | None = None
+        """Whether the hosts answer on threads of this process (their futures call back
+        at no cost, so a chain of express supersteps pays off), or in other processes
+        (their futures wait together, ``wait_any``: a callback costs a thread hop
+        each); learned from the first superstep's futures."""
 
     # --- what the session sees ---------------------------------------------------
 
@@ -213,7 +218,8 @@ class Driver:
         emit = job.emit
         state, cuts, telemetry = self.state, self._cuts, self._telemetry
         # Supersteps of one executor may go from host to host (see _expressible):
-        # never when every barrier's state is kept for a restart, or with spans.
+        # never when every barrier's state is kept for a restart, or with spans, or
+        # on hosts in other processes (_local_hosts).
         express = not self._recovery.active and telemetry is SILENT
         try:
             if first_checkpoint is not None and cuts is not None:
@@ -239,6 +245,7 @@ class Driver:
                     )
                 if (
                     express
+                    and self._local_hosts
                     and len(state.inbox) == 1
                     and self._expressible(state.superstep + 1, *state.inbox)
                 ):
@@ -600,6 +607,8 @@ class Driver:
                     effects,
                 )
                 futures[target] = hosts.call(target, "step", request.packed())
+            if self._local_hosts is None:
+                self._local_hosts = group_wait(futures.values()) is None
             if on_sent is not None:
                 on_sent()
             outcomes = collect(futures, self.spec.timeouts, started, on_answer, self._stopping)

@@ -372,3 +372,67 @@ def test_a_failure_mid_chain_resumes_from_the_last_cut_with_nothing_lost_or_doub
             result = resumed.run()
     # a handled the even numbers (b the odd ones) up to 60, each exactly once.
     assert result.outputs == [list(range(0, 61, 2))]
+
+
+# --- hosts in other processes are never chained --------------------------------------
+
+
+class _Waiting:
+    """A host's answer that waits together with others (``wait_any``), as a Ray host's
+    does; a callback on it would cost a thread hop, so nothing may ask for one."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.landed = threading.Event()
+        inner.add_done_callback(self.landed.set)
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        return self.inner.get(timeout=timeout)
+
+    def add_done_callback(self, callback: Any) -> None:
+        raise AssertionError("an answer that waits together was given a callback")
+
+    @staticmethod
+    def wait_any(futures: Any, count: int, timeout: float | None) -> list[int]:
+        landed = [f.landed for f in futures]
+        waiting = [e for e in landed if not e.is_set()]
+        for event in waiting[: max(count - (len(landed) - len(waiting)), 0)]:
+            event.wait(timeout)
+        return [i for i, e in enumerate(landed) if e.is_set()]
+
+
+class _WaitingHost(af.actors.HostProxy):
+    def call(self, method: str, payload: bytes) -> Any:
+        return _Waiting(super().call(method, payload))
+
+    def load_call(self, factory: Any, method: str, payload: bytes) -> Any:
+        return _Waiting(super().load_call(factory, method, payload))
+
+
+class _WaitingBackend:
+    """Thread hosts whose answers wait together, like those of another process."""
+
+    def __init__(self) -> None:
+        self._threads = af.actors.ThreadBackend()
+
+    def spawn(self, executor: str) -> Any:
+        return _WaitingHost(self._threads.spawn(executor))
+
+    def placement(self, executor: str) -> Any:
+        return None
+
+    def check(self, factories: Any) -> None:
+        pass
+
+
+def test_hosts_whose_answers_wait_together_are_never_chained() -> None:
+    """A Ray host's answer calls back through a thread hop (more than the call itself):
+    its supersteps stay the supervisor's, which waits for them with ``wait_any``."""
+    with _cycle("express-remote") as threads:
+        expected = threads.run(0)
+    builder = af.WorkflowBuilder("express-remote", start=Ping("ping"), max_supersteps=10_000)
+    builder.add_edge("ping", Pong("pong")).add_edge("pong", "ping")
+    with builder.build(backend=_WaitingBackend()) as remote:
+        result = remote.run(0)
+    assert result.outputs == expected.outputs
+    assert _shape(result.events) == _shape(expected.events)
