@@ -124,9 +124,13 @@ def test_run_all_quick_prints_every_figure_as_json() -> None:
 
 @pytest.mark.timeout(120)
 def test_probes_run_and_print_their_breakdowns() -> None:
-    """The probes behind the PostgreSQL figures run and print what they measure: the
-    machine's wake-up costs, and W4's store calls with the server's own share."""
-    probes = [("wake_latency", ["thread_start_us"])]
+    """The probes behind the figures run and print what they measure: the machine's
+    wake-up costs, a hand-off with and without spinning, and W4's store calls with the
+    server's own share."""
+    probes = [
+        ("wake_latency", ["thread_start_us"]),
+        ("spin_probe", ["probe", "hops_per_s", "cpu_us_per_hop"]),
+    ]
     if os.environ.get("ACTORFLOW_TEST_PG_DSN"):
         probes.append(("w4_postgres_probe", ["total_ms", "server_ms", "save_server_ms"]))
     for module, keys in probes:
