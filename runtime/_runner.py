@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from actorflow.actors import HostLoop, decode, decode_state, encode_state, state_names
@@ -266,7 +267,7 @@ class ExecutorRunner:
 
     def handle(self, buffer: StepBuffer, step: StepRequest) -> StepReport:
         """Run a ``step`` request's batch into ``buffer``; returns the report."""
-        journal = buffer.journal = self._journal(step)
+        buffer.open_journal = partial(self._journal, step)
         for source, group, body in step.deliveries:
             ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
             if group == SINGLE:
@@ -302,6 +303,7 @@ class ExecutorRunner:
                     "ctx.send(value) to pass it on, and return nothing"
                 )
         snapshot = self._snapshot() if step.want_snapshot else None
+        journal = buffer.journal  # None: no handler of the step needed it
         return StepReport(
             buffer.sends,
             buffer.outputs,
@@ -309,8 +311,8 @@ class ExecutorRunner:
             snapshot,
             None,
             buffer.dropped,
-            journal.made or None,
-            journal.statements or None,
+            (journal.made or None) if journal is not None else None,
+            (journal.statements or None) if journal is not None else None,
         )
 
     def _journal(self, step: StepRequest) -> EffectJournal:
