@@ -475,3 +475,39 @@ def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recor
     assert report.identical, str(report)
     assert CALLS.made == []  # the replay called nothing inside the sub-workflow either
     store.close()
+
+
+class EveryThird(af.Executor):
+    """Counts down to 0; every third number is charged (an effect), the others are not."""
+
+    @af.handler
+    def on_number(self, n: int, ctx: af.Context[int]) -> None:
+        if n % 3 == 0:
+            ctx.effect(CALLS, n, key="charge")
+            if self.id in FAILURES:
+                FAILURES.remove(self.id)
+                raise RuntimeError("the connection dropped after the charge")
+        if n:
+            ctx.send(n - 1)
+
+
+def test_an_effect_after_supersteps_without_any_is_called_once_across_a_restart() -> None:
+    # A step whose handlers make no effect has no journal; the first effect after such
+    # steps, and its retry after a restart, must still find each other.
+    FAILURES.append("loop")
+    counter = EveryThird("loop")
+    builder = af.WorkflowBuilder("third", start=counter, restart=af.RestartPolicy(max_restarts=1))
+    with builder.add_edge(counter, counter).build() as wf:
+        result = wf.run(7)
+    assert result.status is af.RunStatus.COMPLETED
+    assert CALLS.made == [6, 3, 0]  # 6 failed once after its charge: not charged again
+
+
+def test_effects_from_a_context_made_outside_a_superstep_name_the_executor() -> None:
+    from actorflow.runtime._buffer import StepBuffer
+    from actorflow.runtime._context import Context
+
+    ctx: af.Context[None] = Context(StepBuffer("by-hand", (), 1), "caller")
+    with pytest.raises(RuntimeError, match=r"'by-hand'.*outside a superstep"):
+        ctx.effect(CALLS, 1)
+    assert CALLS.made == []
