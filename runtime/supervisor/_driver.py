@@ -327,7 +327,10 @@ class Driver:
         barrier is checkpointed (its state is asked for, and the cut written after it),
         nor one with a cut still to write or parts of a crashed process to take; not a
         ``timeout=`` executor (the supervisor watches deadlines), nor one whose stored
-        state is still to restore (after a resume).
+        state is still to restore (after a resume); nor one whose barrier hands a
+        fan-in group on (its buffers hold an item from every source, as after sources
+        that sent twice): that delivery joins the superstep, which then is not
+        ``target``'s alone.
 
         Asked by the supervisor for a chain's first superstep, and by the host holding
         the chain for each next one (while the supervisor only waits).
@@ -335,7 +338,11 @@ class Driver:
         cuts = self._cuts
         if cuts is not None and (cuts.unwritten or cuts.completed or cuts.due(superstep)):
             return False
-        return self.spec.timeouts.get(target) is None and not self._hosts.unrestored(target)
+        return (
+            self.spec.timeouts.get(target) is None
+            and not self._hosts.unrestored(target)
+            and not self._complete_groups()
+        )
 
     def _express(self, job: RunJob, budget: int) -> int:
         """Run one-executor supersteps as a chain, at most ``budget`` (see ``_express``),
@@ -357,6 +364,7 @@ class Driver:
         for link in chain.links:
             # Each link's batch is what the one before it routed: in flight no more.
             inbox = {link.target: link.deliveries}
+            assert not state.inbox or state.inbox == inbox, "a link runs all that was routed"
             state.inbox = {}
             self._announce(job, link.superstep, [link.target], inbox)
             self._settle(job, link.superstep, [link.target], {link.target: link.report})
@@ -512,11 +520,10 @@ class Driver:
                 )
 
     def _complete_fan_ins(self, new_inbox: dict[str, list[Any]]) -> None:
+        """Hand each fan-in group holding an item from every source its next delivery
+        (one per group per barrier: the oldest item of each source, in source order)."""
         fan_in = self.state.fan_in
-        for group, (target, sources) in enumerate(self.spec.fan_in):
-            buffers = fan_in.get(group)
-            if not buffers or any(not buffers.get(s) for s in sources):
-                continue
+        for group, target, sources, buffers in self._complete_groups():
             items = [buffers[s].pop(0) for s in sources]
             for s in sources:
                 if not buffers[s]:
@@ -524,6 +531,19 @@ class Driver:
             if not buffers:
                 del fan_in[group]
             new_inbox.setdefault(target, []).append([sources[0], group, items])
+
+    def _complete_groups(self) -> list[tuple[int, str, tuple[str, ...], dict[str, list[Any]]]]:
+        """The fan-in groups whose buffers hold an item from every source: (group,
+        target, sources, buffers) each."""
+        fan_in = self.state.fan_in
+        if not fan_in:
+            return []
+        complete = []
+        for group, (target, sources) in enumerate(self.spec.fan_in):
+            buffers = fan_in.get(group)
+            if buffers and all(buffers.get(s) for s in sources):
+                complete.append((group, target, sources, buffers))
+        return complete
 
     def _execute(
         self,

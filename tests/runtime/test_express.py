@@ -193,6 +193,54 @@ def test_a_superstep_of_two_executors_ends_the_chain_and_the_supervisor_runs_it(
     assert _shape(fast.events) == _shape(slow.events)
 
 
+class Twice(af.Executor):
+    """Sends what it gets twice: a fan-in after it buffers two groups at once."""
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        ctx.send(n)
+        ctx.send(n + 1)
+
+
+class Joined(af.Executor):
+    """Takes one fan-in group at a time and passes its sum on."""
+
+    @af.handler
+    def on_all(self, values: list[int], ctx: af.Context[int]) -> None:
+        ctx.send(sum(values))
+
+
+class Last(af.Executor):
+    """Outputs what it gets."""
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[None]) -> None:
+        ctx.output([self.id, n])
+
+
+def test_a_fan_in_group_still_buffered_joins_the_superstep_after_its_barrier() -> None:
+    """Two groups wait at the fan-in: the first runs the join alone, and the barrier
+    after it hands the join the second group beside the join's own send. A chain
+    must not run the next superstep without it (found by the torture harness)."""
+    builder = af.WorkflowBuilder("express-fan-in", start=Fork2("fork"), max_supersteps=100)
+    builder.add_fan_out("fork", [Twice("a"), Twice("b")])
+    builder.add_fan_in(["a", "b"], Joined("join"))
+    builder.add_edge("join", Hop("t1")).add_edge("t1", Hop("t2")).add_edge("t2", Last("t3"))
+    with builder.build() as wf:
+        fast, slow = _both(wf, 1)
+    assert sorted(fast.outputs) == [["t3", 2], ["t3", 4]]
+    assert fast.outputs == slow.outputs
+    assert _shape(fast.events) == _shape(slow.events)
+
+
+class Fork2(af.Executor):
+    """Sends its input on to every branch of its fan-out."""
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[int]) -> None:
+        ctx.send(n)
+
+
 class Asker(af.Executor):
     """Passes n on; asks the caller once, at ``ASK_AT``, and goes on with the answer."""
 
