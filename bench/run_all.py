@@ -40,7 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "w_postgres": "W3 and W4 on PostgreSQL (needs ACTORFLOW_TEST_PG_DSN; make bench starts a server)",
     "restart_cost": "Restart cost: W1 checkpointed to a MemoryStore, a fault every 100 supersteps",
     "takeover": "Leases: takeover after kill -9 (default TTL), a lease's cost per save",
-    "soak": "Soak: 100 sessions x 1,000 runs of a 3-step workflow on 8 threads; RSS, threads",
+    "soak": "Soak: 100 sessions x 1,200 runs of a 3-step workflow on 8 threads; RSS, threads",
     "loop_lag": "Loop lag: 20 sessions x 10 runs on one asyncio loop (sqlite, memory); p50/p99/max",
     "serve": "Service: 100 SSE clients dropping and resuming one run (lost/repeated); first event latency",
     "stop_time": "Stop time: one Ctrl-C to process exit, a run hung in a handler (run, stream, arun)",

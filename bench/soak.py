@@ -1,4 +1,4 @@
-"""Soak: one in-process service holding 100 sessions, 1,000 runs each of a 3-step workflow.
+"""Soak: one in-process service holding 100 sessions, 1,200 runs each of a 3-step workflow.
 
 Workflow: start -> enrich -> count. ``start`` turns the run number into a
 ``Request``, ``enrich`` adds a word count, ``count`` keeps a per-session counter
@@ -10,8 +10,11 @@ Driving: a fixed pool of 8 worker threads, each owning a slice of the sessions
 run k of every session in its slice, then run k + 1, ... This is what an
 in-process service does: a bounded request pool (gunicorn ``gthread``, a
 ``ThreadPoolExecutor`` behind an async server) serving many long-lived sessions,
-not one thread per session. The 1,000 runs are cut into 10 chunks; the first 2
-are the warm-up, each of the other 8 is a sample.
+not one thread per session. The 1,200 runs are cut into 12 chunks; the first 4
+are the warm-up, each of the other 8 is a sample. The warm-up is long enough for
+every session to hold as much history as it keeps in memory (its last
+``RECENT`` = 1,000 events, three a run: see ``runtime/supervisor/_history``), so
+what is measured after it is growth that has no bound.
 
 Figures:
 
@@ -47,6 +50,7 @@ import msgpack
 import pykka
 
 import actorflow as af
+from actorflow.runtime.supervisor import RECENT
 from bench._common import (
     Echo,
     alternate,
@@ -67,8 +71,8 @@ from bench._soak_watch import (
 
 WORKERS = 8
 """Request threads of the simulated service (each owns a slice of the sessions)."""
-WARMUP_CHUNKS = 2
-"""Chunks (of floor and workload each) before RSS and threads are taken as the baseline."""
+HISTORY_PER_RUN = 3
+"""History events a run of the workflow makes: its start, its output, its end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,8 @@ class Shape:
     """Runs per session."""
     chunks: int
     """The runs are made in this many chunks (floor and workload alternate per chunk)."""
+    warmup: int
+    """Chunks (of floor and workload each) before RSS and threads are taken as the baseline."""
 
     @property
     def per_chunk(self) -> int:
@@ -87,8 +93,9 @@ class Shape:
         return self.runs // self.chunks
 
 
-FULL = Shape(sessions=100, runs=1000, chunks=10)
-QUICK = Shape(sessions=20, runs=50, chunks=5)
+FULL = Shape(sessions=100, runs=1200, chunks=12, warmup=4)
+QUICK = Shape(sessions=20, runs=50, chunks=5, warmup=2)
+assert FULL.warmup * FULL.per_chunk * HISTORY_PER_RUN >= RECENT, "the warm-up fills the history"
 
 
 # --- the workflow -------------------------------------------------------------------
@@ -229,7 +236,7 @@ def bench_soak(quick: bool) -> None:
             done.result()
         elapsed = time.perf_counter() - started
         seconds[kind] += elapsed
-        if kind == "work" and chunk_index["work"] == WARMUP_CHUNKS:
+        if kind == "work" and chunk_index["work"] == shape.warmup:
             gc.collect()
             baseline.update(
                 rss=rss_mb(),
@@ -247,8 +254,8 @@ def bench_soak(quick: bool) -> None:
         floors, rates = alternate(
             lambda: chunk("floor"),
             lambda: chunk("work"),
-            repeats=shape.chunks - WARMUP_CHUNKS,
-            warmup=WARMUP_CHUNKS,
+            repeats=shape.chunks - shape.warmup,
+            warmup=shape.warmup,
             warmup_s=0.0,
         )
         gc.collect()
@@ -280,7 +287,7 @@ def bench_soak(quick: bool) -> None:
         "runs_per_session": shape.runs,
         "workers": WORKERS,
         "chunks": shape.chunks,
-        "warmup_chunks": WARMUP_CHUNKS,
+        "warmup_chunks": shape.warmup,
         "wall_s": wall_s,
     }
 
@@ -316,7 +323,7 @@ def bench_soak(quick: bool) -> None:
         "MB",
         floor=rss_warm,
         floor_unit="MB",
-        floor_name=f"RSS after the warm-up ({WARMUP_CHUNKS} chunks), both after gc.collect()",
+        floor_name=f"RSS after the warm-up ({shape.warmup} chunks), both after gc.collect()",
         target_op="<=",
         target_value=1.05,
         growth_pct=(rss_end - rss_warm) / rss_warm * 100,

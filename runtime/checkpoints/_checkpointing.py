@@ -61,7 +61,11 @@ class Checkpointer:
         parent: Checkpoint | None = None,
         lease: Lease | None = None,
         lineage: Lineage | None = None,
+        on_stored: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_stored(seq)``: told, once a cut carrying history entries is in the store,
+        the number of its last entry (on the background writer's thread for an async
+        write); the session's history log then stops keeping those events."""
         self.store = store
         self.spec = spec
         self.session = session
@@ -109,6 +113,7 @@ class Checkpointer:
         """The packed context of the run that wrote the checkpoint resumed from (tracing)."""
         self.queued = False
         """Whether the last :meth:`write` only queued its cut (async durability)."""
+        self._on_stored = on_stored
 
     def due(self, superstep: int) -> bool:
         """Whether the barrier after ``superstep`` gets a ``step`` checkpoint."""
@@ -169,7 +174,7 @@ class Checkpointer:
         item = _Queued(cut, blobs, statements or [], effects or [])
         if self._sync or kind == "entry":
             self._store(item)
-            self._confirmed_id = cut.id
+            self._confirm(item)
             self.queued = False
         else:
             self._enqueue(item)
@@ -189,6 +194,14 @@ class Checkpointer:
                 "the store no longer commits statements; nothing was written"
             )
         self._save_statements(item.cut, item.blobs, item.statements)
+
+    def _confirm(self, item: _Queued) -> None:
+        """``item`` is in the store: the lineage may fall back to it, and its history
+        entries need not be kept in memory any more."""
+        self._confirmed_id = item.cut.id
+        history = item.cut.history
+        if history and self._on_stored is not None:
+            self._on_stored(history[-1][0])
 
     @property
     def last_bytes(self) -> int:
@@ -313,7 +326,7 @@ class Checkpointer:
                     return
                 if self._failure is None:
                     self._store(item)
-                    self._confirmed_id = item.cut.id
+                    self._confirm(item)
                 else:
                     self._lost(item)
             except Exception as exc:  # noqa: BLE001 - surfaced by raise_failure at the next barrier

@@ -58,12 +58,16 @@ class Chronicle:
             CheckpointCorrupt: a stored record of the session cannot be decoded.
             DecodeError: a stored value is of a type this process has not registered.
         """
+        # The log first: it drops an event only once the store holds it, so what it no
+        # longer holds now, the store read after it has. When it still holds the events
+        # from ``since`` on, the store has nothing to add.
+        held = self._log.recent(since)
         found: list[ev.Event] = []
-        if self._store is not None:
+        if self._store is not None and not (held and _seq(held[0]) == since):
             found = [event_of(e) for e in read_entries(self._store, self._id(), since)]
             if found:
                 since = max(since, _seq(found[-1]) + 1)
-        found.extend(materialize(e) for e in self._log.recent(since))
+        found.extend(materialize(e) for e in held if _seq(e) >= since)
         return found
 
     def follow(self, since: int, *, forever: bool) -> Generator[ev.Event, None, None]:
@@ -127,10 +131,12 @@ class Chronicle:
             self._log.unwatch(watcher)
 
     def after(self, events: list[ev.Event], since: int) -> list[ev.Event]:
-        """What the log holds after ``events`` (a :meth:`read` from ``since`` made earlier):
-        the events numbered after the last of them, decoded."""
+        """The history after ``events`` (a :meth:`read` from ``since`` made earlier): the
+        events numbered after the last of them, decoded. Called while no run is going."""
         start = _seq(events[-1]) + 1 if events else since
-        return [materialize(e) for e in self._log.recent(start)]
+        if start >= self._log.next_seq:
+            return []  # nothing was numbered since (the common case: no store read)
+        return self.read(start)
 
 
 class _Cursor:

@@ -407,6 +407,7 @@ class Session:
                 parent=restored.checkpoint if restored else None,
                 lease=self._ownership.first if self._ownership is not None else None,
                 lineage=self._answers.lineage,
+                on_stored=self._history.log.stored,
             )
         driver = Driver(
             spec,

@@ -10,11 +10,13 @@ of each executor (``_last_good``).
 
 from ._barrier import CANCEL_GRACE
 from ._driver import Driver
-from ._history import HistoryLog
+from ._history import RECENT, RECENT_BYTES, HistoryLog
 from ._job import Payload, RunJob, SupervisorActor, new_run_id
 
 __all__ = [
     "CANCEL_GRACE",
+    "RECENT",
+    "RECENT_BYTES",
     "Driver",
     "HistoryLog",
     "Payload",

@@ -5,7 +5,15 @@ numbering going). On the supervisor's thread it numbers each history event as it
 is emitted (see ``actorflow.runtime._events``), keeps what the next cut will carry
 (with a store: entries are written only inside cuts, so they are stored in the
 same atomic step as the cut they belong to), and hands each event to the session's
-watchers. Any thread may read the recent events and add or remove a watcher.
+watchers. Any thread may read the events it holds and add or remove a watcher.
+
+What it holds in memory is what no store holds: with a store, the events whose cut
+is not stored yet (each is dropped once it is, and reads take it from the store);
+without one, the latest :data:`RECENT` events, whose values hold at most
+:data:`RECENT_BYTES`. So a session keeps a bounded history without a store and next
+to none with one: keeping the last 10,000 events of every session, stored or not,
+made a service's memory grow by ~720 bytes a run (three events, by ``tracemalloc``)
+until every session held them all.
 """
 
 from __future__ import annotations
@@ -18,12 +26,15 @@ import actorflow.runtime._events as ev
 from actorflow.runtime._history import DURABLE, raw_entry
 from actorflow.storage import RawEntry
 
-__all__ = ["RECENT", "HistoryLog", "Watcher"]
+__all__ = ["RECENT", "RECENT_BYTES", "HistoryLog", "Watcher"]
 
-RECENT = 10_000
-"""How many of the latest history events a session keeps in memory: the whole history
-of a session without a store (older ones are dropped), and what a store has not got
-yet (the entries since the last cut) for one with."""
+RECENT = 1_000
+"""How many history events a session without a store keeps in memory: the latest
+(older ones are dropped); they are the whole history it can read."""
+
+RECENT_BYTES = 8 << 20
+"""How many bytes of encoded values (inputs, outputs, requests, answers) the events a
+session without a store keeps hold at most: with large outputs it keeps fewer events."""
 
 Watcher = Callable[[ev.Event | None], None]
 """Called on the supervisor's thread with each history event (values still encoded),
@@ -42,7 +53,12 @@ class HistoryLog:
         self._durable = durable
         self._pending: list[RawEntry] = []
         self._lock = threading.Lock()
-        self._recent: deque[ev.Event] = deque(maxlen=RECENT)
+        self._recent: deque[tuple[ev.Event, int]] = deque()
+        """The events in memory, in order, each with the bytes of its values."""
+        self._bytes = 0
+        """The bytes of the values of the events in ``_recent``."""
+        self._stored_through = -1
+        """The number of the newest event the store holds (-1: none, or no store)."""
         self._watchers: list[Watcher] = []
 
     # --- the supervisor's thread ------------------------------------------------------
@@ -99,20 +115,49 @@ class HistoryLog:
             self.next_seq = 0
             self._pending.clear()
             self._recent.clear()
+            self._bytes = 0
+            self._stored_through = -1
 
     def _publish(self, event: ev.Event) -> None:
         with self._lock:
-            self._recent.append(event)
+            assert event.seq is not None
+            if event.seq > self._stored_through:  # a run's end is emitted once stored
+                self._keep(event)
             watchers = tuple(self._watchers)
         for watcher in watchers:
             watcher(event)
 
+    def _keep(self, event: ev.Event) -> None:
+        """Hold ``event`` in memory; without a store, drop the oldest past the bounds
+        (under the lock). With one, every event is held until its cut is stored: nothing
+        else has it yet (as the pending entries, which the cut takes, hold them all)."""
+        weight = _value_bytes(event)
+        recent = self._recent
+        recent.append((event, weight))
+        self._bytes += weight
+        if self._durable:
+            return
+        while len(recent) > RECENT or (self._bytes > RECENT_BYTES and len(recent) > 1):
+            self._bytes -= recent.popleft()[1]
+
     # --- any thread -------------------------------------------------------------------
+
+    def stored(self, through: int) -> None:
+        """The events numbered up to ``through`` are in the store: no longer kept here.
+
+        Called once the cut that carries them is stored (on the checkpoint writer's
+        thread for a background write); cuts are stored in order, so ``through`` grows.
+        """
+        with self._lock:
+            self._stored_through = max(self._stored_through, through)
+            recent = self._recent
+            while recent and _seq(recent[0][0]) <= through:
+                self._bytes -= recent.popleft()[1]
 
     def recent(self, since: int) -> list[ev.Event]:
         """The history events in memory numbered ``since`` or more, oldest first."""
         with self._lock:
-            return [event for event in self._recent if event.seq is not None and event.seq >= since]
+            return [event for event, _ in self._recent if _seq(event) >= since]
 
     def watch(self, watcher: Watcher) -> None:
         """Hand ``watcher`` every history event published from now on."""
@@ -131,3 +176,15 @@ class HistoryLog:
         with self._lock:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
+
+
+def _seq(event: ev.Event) -> int:
+    seq = event.seq
+    assert seq is not None, "the log holds numbered events only"
+    return seq
+
+
+def _value_bytes(event: ev.Event) -> int:
+    """The bytes of the encoded values ``event`` holds (its input, output, request or answer)."""
+    value = event.input if type(event) is ev.RunStartedEvent else getattr(event, "value", None)
+    return len(value) if isinstance(value, bytes) else 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import actorflow as af
+from actorflow.runtime.supervisor import RECENT, RECENT_BYTES
 from actorflow.storage import Checkpoint, CheckpointKind, Lease
 
 WAIT_S = 10.0
@@ -19,6 +20,8 @@ FAIL = threading.Event()
 HOLD = threading.Event()
 """Set: Worker waits for RELEASE before handling (so a run can be cancelled mid-handler)."""
 RELEASE = threading.Event()
+HELD = threading.Event()
+"""Set by Worker once it waits for RELEASE."""
 
 
 @af.message
@@ -43,6 +46,7 @@ class Worker(af.Executor):
     @af.handler
     def on_int(self, n: int, ctx: af.Context[None]) -> None:
         if HOLD.is_set():
+            HELD.set()
             RELEASE.wait(WAIT_S)
         if FAIL.is_set():
             FAIL.clear()
@@ -65,7 +69,7 @@ def build(restart: af.RestartPolicy | None = None) -> af.Workflow:
 @pytest.fixture(autouse=True)
 def _clear_flags() -> Iterator[None]:
     yield
-    for flag in (FAIL, HOLD, RELEASE):
+    for flag in (FAIL, HOLD, RELEASE, HELD):
         flag.clear()
 
 
@@ -356,3 +360,123 @@ def test_a_run_whose_final_cut_fails_is_recorded_as_failed_not_completed() -> No
         "RunCompletedEvent",
     ]
     assert [e.seq for e in store.session_history("s")] == list(range(8))
+
+
+# --- what a session keeps in memory ------------------------------------------------
+
+
+class Blob(af.Executor):
+    """Outputs ``n`` MiB of text."""
+
+    @af.handler
+    def on_int(self, n: int, ctx: af.Context[None]) -> None:
+        ctx.output("x" * (n << 20))
+
+
+def held(session: af.Session) -> list[int | None]:
+    """The numbers of the history events the session holds in memory."""
+    return [e.seq for e in session._history.log.recent(0)]
+
+
+def test_without_a_store_the_latest_events_are_kept_up_to_the_bound() -> None:
+    """A session without a store keeps its last RECENT history events: the oldest go
+    first, and what it keeps has no gap."""
+    runs = RECENT // 4 + 10  # four history events a run
+    with build() as wf, wf.session() as s:
+        for n in range(runs):
+            s.run(n)
+        history = s.history()
+        assert held(s) == [e.seq for e in history]
+    total = runs * 4
+    assert [e.seq for e in history] == list(range(total - RECENT, total))
+    assert isinstance(history[-1], af.RunCompletedEvent)
+
+
+def test_without_a_store_large_values_bound_what_is_kept() -> None:
+    """Outputs of 1 MiB each: the events kept hold at most RECENT_BYTES of values, the
+    newest ones."""
+    with af.WorkflowBuilder("blobs", start=Blob("blob")).build() as wf, wf.session() as s:
+        for _ in range(20):
+            s.run(1)
+        outputs = [e for e in s.history() if isinstance(e, af.OutputEvent)]
+    assert 1 <= len(outputs) <= RECENT_BYTES >> 20
+    assert outputs[-1].seq == 20 * 3 - 2  # the last run's output (three events a run)
+    assert len(outputs[-1].value) == 1 << 20
+
+
+def test_with_a_store_memory_keeps_only_what_is_not_stored(store: af.CheckpointStore) -> None:
+    """Once a run's cuts are stored, the session holds none of its events in memory; the
+    history is read from the store, whole, and a stream resumes from it."""
+    with build() as wf, wf.session("s", store=store) as s:
+        for n in range(5):
+            s.run(n)
+        assert held(s) == []
+        assert [e.seq for e in s.history()] == list(range(20))
+        events = list(s.stream(9, since=18))
+    assert [e.seq for e in events if e.seq is not None] == [18, 19, 20, 21, 22, 23]
+
+
+def test_reads_during_runs_see_the_whole_history_while_cuts_are_stored_behind(
+    tmp_path: Path,
+) -> None:
+    """With background writes, a cut is stored (and its events dropped from memory) while
+    a reader reads: every read is still the whole history up to some number, no gap."""
+    policy = af.CheckpointPolicy(durability=af.Durability.ASYNC)
+    store = af.SQLiteStore(tmp_path / "runs.db")
+    reads: list[list[int | None]] = []
+    with build() as wf, wf.session("s", store=store, checkpoint=policy) as s:
+        done = threading.Event()
+
+        def reader() -> None:
+            while not done.is_set():
+                reads.append([e.seq for e in s.history()])
+
+        watching = threading.Thread(target=reader)
+        watching.start()
+        try:
+            for n in range(40):
+                s.run(n)
+        finally:
+            done.set()
+            watching.join(WAIT_S)
+        assert held(s) == []
+        assert [e.seq for e in s.history()] == list(range(160))
+    store.close()
+    assert len(reads) > 10
+    for seqs in reads:
+        assert seqs == list(range(len(seqs))), "a read skipped events"
+
+
+class Chatty(af.Executor):
+    """Outputs ``n`` numbers, then passes ``n`` on."""
+
+    @af.handler
+    def on_int(self, n: int, ctx: af.Context[int]) -> None:
+        for i in range(n):
+            ctx.output(i)
+        ctx.send(n)
+
+
+def test_with_a_store_events_between_cuts_are_all_held_until_stored(tmp_path: Path) -> None:
+    """A run that checkpoints only when idle and outputs more than a session without a
+    store would keep: read while it is held in a handler, the history has every event
+    (none is stored yet, and none is dropped from memory)."""
+    builder = af.WorkflowBuilder("chatty", start=Chatty("chatty"))
+    builder.add_edge("chatty", Worker("worker"))
+    store = af.SQLiteStore(tmp_path / "runs.db")
+    policy = af.CheckpointPolicy(on_idle_only=True)
+    with builder.build() as wf, wf.session("s", store=store, checkpoint=policy) as s:
+        HOLD.set()
+        running = threading.Thread(target=s.run, args=(RECENT + 50,))
+        running.start()
+        try:
+            assert HELD.wait(WAIT_S), "the worker never started"
+            during = s.history()
+        finally:
+            RELEASE.set()
+            running.join(WAIT_S)
+        after = s.history()
+        assert held(s) == []
+    store.close()
+    assert [e.seq for e in during] == list(range(RECENT + 51)), "the start and every output"
+    assert [e.seq for e in after] == list(range(RECENT + 53))
