@@ -348,6 +348,33 @@ class ConcurrencyTests(KitBase):
             assert store.latest(session=f"t{n}") == saved[-1]
         assert store.verify() == []
 
+    def test_saves_sharing_new_blobs_in_any_order_all_succeed(self, store: CheckpointStore) -> None:
+        """Sessions whose first records hold the same new blobs (the same first state),
+        saved at once with the blobs in different orders, all succeed: a store that
+        writes the blobs in the order given can deadlock two such saves."""
+        threads, rounds = 8, 12
+        barrier = threading.Barrier(threads, timeout=WAIT_S)
+        saved: list[Checkpoint] = []
+
+        def first_record(shared: list[bytes], r: int, n: int) -> None:
+            turned = shared[n % len(shared) :] + shared[: n % len(shared)]
+            ordered = turned if n % 2 else turned[::-1]
+            # The blobs are given in the order of the chunks.
+            checkpoint, blobs = make_checkpoint(session=f"o{r}-{n}", chunks={"e": ordered})
+            barrier.wait()
+            store.save(checkpoint, blobs)
+            saved.append(checkpoint)  # atomic
+
+        with ThreadPoolExecutor(threads) as pool:
+            for r in range(rounds):
+                shared = [f"round {r} blob {i}".encode() * 50 for i in range(24)]
+                futures = [pool.submit(first_record, shared, r, n) for n in range(threads)]
+                for future in futures:
+                    future.result(timeout=WAIT_S)
+        assert len(saved) == threads * rounds
+        assert {cp.id for cp in store.list()} >= {cp.id for cp in saved}
+        assert store.verify() == []
+
     def test_concurrent_processes_lose_nothing(
         self, store: CheckpointStore, store_factory: StoreFactory
     ) -> None:
