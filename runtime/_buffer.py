@@ -65,7 +65,7 @@ class StepBuffer:
         """The step's effect journal, made the first time a handler needs it.
 
         Made lazily because most steps make no effect: building a journal for each
-        cost ~3 us of a W1 superstep's ~50 (``python -m bench.w1``).
+        cost ~2.5 us of a W1 superstep's ~50 (``python -m bench.w1``).
 
         Raises:
             RuntimeError: the buffer was made outside a superstep (a test's own Context).
