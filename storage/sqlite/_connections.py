@@ -30,8 +30,13 @@ from actorflow.storage._common import store_closed
 
 from . import _sql as sql
 from ._wal import CHECKPOINT_BYTES
+from ._writers import WriterQueue, writer_queue
 
-__all__ = ["SQLiteConnections"]
+__all__ = ["SQLiteConnections", "WriteLockBusy"]
+
+
+class WriteLockBusy(CheckpointError):
+    """A write transaction did not get the file's write lock within its bound."""
 
 
 @dataclass(eq=False, slots=True)
@@ -62,6 +67,8 @@ class SQLiteConnections:
         self._conns: list[_Held] = []
         """Every open connection; those in use (``depth``) are closed by their thread."""
         self._conns_lock = threading.Lock()
+        self._writers: WriterQueue | None = None
+        """This process's writers to the file (see _writers); found at the first write."""
 
     @property
     def closed(self) -> bool:
@@ -185,8 +192,11 @@ class SQLiteConnections:
         return conn
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; BEGIN IMMEDIATE queues for the write lock up front.
+    def write(
+        self, *, durable: bool = True, wait: float | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction, in this process's turn (see _writers); BEGIN IMMEDIATE
+        then takes the write lock up front.
 
         ``durable=False`` (lease changes): commit without the WAL fsync
         (``synchronous=NORMAL`` for this transaction only). A lease is only worth
@@ -196,9 +206,29 @@ class SQLiteConnections:
         session takes a lease, often from an event loop's thread (``async with
         wf.session(...)``): the fsync cost ~0.5-1 ms per open (20 opens in one loop
         step: a 30 ms loop stall, ``bench.loop_lag``), without it ~0.25 ms.
+
+        ``wait``: how long one holder may keep the lock before this gives up, in this
+        process's queue (which is waited out while it moves) and for another process's
+        writer (None: ``BUSY_TIMEOUT_S``).
+
+        Raises:
+            WriteLockBusy: the lock stayed with one holder past the bound.
         """
-        with self._transaction("BEGIN IMMEDIATE", durable=durable) as conn:
-            yield conn
+        bound = sql.BUSY_TIMEOUT_S if wait is None else wait
+        writers = self._writers
+        if writers is None:
+            self.conn()  # the file exists from here on
+            writers = self._writers = writer_queue(self._path)
+        if not writers.acquire(bound):
+            raise WriteLockBusy(
+                f"SQLite store {self._path}: database is locked (a writer of this process "
+                f"held it for {bound:.1f} s)"
+            )
+        try:
+            with self._transaction("BEGIN IMMEDIATE", durable=durable, busy=wait) as conn:
+                yield conn
+        finally:
+            writers.release()
 
     def pragma(self, conn: sqlite3.Connection, statement: str) -> None:
         """Run ``statement`` on ``conn``, this thread's connection (from :meth:`_conn`),
@@ -225,12 +255,17 @@ class SQLiteConnections:
             yield conn
 
     @contextlib.contextmanager
-    def _transaction(self, begin: str, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def _transaction(
+        self, begin: str, *, durable: bool = True, busy: float | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """``busy``: the busy timeout of this transaction (None: ``BUSY_TIMEOUT_S``)."""
         held = self.hold()
         conn = held.conn
         try:
             if not durable:
                 conn.execute("PRAGMA synchronous = NORMAL")
+            if busy is not None:
+                conn.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
             try:
                 conn.execute(begin)
                 try:
@@ -243,9 +278,13 @@ class SQLiteConnections:
             finally:
                 if not durable:
                     conn.execute("PRAGMA synchronous = FULL")
+                if busy is not None:
+                    conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.Error as exc:
             if self._closed:  # interrupted by close(), or failing because of it
                 raise store_closed(self._name) from exc
+            if sql.is_busy(exc):
+                raise WriteLockBusy(f"SQLite store {self._path}: {exc}") from exc
             raise sql.translate(exc, self._path) from exc
         except UnicodeDecodeError as exc:  # text in a damaged page that is not UTF-8
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc

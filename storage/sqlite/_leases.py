@@ -8,11 +8,9 @@ transaction (so no lease change can come between the check and the commit).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 
-from actorflow.errors import CheckpointError
 from actorflow.storage._lease import Lease, LeaseRow, check_owner, check_ttl, grant, renewed
 from actorflow.storage._lock_wait import (
     check_lock_wait,
@@ -22,7 +20,7 @@ from actorflow.storage._lock_wait import (
 )
 
 from . import _sql as sql
-from ._connections import SQLiteConnections
+from ._connections import SQLiteConnections, WriteLockBusy
 
 _WAL_WRITE_LOCK = 120
 """The offset in the ``-shm`` file of the lock a WAL writer holds (SQLite's file format)."""
@@ -43,39 +41,27 @@ class SQLiteLeases:
         """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
 
         A grant is a write transaction: it waits for the file's one write lock, which
-        every save of every session takes. ``lock_wait`` bounds that wait (the busy
-        timeout of this transaction; None: the store's, ``BUSY_TIMEOUT_S``).
+        every save of every session takes. ``lock_wait`` bounds that wait, this
+        process's queue for the lock included (None: the store's, ``BUSY_TIMEOUT_S``).
         """
         ttl, owner = check_ttl(ttl), check_owner(owner)
         wait = check_lock_wait(lock_wait)
-        if wait is None:
-            with self._connections.write(durable=False) as db:
-                row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
-                sql.put_lease(db, session, row)
-            return row.as_lease(session)
-        conn = self._connections.conn()
-        self._connections.pragma(conn, f"PRAGMA busy_timeout = {int(wait * 1000)}")
         try:
-            with self._connections.write(durable=False) as db:
+            with self._connections.write(durable=False, wait=wait) as db:
                 row = grant(session, sql.lease_row(db, session), owner, ttl, time.time())
                 sql.put_lease(db, session, row)
             return row.as_lease(session)
-        except CheckpointError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, sqlite3.Error) and sql.is_busy(cause)):
+        except WriteLockBusy as exc:
+            if wait is None:
                 raise
-            busy = exc
-        finally:
-            self._connections.pragma(
-                conn, f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}"
-            )
+            busy, waited = exc, wait
         with self._connections.read() as db:  # WAL: a read needs no write lock
             held = sql.lease_row(db, session)
         raise lease_lock_held(
             session=session,
             where=f"the SQLite store {self._path}",
             lock=f"the write lock of {self._path} (byte 120 of {self._path}-shm)",
-            waited=wait,
+            waited=waited,
             holder=describe_holders(lock_holders(f"{self._path}-shm", start=_WAL_WRITE_LOCK)),
             row=held,
             now=time.time(),
