@@ -32,11 +32,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy tests
 	$(BIN)/mypy --allow-any-generics examples bench fuzz torture  # examples write plain `af.Context`, as users do
 
-# The suite under coverage.py, then the package's line coverage (files at 100% left out).
+# The suite under coverage.py, in parts run at once (.ci/unit.sh), then the package's
+# line coverage (files at 100% left out).
 unit: $(STAMP)
 	bash .ci/chromium.sh
-	$(BIN)/python -m coverage run -m pytest -q
-	$(BIN)/python -m coverage report
+	bash .ci/unit.sh
 
 examples: $(STAMP)
 	$(BIN)/python examples/run_all.py

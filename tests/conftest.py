@@ -1,4 +1,5 @@
-"""Shared fixtures: every test must leave no actor (or any other) thread behind."""
+"""Shared fixtures (every test must leave no actor, or any other, thread behind), and
+the split of the suite into parts that ``make unit`` runs at once (``.ci/unit.sh``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,43 @@ import pytest
 import actorflow as af
 from tests.support import graphs, pg, python_path
 from tests.support.held_runs import Gate
+
+PART_ENV = "ACTORFLOW_TEST_PART"
+"""Which part of the suite this pytest runs: ``ray``, ``rest`` or ``serial`` (unset: all)."""
+
+RAY_PART_FILES = (
+    "tests/test_torture.py",
+    "tests/runtime/test_crash_recovery.py",
+    "tests/test_bench_smoke.py",
+)
+"""Files of the ``ray`` part beside every test of the session-wide Ray: each part's
+pytest would start a Ray of its own, and these start Ray or are long enough to even
+the two parts out (about half the suite's time each)."""
+
+
+def part_of(item: pytest.Item) -> str:
+    """``serial``: a test of the whole PostgreSQL server (it restarts it, or ends every
+    connection), run alone; ``ray``: see RAY_PART_FILES; ``rest``: the others."""
+    if item.get_closest_marker("serial") is not None:
+        return "serial"
+    callspec = getattr(item, "callspec", None)
+    on_ray = callspec is not None and callspec.params.get("backend") == "ray"
+    if on_ray or "ray_cluster" in getattr(item, "fixturenames", ()):
+        return "ray"
+    path = Path(str(item.path)).relative_to(Path(__file__).resolve().parent.parent).as_posix()
+    return "ray" if path in RAY_PART_FILES else "rest"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep only this part's tests when PART_ENV names one."""
+    part = os.environ.get(PART_ENV)
+    if not part:
+        return
+    if part not in ("ray", "rest", "serial"):
+        raise pytest.UsageError(f"{PART_ENV}={part!r}: expected ray, rest or serial")
+    kept = [item for item in items if part_of(item) == part]
+    config.hook.pytest_deselected(items=[item for item in items if part_of(item) != part])
+    items[:] = kept
 
 
 @pytest.fixture(autouse=True)
@@ -71,6 +109,9 @@ def ray_cluster() -> Iterator[Any]:
         if os.environ.get("CI") == "true":
             pytest.fail("ray is not installed (pip install 'actorflow[ray]')")
         pytest.skip("ray is not installed")
+    part = os.environ.get(PART_ENV)
+    if part and part != "ray":  # a second Ray beside the ray part's, on two cores
+        pytest.fail(f"a test of the {part} part needs Ray: list its file in RAY_PART_FILES")
     ray.init(
         num_cpus=2,
         object_store_memory=256 * 2**20,

@@ -103,6 +103,7 @@ def _run_with_fault(store: Any, fault: Callable[[], None], at: int) -> list[Any]
 # --- server faults ---------------------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(60)
 def test_server_restarted_mid_session(store: Any) -> None:
     """The server restarts mid-run: the session goes on (or fails clearly and resumes) to the uninterrupted result."""
@@ -115,6 +116,7 @@ def test_server_restarted_mid_session(store: Any) -> None:
     assert store.verify() == []
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(60)
 def test_connection_terminated_by_the_server(store: Any, where: tuple[str, str]) -> None:
     """pg_terminate_backend on every store connection mid-run: the next checkpoints still land."""
