@@ -41,8 +41,9 @@ class SQLiteLeases:
         """Take the session if no live lease holds it (see CheckpointStore.acquire_lease).
 
         A grant is a write transaction: it waits for the file's one write lock, which
-        every save of every session takes. ``lock_wait`` bounds that wait, this
-        process's queue for the lock included (None: the store's, ``BUSY_TIMEOUT_S``).
+        every save of every session takes. ``lock_wait`` bounds how long one holder may
+        keep it (a line of this process's writers that keeps moving is waited out; see
+        SQLiteConnections.write); None: the store's, ``BUSY_TIMEOUT_S``.
         """
         ttl, owner = check_ttl(ttl), check_owner(owner)
         wait = check_lock_wait(lock_wait)

@@ -4,8 +4,8 @@ SQLite leaves waiting for its one write lock to its busy handler, which sleeps a
 tries again (after 1, 2, 5, ... then every 100 ms) and serves nobody in order: a
 writer only wins if the lock happens to be free when it looks. While the writers
 of a process also wait for the GIL, each holds the lock longer, and the others
-almost never find it free: with 20 sessions of one process saving every superstep
-beside busy threads, lease grants bounded by 1 s failed 22 times out of 30 and
+almost never find it free: with 19 threads of one process saving in a loop beside
+10 busy threads, lease grants bounded by 1 s failed 22 times out of 30; beside 20,
 saves ran past their 30 s busy timeout (``database is locked``). Queued here
 first, a process's writers reach SQLite one at a time, each in its turn, so the
 busy handler is left only writers of other processes to wait for.
@@ -48,16 +48,30 @@ class WriterQueue:
             turn.acquire()
             self._waiters.append(turn)
             seen = self._handoffs
-        while not turn.acquire(timeout=max(stall, 0.0)):
+        try:
+            while not turn.acquire(timeout=max(stall, 0.0)):
+                with self._mutex:
+                    if self._handoffs != seen:  # moving: wait on
+                        seen = self._handoffs
+                        continue
+                    # Gone from the line: handed over between the timeout and here.
+                    return not self._leave(turn)
+        except BaseException:
+            # Interrupted (Ctrl-C): leave the line, or pass on a turn already handed
+            # over; a turn left in the line would be handed the lock and never let go.
             with self._mutex:
-                if self._handoffs != seen:  # moving: wait on
-                    seen = self._handoffs
-                    continue
-                try:
-                    self._waiters.remove(turn)
-                except ValueError:  # handed over between the timeout and here: ours
-                    return True
-                return False
+                left = self._leave(turn)
+            if not left:
+                self.release()
+            raise
+        return True
+
+    def _leave(self, turn: threading.Lock) -> bool:
+        """Take ``turn`` out of the line (under the mutex); False if it was handed the lock."""
+        try:
+            self._waiters.remove(turn)
+        except ValueError:
+            return False
         return True
 
     def release(self) -> None:

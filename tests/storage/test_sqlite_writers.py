@@ -7,6 +7,7 @@ grant bounded by 1 s starved behind the process's own saves (``StoreLocked`` in
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -93,6 +94,37 @@ def test_a_holder_that_does_not_let_go_ends_the_wait_at_the_bound() -> None:
     assert 0.1 <= time.monotonic() - started < BOUND
     queue.release()
     assert queue.acquire(0.0)  # the waiter that gave up took no turn
+
+
+def test_a_waiter_interrupted_leaves_the_line() -> None:
+    """Ctrl-C (here SIGUSR1) in a wait: the turn it queued is never handed the lock."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    queue = WriterQueue()
+    assert queue.acquire(BOUND)
+    main = threading.get_ident()
+
+    def kick() -> None:
+        _until(lambda: _queued(queue) == 1)
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    kicker = threading.Thread(target=kick)
+    try:
+        kicker.start()
+        with pytest.raises(Interrupted):
+            queue.acquire(BOUND)
+    finally:
+        kicker.join(BOUND)
+        signal.signal(signal.SIGUSR1, previous)
+    assert _queued(queue) == 0
+    queue.release()
+    assert queue.acquire(0.0)  # free: no turn left in the line holds it
 
 
 def test_stores_on_one_file_share_its_queue(tmp_path: Path) -> None:
