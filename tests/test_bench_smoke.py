@@ -65,6 +65,7 @@ if os.environ.get("ACTORFLOW_TEST_PG_DSN"):  # bench.w_postgres reports only wit
         ("w3_postgres", "ms_per_superstep"),
         ("w3_postgres", "bytes_stored_mb"),
         ("w4_postgres", "resume_plus_step_ms"),
+        ("w4_postgres_fresh_store", "resume_plus_step_ms"),
         ("takeover_postgres", "takeover_after_kill9_s"),
         ("effects_crash_postgres", "violations"),
     }
