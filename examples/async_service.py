@@ -51,11 +51,16 @@ async def serve() -> None:
         async for event in wf.astream("streamed"):
             if isinstance(event, af.OutputEvent):
                 print("streamed output:", event.value)
-        async with wf.session("user-42") as s:
+        store = af.MemoryStore()
+        # A stored session: its lease is taken and the store read off the loop.
+        async with await wf.asession("user-42", store=store) as s:
             # A deadline on a run: when it passes, the run is cancelled (a handler
             # still running 0.25 s later is abandoned) and the session stays usable.
             async with asyncio.timeout(5):
                 print("session output:", (await s.arun("again")).outputs)
+        # Later (in this process or another): the session continues from its checkpoint.
+        async with await wf.aresume(store, session="user-42") as s:
+            print("resumed output:", (await s.arun("and again")).outputs)
     stop.set()
     await beat
     outputs = [r.outputs[0] for r in results]

@@ -6,6 +6,7 @@ import asyncio
 import copy
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 from actorflow.actors import ActorBackend, ThreadBackend
@@ -20,6 +21,7 @@ from .session import (
     Engine,
     IfExists,
     Session,
+    open_off_loop,
     open_session,
     resume_session,
 )
@@ -301,6 +303,41 @@ class Workflow:
                 raise
         return resumed
 
+    async def asession(
+        self,
+        session_id: str | None = None,
+        *,
+        store: CheckpointStore | None = None,
+        checkpoint: CheckpointPolicy | None = None,
+        restart: RestartPolicy | None = None,
+        if_exists: IfExists = "error",
+        wait: float = 0.0,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        backend: ActorBackend | None = None,
+    ) -> Session:
+        """Async :meth:`session`: the lease is taken and the store read off the event loop
+        (``async with await wf.asession(id, store=store) as s:``).
+
+        Cancelling the awaiting task never leaves a session open: one the open makes
+        after all is closed (its lease released). Arguments as for :meth:`session`.
+
+        Raises:
+            SessionOwned, SessionExists: as for :meth:`session`.
+        """
+        return await open_off_loop(
+            partial(
+                self.session,
+                session_id,
+                store=store,
+                checkpoint=checkpoint,
+                restart=restart,
+                if_exists=if_exists,
+                wait=wait,
+                lease_ttl=lease_ttl,
+                backend=backend,
+            )
+        )
+
     async def aresume(
         self,
         store: CheckpointStore,
@@ -310,20 +347,34 @@ class Workflow:
         checkpoint: CheckpointPolicy | None = None,
         responses: Mapping[str, Any] | None = None,
         restart: RestartPolicy | None = None,
+        as_session: str | None = None,
+        wait: float = 0.0,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        backend: ActorBackend | None = None,
     ) -> Session:
-        """Async :meth:`resume`: the checkpoint is read off the event loop.
+        """Async :meth:`resume`: the lease is taken and the checkpoint read off the event loop.
+
+        Cancelling the awaiting task never leaves a session open (see :meth:`asession`).
+        Arguments as for :meth:`resume`.
 
         Raises:
-            CheckpointNotFound, GraphMismatch, RequestError: as for :meth:`resume`.
+            CheckpointNotFound, GraphMismatch, StateMigrationError, RequestError,
+            SessionOwned, SessionExists: as for :meth:`resume`.
         """
-        return await asyncio.to_thread(
-            self.resume,
-            store,
-            session=session,
-            checkpoint_id=checkpoint_id,
-            checkpoint=checkpoint,
-            responses=responses,
-            restart=restart,
+        return await open_off_loop(
+            partial(
+                self.resume,
+                store,
+                session=session,
+                checkpoint_id=checkpoint_id,
+                checkpoint=checkpoint,
+                responses=responses,
+                restart=restart,
+                as_session=as_session,
+                wait=wait,
+                lease_ttl=lease_ttl,
+                backend=backend,
+            )
         )
 
     # --- lifecycle ----------------------------------------------------------------

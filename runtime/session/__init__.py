@@ -5,13 +5,14 @@ thing at a time, closing: ``_turn``), its answers (``_answers``), its run jobs
 (the steps of one run, the driver and the supervisor actor: ``_jobs``) and its
 async side (``_async``); events reach the caller through the sinks of
 ``_delivery``. Opening one for writing (its lease, which lineage it continues) is
-``_opening``, the lease's renewal ``_ownership``. :class:`Engine` holds what
-sessions need of their workflow; the workflow owns it, and nothing here imports
-the workflow.
+``_opening`` (off the caller's event loop: ``_off_loop``), the lease's renewal
+``_ownership``. :class:`Engine` holds what sessions need of their workflow; the
+workflow owns it, and nothing here imports the workflow.
 """
 
 from ._engine import Engine
 from ._jobs import NO_INPUT
+from ._off_loop import open_off_loop
 from ._opening import IfExists, open_private, open_session, resume_session
 from ._ownership import DEFAULT_LEASE_TTL, LOCK_WAIT_FLOOR
 from ._session import Session
@@ -23,6 +24,7 @@ __all__ = [
     "Engine",
     "IfExists",
     "Session",
+    "open_off_loop",
     "open_private",
     "open_session",
     "resume_session",

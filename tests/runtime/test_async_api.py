@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from dataclasses import dataclass
 
 import pytest
 
 import actorflow as af
+from actorflow.storage import Lease
 
 BOUND = 10.0
 
@@ -130,3 +132,85 @@ def test_async_with_closes_session_and_workflow() -> None:
         s.run("again")
     with pytest.raises(af.SessionClosed):
         wf.session()
+
+
+def test_asession_waits_for_the_owner_off_the_loop() -> None:
+    """await wf.asession(..., wait=) waits for another owner while the loop runs: the
+    loop is what lets that owner go."""
+    store = af.MemoryStore()
+
+    async def scenario() -> list[str]:
+        async with _asks() as wf:
+            held = wf.session("s", store=store)
+            opening = asyncio.create_task(wf.asession("s", store=store, wait=BOUND / 2))
+            await asyncio.sleep(0)  # the open starts (and waits for the lease) first
+            await held.aclose()  # on this loop: only possible while the open waits off it
+            async with await opening as s:
+                result = await s.arun("x")
+            return [p.request_id for p in result.pending_requests]
+
+    assert asyncio.run(asyncio.wait_for(scenario(), BOUND)) == ["ask-x"]
+
+
+class _CountsGrants(af.MemoryStore):
+    """A MemoryStore that counts the leases it grants (a semaphore released per grant)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.granted = threading.Semaphore(0)
+
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        lease = super().acquire_lease(session, owner, ttl, lock_wait=lock_wait)
+        self.granted.release()
+        return lease
+
+
+def test_asession_cancelled_while_waiting_leaves_no_session_open() -> None:
+    """A task cancelled while its open waits for the lease: the open completes in its
+    thread, and that session is closed, so the lease is free for the next opener (not
+    left to the garbage collector: disabled here, as a reference cycle would delay it)."""
+    store = _CountsGrants()
+
+    async def scenario() -> af.RunResult:
+        async with _asks() as wf:
+            held = wf.session("s", store=store)
+            assert store.granted.acquire(timeout=0)  # held's grant
+            opening = asyncio.create_task(wf.asession("s", store=store, wait=BOUND / 2))
+            await asyncio.sleep(0)
+            opening.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await opening
+            await held.aclose()
+            # The cancelled open now gets the lease; it must give it back.
+            assert await asyncio.to_thread(store.granted.acquire, timeout=BOUND / 2)
+            async with await wf.asession("s", store=store, wait=BOUND / 4) as s:
+                return await s.arun("y")
+
+    gc.disable()
+    try:
+        result = asyncio.run(asyncio.wait_for(scenario(), BOUND))
+    finally:
+        gc.enable()
+    assert result.status is af.RunStatus.IDLE_WITH_PENDING_REQUESTS
+
+
+def test_aresume_takes_every_argument_of_resume() -> None:
+    """aresume forks with as_session=, like resume; the source lineage is untouched."""
+    store = af.MemoryStore()
+
+    async def scenario() -> tuple[af.RunResult, list[str]]:
+        async with _asks() as wf:
+            async with await wf.asession("s", store=store) as s:
+                await s.arun("y")
+            async with await wf.aresume(
+                store, session="s", as_session="fork", responses={"ask-y": 1}, wait=1.0
+            ) as fork:
+                forked = await fork.arun()
+            async with await wf.aresume(store, session="s") as s:
+                return forked, [p.request_id for p in s.pending_requests]
+
+    forked, still_pending = asyncio.run(asyncio.wait_for(scenario(), BOUND))
+    assert forked.outputs == ["y=2"]
+    assert still_pending == ["ask-y"]
