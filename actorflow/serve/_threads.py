@@ -146,8 +146,9 @@ class Threads:
         if thread.session is None:
             if self._closed:
                 raise SessionBusy("the service is stopping; try again on its next start")
-            thread.session = await asyncio.to_thread(
-                self._workflow.session, thread.thread_id, store=self._store, if_exists="resume"
+            # A request cancelled (its client gone) mid-open leaves no session open.
+            thread.session = await self._workflow.asession(
+                thread.thread_id, store=self._store, if_exists="resume"
             )
             await self._trim()
         return thread.session
