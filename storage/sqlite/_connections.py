@@ -13,11 +13,19 @@ and interrupts the statements running on the others (``Connection.interrupt``,
 safe from any thread); each of those is closed by its own thread as its call
 ends, and the call raises :class:`~actorflow.errors.StoreClosed` (or finishes, if
 the interrupt came when no statement was left to stop). Closing never waits.
+
+A forked child never uses its parent's connections: SQLite forbids carrying one
+across fork(2) ("any database connection that is used in a child process must be
+opened in the child process"). Right after a fork (``os.register_at_fork``, in the
+child's one thread) every store forgets them, keeping them unused and unclosed
+(closing one runs SQLite's locking and checkpointing on it), and each of the
+child's threads opens its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import weakref
@@ -69,6 +77,19 @@ class SQLiteConnections:
         self._conns_lock = threading.Lock()
         self._writers: WriterQueue | None = None
         """This process's writers to the file (see _writers); found at the first write."""
+        self._inherited: list[sqlite3.Connection] = []
+        """A forked child's copies of its parent's connections: never used, never closed."""
+        _OPEN.add(self)
+
+    def forget_parent(self) -> None:
+        """In a forked child, right after the fork (its only thread): the parent's
+        connections and write queue are not this process's (see the module docstring),
+        nor are the locks the parent's other threads held."""
+        self._inherited += [held.conn for held in self._conns]
+        self._conns = []
+        self._conns_lock = threading.Lock()
+        self._local = threading.local()
+        self._writers = None
 
     @property
     def closed(self) -> bool:
@@ -203,9 +224,10 @@ class SQLiteConnections:
         something while its holder lives, and a power loss that undoes the commit
         ends the holder too; the next durable commit (a checkpoint save, which
         fences on the lease in its own transaction) fsyncs it along. Opening a
-        session takes a lease, often from an event loop's thread (``async with
-        wf.session(...)``): the fsync cost ~0.5-1 ms per open (20 opens in one loop
-        step: a 30 ms loop stall, ``bench.loop_lag``), without it ~0.25 ms.
+        session takes a lease, sometimes on an event loop's thread (``async with
+        wf.session(...)``; ``wf.asession`` opens in a worker thread): the fsync cost
+        ~0.5-1 ms per open (20 opens in one loop step: a 30 ms loop stall,
+        ``bench.loop_lag``), without it ~0.25 ms.
 
         ``wait``: how long one holder may keep the lock before this gives up, in this
         process's queue (which is waited out while it moves) and for another process's
@@ -290,3 +312,15 @@ class SQLiteConnections:
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
         finally:
             self.let_go(held)
+
+
+_OPEN: weakref.WeakSet[SQLiteConnections] = weakref.WeakSet()
+"""Every store's connections in this process, for a forked child to forget."""
+
+
+def _forget_parents() -> None:
+    for connections in list(_OPEN):
+        connections.forget_parent()
+
+
+os.register_at_fork(after_in_child=_forget_parents)

@@ -88,6 +88,17 @@ _QUEUES: weakref.WeakValueDictionary[tuple[int, int], WriterQueue] = weakref.Wea
 _QUEUES_LOCK = threading.Lock()
 
 
+def _forget_queues() -> None:
+    """In a forked child: the parent's queues may be held by threads that do not exist
+    here, which would never hand them on; the child's writers queue anew."""
+    global _QUEUES, _QUEUES_LOCK  # noqa: PLW0603 - the registry is the process's
+    _QUEUES = weakref.WeakValueDictionary()
+    _QUEUES_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_queues)
+
+
 def writer_queue(path: Path) -> WriterQueue:
     """The queue of the file at ``path`` (which exists), shared by every store of this
     process open on it (keyed by device and inode: any path to the same file)."""
