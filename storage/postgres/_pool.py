@@ -5,12 +5,24 @@ Kept apart from the store's methods because it is one concern: how connections a
 made, checked and replaced (psycopg_pool does the pooling and the reconnecting), and
 how their failures become CheckpointErrors. :class:`PostgresConnections` is a
 collaborator of :class:`~._store.PostgresStore`, of its leases and its verification.
+
+A forked child never uses its parent's connections: two processes on one socket
+read each other's answers (a checkpoint read could get another query's rows), and
+closing one ends the server session the parent is using. Right after a fork
+(``os.register_at_fork``, in the child's one thread) a store with a pool of its
+own makes a new pool, opened at its first call in the child; the inherited one is
+kept, never used and never closed (psycopg itself never ends a connection another
+process made when one is dropped). A pool the caller gave cannot be replaced:
+there, every call in the child raises, saying so.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import select
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -161,13 +173,36 @@ class PostgresConnections:
     """
 
     def __init__(
-        self, pool: psycopg_pool.ConnectionPool[Any], *, owns_pool: bool, where: str, name: str
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        *,
+        owns_pool: bool,
+        where: str,
+        name: str,
+        make_pool: Callable[[], psycopg_pool.ConnectionPool[Any]] | None = None,
     ) -> None:
         self.pool = pool
         self.owns_pool = owns_pool
         self._where = where
         self._name = name
         self._closed = False
+        self._make_pool = make_pool
+        """A new, unopened pool like the store's own (None: the caller owns the pool)."""
+        self._unopened = False
+        """In a forked child: the pool of its own is made but not opened yet."""
+        self._open_lock = threading.Lock()
+        self._inherited: list[psycopg_pool.ConnectionPool[Any]] = []
+        """In a forked child: its parent's pools (never used, never closed)."""
+        _OPEN.add(self)
+
+    def forget_parent(self) -> None:
+        """In a forked child, right after the fork (its only thread): the pool is the
+        parent's (see the module docstring); a store's own is replaced."""
+        self._inherited.append(self.pool)
+        self._open_lock = threading.Lock()
+        if self._make_pool is not None and not self._closed:
+            self.pool = self._make_pool()
+            self._unopened = True
 
     @property
     def closed(self) -> bool:
@@ -188,6 +223,8 @@ class PostgresConnections:
         """
         if self._closed:
             raise store_closed(self._name)
+        if self._inherited:
+            self._check_forked()
         attempts = 2 if retry else 1
         for attempt in range(attempts):
             try:
@@ -218,6 +255,21 @@ class PostgresConnections:
                 ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _check_forked(self) -> None:
+        """In a forked child: open the store's own pool at the first call (it connects in
+        the background; calls wait for a connection as ever), or refuse a caller's pool."""
+        if self._make_pool is None:
+            raise CheckpointError(
+                f"{self._name} runs in a process forked from the one that gave it its "
+                "connection pool, whose connections are the parent's: open a store in this "
+                "process with a pool of its own (PostgresStore(dsn) makes one)"
+            )
+        if self._unopened:
+            with self._open_lock:
+                if self._unopened:
+                    self.pool.open(wait=False)
+                    self._unopened = False
+
     def _pool_closed(self, exc: psycopg_pool.PoolClosed) -> StoreClosed:
         """The error for a call whose pool was closed: by :meth:`close`, or by its owner."""
         if self._closed or self.owns_pool:
@@ -226,6 +278,18 @@ class PostgresConnections:
             f"{self._name}: the connection pool it was given is closed ({exc}), so this call did "
             "not run; the store cannot work without it: give a new store an open pool"
         )
+
+
+_OPEN: weakref.WeakSet[PostgresConnections] = weakref.WeakSet()
+"""Every store's connections in this process, for a forked child to forget."""
+
+
+def _forget_parents() -> None:
+    for connections in list(_OPEN):
+        connections.forget_parent()
+
+
+os.register_at_fork(after_in_child=_forget_parents)
 
 
 def connection_lost(exc: psycopg.OperationalError) -> bool:

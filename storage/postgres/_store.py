@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, ClassVar, Self
 
 import psycopg
@@ -137,6 +138,7 @@ class PostgresStore:
         self._sql = sql.Statements(schema)
         self._schema = schema
         owns_pool = not isinstance(dsn_or_pool, psycopg_pool.ConnectionPool)
+        make_pool = None
         if isinstance(dsn_or_pool, psycopg_pool.ConnectionPool):
             pool: psycopg_pool.ConnectionPool[Any] = dsn_or_pool
             self._where = f"pool {dsn_or_pool.name}"
@@ -144,7 +146,8 @@ class PostgresStore:
             settings = connect_settings(dsn_or_pool, connect_timeout)
             self._where = _redact(dsn_or_pool)
             probe(dsn_or_pool, settings, self._where)
-            pool = new_pool(
+            make_pool = partial(
+                new_pool,
                 dsn_or_pool,
                 schema=schema,
                 pool_size=pool_size,
@@ -153,8 +156,9 @@ class PostgresStore:
                 max_idle=max_idle,
                 settings=settings,
             )
+            pool = make_pool()
         self._connections = PostgresConnections(
-            pool, owns_pool=owns_pool, where=self._where, name=repr(self)
+            pool, owns_pool=owns_pool, where=self._where, name=repr(self), make_pool=make_pool
         )
         self._run = self._connections.run
         self._leases = PostgresLeases(self._connections, self._sql)

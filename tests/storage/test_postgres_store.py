@@ -639,3 +639,66 @@ def test_a_role_that_may_not_add_the_parent_index_still_opens_the_schema(
     finally:
         _sql(dsn, f"DROP OWNED BY {role}")
         _sql(dsn, f"DROP ROLE {role}")
+
+
+def _backend_pid(store: Any) -> int:
+    """The server process of the pooled connection the store's next call gets."""
+    pid: int = store._connections.run(
+        lambda db: db.execute("SELECT pg_backend_pid()").fetchone()[0], what="read a pid"
+    )
+    return pid
+
+
+def _in_child(body: Callable[[], None]) -> int:
+    """Run ``body`` in a forked child; its exit code (0: it returned)."""
+    pid = os.fork()
+    if pid == 0:  # the child: out without running any cleanup
+        code = 1
+        try:
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)  # bounded by the test's timeout
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_uses_connections_of_its_own(store: Any) -> None:
+    """A store carried into a forked child never uses its parent's connections there (two
+    processes on one socket read each other's answers); closing it in the child leaves
+    the parent's connections alone."""
+    first, blobs = make_checkpoint(session="parent")
+    store.save(first, blobs)
+    parents = _backend_pid(store)
+
+    def child() -> None:
+        assert _backend_pid(store) != parents
+        store.save(*make_checkpoint(session="child"))
+        store.close()  # as a `with` block would: its pool, not the parent's
+
+    assert _in_child(child) == 0
+    assert _backend_pid(store) == parents  # the parent's connection was never touched
+    assert sorted(cp.session for cp in store.list()) == ["child", "parent"]
+    assert store.verify() == []
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_given_the_parents_pool_says_so(where: tuple[str, str]) -> None:
+    """A pool the caller owns cannot follow a fork: the child's calls say what to do
+    instead of using the parent's connections."""
+    import psycopg_pool
+
+    dsn, schema = where
+    with psycopg_pool.ConnectionPool(
+        dsn, min_size=1, max_size=2, open=True, kwargs={"autocommit": True}
+    ) as pool:
+        store = af.PostgresStore(pool, schema=schema)
+
+        def child() -> None:
+            with pytest.raises(af.CheckpointError, match="pool of its own"):
+                store.latest()
+
+        assert _in_child(child) == 0
+        assert store.latest() is None
+        store.close()
