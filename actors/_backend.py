@@ -14,6 +14,7 @@ bounded, so the thread count does not grow with the number of runs.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -300,11 +301,28 @@ class HostPool:
         for host in idle:
             host.stop()
 
+    def forget_parent(self) -> None:
+        """In a forked child, right after the fork (its only thread): the warm hosts are
+        the parent's, whose threads do not exist here; the child starts its own.
+        Hosts lent out at the fork belong to sessions the child cannot use either."""
+        self._lock = threading.Lock()
+        self._idle = {}
+        self._placed = {}
+        self._count = 0
+
     @property
     def idle_count(self) -> int:
         """How many warm hosts wait in the pool."""
         with self._lock:
             return self._count
+
+
+def _forget_parents_pools() -> None:
+    for pool in list(_LIVE_POOLS):
+        pool.forget_parent()
+
+
+os.register_at_fork(after_in_child=_forget_parents_pools)
 
 
 @atexit.register

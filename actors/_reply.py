@@ -14,6 +14,7 @@ ten actors ~270 us instead of ~430 us. Semantics are pykka's: ``ask``, ``tell``,
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -141,6 +142,15 @@ class ReplyFuture(pykka.Future[Any]):
             callbacks, self._callbacks = self._callbacks, None
         for callback in callbacks or ():
             callback()
+
+
+def _unlock_futures_in_child() -> None:
+    # A thread of the parent may have held the shared lock at the fork: nobody would
+    # release it in the child, whose every future would then wait on it.
+    ReplyFuture._callbacks_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_futures_in_child)
 
 
 class LeanActor(pykka.ThreadingActor):

@@ -23,6 +23,7 @@ Thread-safe; each thread knows whether it holds a slot.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -50,7 +51,14 @@ class Pace:
     """Slots for supervisors; ``slots=None``: no pacing at all."""
 
     def __init__(self, slots: int | None) -> None:
+        self._count = slots
         self._slots = threading.Semaphore(slots) if slots is not None else None
+        self._local = threading.local()
+
+    def forget_parent(self) -> None:
+        """In a forked child (its only thread): slots the parent's supervisors held at
+        the fork are free, their threads do not exist here."""
+        self._slots = threading.Semaphore(self._count) if self._count is not None else None
         self._local = threading.local()
 
     def holding(self) -> bool:
@@ -105,6 +113,7 @@ _gil: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 PACE = Pace(SLOTS if _gil else None)
 """The process's supervisor slots."""
+os.register_at_fork(after_in_child=PACE.forget_parent)
 
 
 def unpaced(fn: Callable[P, R]) -> Callable[P, R]:

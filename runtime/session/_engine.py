@@ -9,9 +9,11 @@ Sessions never see the workflow itself.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import pykka
 
@@ -69,6 +71,14 @@ class Engine(Generic[S]):
         self._warm: list[S] = []
         self._lock = threading.Lock()
         self._closed = False
+        _ENGINES.add(self)
+
+    def forget_parent(self) -> None:
+        """In a forked child (its only thread): the idle supervisors and warm sessions are
+        the parent's, whose threads do not exist here (the host pools forget theirs)."""
+        self._lock = threading.Lock()
+        self._supervisors = []
+        self._warm = []
 
     @property
     def name(self) -> str:
@@ -149,3 +159,15 @@ class Engine(Generic[S]):
 
     def _new_pool(self, backend: ActorBackend) -> HostPool:
         return HostPool(backend, max_idle=max(4 * len(self.spec.programs), 16))
+
+
+_ENGINES: weakref.WeakSet[Engine[Any]] = weakref.WeakSet()
+"""Every engine of this process, for a forked child to forget their parent's actors."""
+
+
+def _forget_parents_actors() -> None:
+    for engine in list(_ENGINES):
+        engine.forget_parent()
+
+
+os.register_at_fork(after_in_child=_forget_parents_actors)

@@ -346,6 +346,8 @@ class Ownership:
         """Set when a renewal found the lease taken over; saves then fail with it too."""
         self.due = time.monotonic() + ttl * _RENEW_EVERY
         self._released = False
+        self._pid = os.getpid()
+        """The process holding the lease: a forked child never releases it."""
         _RENEWER.register(self)
 
     @property
@@ -377,6 +379,8 @@ class Ownership:
         if self._released:
             return
         self._released = True
+        if self._pid != os.getpid():
+            return  # a forked child's copy (its renewer forgot it): the lease is the parent's
         _RENEWER.unregister(self)
         try:
             self.store.release_lease(self._lease)
@@ -435,6 +439,13 @@ class _Renewer:
                 with self._cond:
                     self._held.difference_update(lost)
 
+    def forget_parent(self) -> None:
+        """In a forked child (its only thread): the leases are the parent's (renewed by
+        its renewer, released by it) and the renewer thread does not exist here."""
+        self._cond = threading.Condition()
+        self._held = set()
+        self._thread = None
+
     def active(self) -> bool:
         """Whether the renewer thread is running (for tests)."""
         with self._cond:
@@ -442,3 +453,4 @@ class _Renewer:
 
 
 _RENEWER = _Renewer()
+os.register_at_fork(after_in_child=_RENEWER.forget_parent)

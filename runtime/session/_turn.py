@@ -25,7 +25,7 @@ replace abandoned hosts."""
 class Turn:
     """Who acts on a session now, and whether it is closed. Thread-safe."""
 
-    __slots__ = ("_busy", "_closed", "_ending", "_left")
+    __slots__ = ("_busy", "_closed", "_ending", "_left", "_owner")
 
     def __init__(self) -> None:
         self._busy = threading.Lock()
@@ -34,6 +34,19 @@ class Turn:
         self._left: Callable[[bool], None] | None = None
         """The teardown a close left to the end of the run it could not wait for."""
         self._closed = False
+        self._owner: int | None = None
+        """Set in a forked child: the pid of the process the session belongs to."""
+
+    def leave_to_parent(self, parent: int) -> None:
+        """In a forked child (its only thread, right after the fork): the session, its
+        run and its actors are process ``parent``'s. Closed here, with nothing to tear
+        down: its actors' threads do not exist here and its lease is the parent's."""
+        self._busy = threading.Lock()
+        self._ending = threading.Lock()
+        self._left = None
+        self._closed = True
+        if self._owner is None:  # (a session forked on again stays its first owner's)
+            self._owner = parent
 
     @property
     def closed(self) -> bool:
@@ -63,6 +76,13 @@ class Turn:
 
     def check_open(self, session: str) -> None:
         """Raise :class:`SessionClosed` if ``session`` is closed."""
+        if self._owner is not None:
+            raise SessionClosed(
+                f"session {session!r} belongs to process {self._owner}, which opened it; "
+                "this process was forked from it and has none of its actors: open the "
+                "session in this process (wf.resume(store, session=...) once that process "
+                "lets it go)"
+            )
         if self._closed:
             raise SessionClosed(f"session {session!r} is closed; open a new one")
 

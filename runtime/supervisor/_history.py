@@ -60,6 +60,7 @@ class HistoryLog:
         self._stored_through = -1
         """The number of the newest event the store holds (-1: none, or no store)."""
         self._watchers: list[Watcher] = []
+        self._closed = False
 
     # --- the supervisor's thread ------------------------------------------------------
 
@@ -160,16 +161,28 @@ class HistoryLog:
             return [event for event, _ in self._recent if _seq(event) >= since]
 
     def watch(self, watcher: Watcher) -> None:
-        """Hand ``watcher`` every history event published from now on."""
+        """Hand ``watcher`` every history event published from now on (only ``None`` if
+        the session is closed: nothing will come)."""
         with self._lock:
-            self._watchers.append(watcher)
+            if not self._closed:
+                self._watchers.append(watcher)
+                return
+        watcher(None)
 
     def close(self) -> None:
         """The session closed: every watcher gets ``None`` (no more events will come)."""
         with self._lock:
+            self._closed = True
             watchers, self._watchers = tuple(self._watchers), []
         for watcher in watchers:
             watcher(None)
+
+    def forget_parent(self) -> None:
+        """In a forked child (its only thread): closed, as the session is here (its runs
+        are the parent's); the parent's followers do not exist here."""
+        self._lock = threading.Lock()
+        self._watchers = []
+        self._closed = True
 
     def unwatch(self, watcher: Watcher) -> None:
         """Stop handing events to ``watcher`` (no error if it is not watching)."""

@@ -261,6 +261,20 @@ def test_follow_of_an_idle_session_ends_after_the_backlog() -> None:
         assert [e.seq for e in s.follow(since=1)] == [1, 2, 3]
 
 
+def test_following_a_closed_session_forever_ends_after_the_backlog() -> None:
+    """With ``forever``, following a closed session yields its history and ends: no
+    run of it will ever add to it."""
+    with build() as wf:
+        with wf.session("s") as s:
+            s.run(1)
+        assert [e.seq for e in s.follow(since=1, forever=True)] == [1, 2, 3]
+
+        async def follow() -> list[int | None]:
+            return [e.seq async for e in s.afollow(since=2, forever=True)]
+
+        assert asyncio.run(asyncio.wait_for(follow(), WAIT_S)) == [2, 3]
+
+
 def test_afollow_and_astream_since() -> None:
     """The async twins: afollow yields the history then ends for an idle session;
     astream(since=) replays the history before the run's own events."""
