@@ -6,12 +6,10 @@ parent's sessions: only the forking thread exists in the child.
 from __future__ import annotations
 
 import gc
-import os
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +17,10 @@ import pytest
 import actorflow as af
 from actorflow.actors._reply import ReplyFuture
 from actorflow.runtime._pace import PACE
+from tests.support.forks import in_child
 
 BOUND = 20.0
-"""Seconds a child may take before it dumps its threads and fails."""
+"""Seconds the script of a test may take."""
 
 
 class AddOne(af.Executor):
@@ -44,25 +43,6 @@ def wf() -> Iterator[af.Workflow]:
         yield built
 
 
-def _in_child(body: Callable[[], None]) -> int:
-    """Run ``body`` in a forked child; its exit code (0: it returned; else it raised, or
-    was still running after :data:`BOUND` s).
-
-    (An alarm, not faulthandler's watchdog: re-arming that in a child waits for the
-    parent's watchdog thread, which does not exist there.)"""
-    pid = os.fork()
-    if pid == 0:  # the child: out without running any cleanup
-        code = 1
-        try:
-            signal.alarm(int(BOUND))
-            body()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
 def test_a_workflow_used_before_the_fork_runs_in_the_child(wf: af.Workflow) -> None:
     """The warm actors a workflow keeps are its parent's: the child starts its own."""
     assert wf.run(1).outputs == [2]
@@ -75,7 +55,7 @@ def test_a_workflow_used_before_the_fork_runs_in_the_child(wf: af.Workflow) -> N
                 assert s.run(3).outputs == [4]
             wf.close()
 
-        assert _in_child(child) == 0
+        assert in_child(child) == 0
         assert open_in_parent.run(7).outputs == [8]
     assert wf.run(4).outputs == [5]
 
@@ -89,7 +69,7 @@ def test_locks_the_parent_held_at_the_fork_do_not_stop_the_child(wf: af.Workflow
         def child() -> None:
             assert wf.run(2).outputs == [3]
 
-        assert _in_child(child) == 0
+        assert in_child(child) == 0
 
 
 def test_a_session_of_the_parent_is_closed_in_the_child(wf: af.Workflow, tmp_path: Path) -> None:
@@ -108,7 +88,7 @@ def test_a_session_of_the_parent_is_closed_in_the_child(wf: af.Workflow, tmp_pat
             del s
             gc.collect()  # a dropped session's lease is released by its finalizer: not here
 
-        assert _in_child(child) == 0
+        assert in_child(child) == 0
         with pytest.raises(af.SessionOwned):
             wf.session("s", store=store, if_exists="resume")
         assert s.run(3).outputs == [4]  # the parent's session, lease and actors are intact

@@ -24,6 +24,7 @@ from actorflow.storage.conformance import make_checkpoint
 from actorflow.storage.postgres._pool import check_idle
 from actorflow.storage.postgres._store import PIPELINE_MAX_BYTES
 from tests.support import graphs, pg
+from tests.support.forks import in_child
 
 WAIT_S = 45.0
 
@@ -649,20 +650,6 @@ def _backend_pid(store: Any) -> int:
     return pid
 
 
-def _in_child(body: Callable[[], None]) -> int:
-    """Run ``body`` in a forked child; its exit code (0: it returned)."""
-    pid = os.fork()
-    if pid == 0:  # the child: out without running any cleanup
-        code = 1
-        try:
-            body()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)  # bounded by the test's timeout
-    return os.waitstatus_to_exitcode(status)
-
-
 @pytest.mark.timeout(60)
 def test_a_forked_child_uses_connections_of_its_own(store: Any) -> None:
     """A store carried into a forked child never uses its parent's connections there (two
@@ -677,7 +664,7 @@ def test_a_forked_child_uses_connections_of_its_own(store: Any) -> None:
         store.save(*make_checkpoint(session="child"))
         store.close()  # as a `with` block would: its pool, not the parent's
 
-    assert _in_child(child) == 0
+    assert in_child(child) == 0
     assert _backend_pid(store) == parents  # the parent's connection was never touched
     assert sorted(cp.session for cp in store.list()) == ["child", "parent"]
     assert store.verify() == []
@@ -699,6 +686,6 @@ def test_a_forked_child_given_the_parents_pool_says_so(where: tuple[str, str]) -
             with pytest.raises(af.CheckpointError, match="pool of its own"):
                 store.latest()
 
-        assert _in_child(child) == 0
+        assert in_child(child) == 0
         assert store.latest() is None
         store.close()

@@ -7,7 +7,6 @@ grant bounded by 1 s starved behind the process's own saves (``StoreLocked`` in
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -19,6 +18,7 @@ import pytest
 import actorflow as af
 from actorflow.storage.conformance import make_checkpoint
 from actorflow.storage.sqlite._writers import WriterQueue, writer_queue
+from tests.support.forks import in_child
 
 BOUND = 10.0
 """Bound on every wait of these tests."""
@@ -179,20 +179,6 @@ def test_lease_grants_beside_busy_threads_are_not_starved_by_saves(tmp_path: Pat
     assert errors == []
 
 
-def _in_child(body: Callable[[], None]) -> int:
-    """Run ``body`` in a forked child; its exit code (0: it returned)."""
-    pid = os.fork()
-    if pid == 0:  # the child: out without running any cleanup
-        code = 1
-        try:
-            body()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)  # bounded by the test's timeout
-    return os.waitstatus_to_exitcode(status)
-
-
 def test_a_forked_child_has_a_queue_of_its_own(tmp_path: Path) -> None:
     """A child forked while a thread of its parent holds the file's queue writes in a
     queue of its own: the parent's holder does not exist in the child, and would never
@@ -209,7 +195,7 @@ def test_a_forked_child_has_a_queue_of_its_own(tmp_path: Path) -> None:
                     lease = own.acquire_lease("child", "the child", 60.0, lock_wait=1.0)
                     own.release_lease(lease)
 
-            assert _in_child(child) == 0
+            assert in_child(child) == 0
         finally:
             parents.release()
 
@@ -226,7 +212,7 @@ def test_a_forked_child_opens_connections_of_its_own(tmp_path: Path) -> None:
             assert store._connections.conn() is not parents
             store.save(*make_checkpoint(session="child"))
 
-        assert _in_child(child) == 0
+        assert in_child(child) == 0
         assert store._connections.conn() is parents
         assert [cp.session for cp in store.list()] == ["parent", "child"]
         assert store.verify() == []
