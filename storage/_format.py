@@ -284,7 +284,17 @@ _ID_SEQ_LIMIT = 0x10000
 # generator (never the user's global random state) seeded from os.urandom and
 # reseeded in every forked child costs a tenth of a getrandom() system call.
 _id_random = random.Random()
-os.register_at_fork(after_in_child=_id_random.seed)
+
+
+def _id_clock_after_fork() -> None:
+    """In a forked child: a suffix of its own, and the clock's lock free (a parent thread
+    making an id at the fork would otherwise hold it in the child for good)."""
+    global _id_lock  # noqa: PLW0603 - the id clock is process-wide state by design
+    _id_random.seed()
+    _id_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_id_clock_after_fork)
 
 
 def new_checkpoint_id() -> str:

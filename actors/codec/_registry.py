@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
@@ -40,6 +41,15 @@ class Entry:
 _lock = threading.Lock()
 _by_name: dict[str, Entry] = {}
 _by_type: dict[type, Entry] = {}
+
+
+def _unlock_after_fork() -> None:
+    # A parent thread registering a type at the fork would hold the lock in the child.
+    global _lock  # noqa: PLW0603 - the registry is the process's
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_after_fork)
 
 
 def qualified_name(tp: type) -> str:

@@ -31,6 +31,7 @@ Span names (attributes under the ``actorflow.`` prefix):
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -88,6 +89,15 @@ _given: list[Any] = [None, None]
 _tracers: dict[int, tuple[Any, Tracer]] = {}
 _made_instruments: dict[int, tuple[Any, _Instruments]] = {}
 _making = threading.Lock()  # two sessions' first runs may ask at once: make each once
+
+
+def _unlock_after_fork() -> None:
+    # A parent thread making a tracer at the fork would hold the lock in the child.
+    global _making  # noqa: PLW0603 - the tracers are the process's
+    _making = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_after_fork)
 
 
 def set_providers(

@@ -10,13 +10,16 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import actorflow as af
 from actorflow.actors._reply import ReplyFuture
+from actorflow.actors.codec import _registry as codec_registry
 from actorflow.runtime._pace import PACE
+from actorflow.storage import _format as storage_format
 from tests.support.forks import in_child
 
 BOUND = 20.0
@@ -61,13 +64,25 @@ def test_a_workflow_used_before_the_fork_runs_in_the_child(wf: af.Workflow) -> N
 
 
 def test_locks_the_parent_held_at_the_fork_do_not_stop_the_child(wf: af.Workflow) -> None:
-    """A supervisor's slot and the futures' lock, held by a parent thread at the fork,
+    """The process-wide locks a run takes (a supervisor's slot, the futures' lock, the
+    checkpoint ids' clock, the codec's registry), held by a parent thread at the fork,
     are not held by anyone in the child."""
     assert wf.run(1).outputs == [2]
-    with PACE.run(threading.Event()), ReplyFuture._callbacks_lock:
+    with (
+        PACE.run(threading.Event()),
+        ReplyFuture._callbacks_lock,
+        storage_format._id_lock,
+        codec_registry._lock,
+    ):
 
         def child() -> None:
-            assert wf.run(2).outputs == [3]
+            with wf.session("s", store=af.MemoryStore()) as s:  # checkpoint ids are made
+                assert s.run(2).outputs == [3]
+
+            @af.message
+            @dataclass
+            class Registered:
+                n: int
 
         assert in_child(child) == 0
 
