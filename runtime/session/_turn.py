@@ -44,9 +44,11 @@ class Turn:
         self._busy = threading.Lock()
         self._ending = threading.Lock()
         self._left = None
-        self._closed = True
-        if self._owner is None:  # (a session forked on again stays its first owner's)
+        # A session closed before the fork stays just closed; one forked on again
+        # stays its first owner's.
+        if self._owner is None and not self._closed:
             self._owner = parent
+        self._closed = True
 
     @property
     def closed(self) -> bool:

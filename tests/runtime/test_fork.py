@@ -91,6 +91,8 @@ def test_a_session_of_the_parent_is_closed_in_the_child(wf: af.Workflow, tmp_pat
     """The parent's session says it belongs to the parent; closing or dropping it in the
     child neither waits on the parent's actors nor releases the parent's lease."""
     store = af.SQLiteStore(tmp_path / "s.db")
+    closed_before = wf.session()
+    closed_before.close()
     with wf.session("s", store=store) as s:
         assert s.run(1).outputs == [2]
 
@@ -98,6 +100,8 @@ def test_a_session_of_the_parent_is_closed_in_the_child(wf: af.Workflow, tmp_pat
             nonlocal s
             with pytest.raises(af.SessionClosed, match="forked"):
                 s.run(2)
+            with pytest.raises(af.SessionClosed, match="is closed; open a new one"):
+                closed_before.run(2)  # closed before the fork: just closed
             assert [type(e) for e in s.follow(0, forever=True)][-1] is af.RunCompletedEvent
             s.close()
             del s
