@@ -14,13 +14,14 @@ bounded, so the thread count does not grow with the number of runs.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import pykka
+
+from actorflow._forks import forget_in_children
 
 from ._host import UNLOAD, Call, ExecutorHost, HostedFactory, HostMessage, LoadCall
 from ._reply import Raised, ReplyFuture
@@ -239,6 +240,7 @@ class HostPool:
         self._lock = threading.Lock()
         self._closed = False
         _LIVE_POOLS.add(self)
+        forget_in_children(self)
 
     @property
     def backend(self) -> ActorBackend:
@@ -315,14 +317,6 @@ class HostPool:
         """How many warm hosts wait in the pool."""
         with self._lock:
             return self._count
-
-
-def _forget_parents_pools() -> None:
-    for pool in list(_LIVE_POOLS):
-        pool.forget_parent()
-
-
-os.register_at_fork(after_in_child=_forget_parents_pools)
 
 
 @atexit.register

@@ -23,13 +23,14 @@ Thread-safe; each thread knows whether it holds a slot.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from typing import ParamSpec, TypeVar
+
+from actorflow._forks import forget_in_children
 
 __all__ = ["PACE", "QUICK", "SLOTS", "Pace", "unpaced"]
 
@@ -113,7 +114,7 @@ _gil: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 PACE = Pace(SLOTS if _gil else None)
 """The process's supervisor slots."""
-os.register_at_fork(after_in_child=PACE.forget_parent)
+forget_in_children(PACE)
 
 
 def unpaced(fn: Callable[P, R]) -> Callable[P, R]:

@@ -9,14 +9,13 @@ Sessions never see the workflow itself.
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections.abc import Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import pykka
 
+from actorflow._forks import forget_in_children
 from actorflow.actors import ActorBackend, HostPool
 from actorflow.errors import SessionClosed
 from actorflow.runtime._graph import GraphSpec
@@ -71,7 +70,7 @@ class Engine(Generic[S]):
         self._warm: list[S] = []
         self._lock = threading.Lock()
         self._closed = False
-        _ENGINES.add(self)
+        forget_in_children(self)
 
     def forget_parent(self) -> None:
         """In a forked child (its only thread): the idle supervisors and warm sessions are
@@ -159,15 +158,3 @@ class Engine(Generic[S]):
 
     def _new_pool(self, backend: ActorBackend) -> HostPool:
         return HostPool(backend, max_idle=max(4 * len(self.spec.programs), 16))
-
-
-_ENGINES: weakref.WeakSet[Engine[Any]] = weakref.WeakSet()
-"""Every engine of this process, for a forked child to forget their parent's actors."""
-
-
-def _forget_parents_actors() -> None:
-    for engine in list(_ENGINES):
-        engine.forget_parent()
-
-
-os.register_at_fork(after_in_child=_forget_parents_actors)

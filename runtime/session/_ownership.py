@@ -28,6 +28,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Final
 
+from actorflow._forks import forget_in_children
 from actorflow.errors import CheckpointError, LeaseLost, SessionOwned
 from actorflow.runtime._logging import get_logger
 from actorflow.storage import CheckpointStore, Lease
@@ -453,4 +454,4 @@ class _Renewer:
 
 
 _RENEWER = _Renewer()
-os.register_at_fork(after_in_child=_RENEWER.forget_parent)
+forget_in_children(_RENEWER)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from functools import partial
 from typing import Any, Self
 
 import actorflow.runtime._events as ev
+from actorflow._forks import forget_in_children
 from actorflow.actors import ActorBackend, HostedFactory, HostPool, HostRef
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
 from actorflow.runtime.checkpoints import Checkpointer, Lineage, Restored
@@ -79,7 +79,7 @@ class Session:
             engine, self._turn, self._answers, self._new_driver(restored), restored
         )
         self._async = AsyncRuns(engine, self._turn, self._runs)
-        _SESSIONS.add(self)
+        forget_in_children(self)
 
     # --- properties ---------------------------------------------------------------
 
@@ -395,10 +395,10 @@ class Session:
     def __repr__(self) -> str:
         return f"<Session {self._id!r} of workflow {self._engine.name!r}>"
 
-    def _leave_to_parent(self, parent: int) -> None:
+    def forget_parent(self) -> None:
         """In a forked child (its only thread): this session is the parent's (see
         :meth:`Turn.leave_to_parent`); its followers here end."""
-        self._turn.leave_to_parent(parent)
+        self._turn.leave_to_parent(os.getppid())
         self._history.log.forget_parent()
 
     # --- internals ----------------------------------------------------------------
@@ -456,19 +456,6 @@ class Session:
         self._id = os.urandom(16).hex()
         self._runs.recycle(self._id)
         self._answers.drop()
-
-
-_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()
-"""Every session of this process, for a forked child to leave to its parent."""
-
-
-def _leave_sessions_to_parent() -> None:
-    parent = os.getppid()
-    for session in list(_SESSIONS):
-        session._leave_to_parent(parent)
-
-
-os.register_at_fork(after_in_child=_leave_sessions_to_parent)
 
 
 def _since(since: object) -> int:

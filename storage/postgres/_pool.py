@@ -19,10 +19,8 @@ there, every call in the child raises, saying so.
 from __future__ import annotations
 
 import math
-import os
 import select
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,6 +28,7 @@ import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
 
+from actorflow._forks import forget_in_children
 from actorflow.errors import CheckpointCorrupt, CheckpointError, StoreClosed
 from actorflow.storage._common import store_closed
 
@@ -193,7 +192,7 @@ class PostgresConnections:
         self._open_lock = threading.Lock()
         self._inherited: list[psycopg_pool.ConnectionPool[Any]] = []
         """In a forked child: its parent's pools (never used, never closed)."""
-        _OPEN.add(self)
+        forget_in_children(self)
 
     def forget_parent(self) -> None:
         """In a forked child, right after the fork (its only thread): the pool is the
@@ -278,18 +277,6 @@ class PostgresConnections:
             f"{self._name}: the connection pool it was given is closed ({exc}), so this call did "
             "not run; the store cannot work without it: give a new store an open pool"
         )
-
-
-_OPEN: weakref.WeakSet[PostgresConnections] = weakref.WeakSet()
-"""Every store's connections in this process, for a forked child to forget."""
-
-
-def _forget_parents() -> None:
-    for connections in list(_OPEN):
-        connections.forget_parent()
-
-
-os.register_at_fork(after_in_child=_forget_parents)
 
 
 def connection_lost(exc: psycopg.OperationalError) -> bool:

@@ -25,7 +25,6 @@ child's threads opens its own.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import threading
 import weakref
@@ -33,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from actorflow._forks import forget_in_children
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 from actorflow.storage._common import store_closed
 
@@ -79,7 +79,7 @@ class SQLiteConnections:
         """This process's writers to the file (see _writers); found at the first write."""
         self._inherited: list[sqlite3.Connection] = []
         """A forked child's copies of its parent's connections: never used, never closed."""
-        _OPEN.add(self)
+        forget_in_children(self)
 
     def forget_parent(self) -> None:
         """In a forked child, right after the fork (its only thread): the parent's
@@ -312,15 +312,3 @@ class SQLiteConnections:
             raise CheckpointCorrupt(f"SQLite store {self._path} is damaged: {exc}") from exc
         finally:
             self.let_go(held)
-
-
-_OPEN: weakref.WeakSet[SQLiteConnections] = weakref.WeakSet()
-"""Every store's connections in this process, for a forked child to forget."""
-
-
-def _forget_parents() -> None:
-    for connections in list(_OPEN):
-        connections.forget_parent()
-
-
-os.register_at_fork(after_in_child=_forget_parents)
