@@ -110,7 +110,8 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         row = page.locator('tr[data-session="order-1"]')
         assert row.locator(".state").inner_text() == "waiting"
         shot(page, tmp_path, "index")
-        row.locator("a.session-link").click()
+        with page.expect_navigation():  # a click returns before the next page has loaded
+            row.locator("a.session-link").click()
 
         assert page.title() == "Session order-1 - actorflow inspector"
         lineage = page.locator("svg#lineage")
@@ -122,7 +123,8 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         refresh_picture(session_png, "inspector.png")
 
         # The response checkpoint: answers queued, not yet handled.
-        lineage.locator("a.node-response").first.click()
+        with page.expect_navigation():
+            lineage.locator("a.node-response").first.click()
         assert page.title().startswith("Checkpoint ")
         assert page.locator("#cp-kind").inner_text() == "response"
         assert page.locator("#answered li").inner_text() == "review:2:0"
@@ -135,7 +137,8 @@ def test_find_the_session_open_lineage_checkpoint_diff_and_answer(
         page.select_option("#diff-executor", "review")
         first = page.locator("#diff-against option").first.get_attribute("value")
         page.select_option("#diff-against", first)
-        page.click("#diff-button")
+        with page.expect_navigation():
+            page.click("#diff-button")
         assert page.title() == "Diff of review - actorflow inspector"
         assert page.locator("#diff .add").count() >= 1
         shot(page, tmp_path, "diff")
@@ -176,7 +179,8 @@ def test_a_failed_session_found_by_its_state_explains_itself(
         assert rows.count() == 1
         assert ui_scenario.POISON in rows.locator(".reason").inner_text()
         assert rows.locator(".reason").inner_text().startswith("review: ValueError: order 7")
-        rows.locator("a.session-link").click()
+        with page.expect_navigation():
+            rows.locator("a.session-link").click()
 
         assert page.title() == f"Session {ui_scenario.FAILED} - actorflow inspector"
         assert page.locator("#session-state").inner_text() == "failed"
@@ -206,7 +210,8 @@ def test_a_failed_session_found_by_its_state_explains_itself(
         )
         picture = shot(page, tmp_path, "failed")
         refresh_picture(picture, "inspector-failed.png")
-        timeline.locator('li[data-kind="run_failed"] a.cp-link').click()
+        with page.expect_navigation():
+            timeline.locator('li[data-kind="run_failed"] a.cp-link').click()
         assert page.locator("#cp-kind").inner_text() == "halt"
 
 
@@ -232,10 +237,12 @@ def test_search_filter_and_pages_of_sessions(page: Any, store: af.MemoryStore) -
         rows = page.locator("#sessions tbody tr")
         assert rows.count() == 50
         assert page.locator("#page-of").inner_text() == "page 1 of 2 · 63 matching"
-        page.click("#older")
+        with page.expect_navigation():
+            page.click("#older")
         assert rows.count() == 13
         assert page.locator("#page-of").inner_text().startswith("page 2 of 2")
-        page.click("#newer")
+        with page.expect_navigation():
+            page.click("#newer")
         assert rows.count() == 50
         page.fill("#search", "crowd-01")
         with page.expect_navigation():
