@@ -15,7 +15,7 @@ from actorflow.storage._lease import LeaseRow
 from actorflow.storage._sql import COLUMNS
 from actorflow.storage._sql import blob_state as _state_of
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 30.0
 # The page size of new files (SQLite's default is 4096; a file keeps the size it was
 # made with). A save rewrites ~10 b-tree pages (page 1, a leaf of each table and
@@ -64,6 +64,48 @@ CREATE TABLE leases (
 LEASES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE leases") :].strip().rstrip(";")
 # Schema 2 -> 3 dropped these indexes and nothing else: schema 3 is schema 2 minus them.
 DROPPED_IN_3 = ("checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob")
+
+# Each session's newest record id, kept by triggers: a second structure of the file
+# that knows what the session index should answer, so that ``latest(session=...)``
+# cross-checks that answer in one lookup instead of reading every newer record (and
+# the whole table for a session with none). Triggers, not the store's code, keep it:
+# they run in every writer's transaction, an older process still writing the file
+# and a hand-made INSERT included. It only ever holds what a save wrote, never an
+# answer of the index it checks: deleting a session's head deletes its row (the
+# session's next save writes it again; until then its ``latest`` takes the long
+# way). Its one page per save is the price (see W3). Schema 4 -> 5 added it and
+# nothing else, filled from the table itself (FILL_HEADS: not through the index).
+HEADS = """
+CREATE TABLE heads (session TEXT PRIMARY KEY, id TEXT NOT NULL) WITHOUT ROWID;
+CREATE TRIGGER heads_after_insert AFTER INSERT ON checkpoints BEGIN
+    INSERT OR IGNORE INTO heads (session, id) VALUES (new.session, new.id);
+    UPDATE heads SET id = new.id WHERE session = new.session AND id < new.id;
+END;
+CREATE TRIGGER heads_after_delete AFTER DELETE ON checkpoints BEGIN
+    DELETE FROM heads WHERE session = old.session AND id = old.id;
+END;
+"""
+FILL_HEADS = (
+    "INSERT INTO heads (session, id)"
+    " SELECT session, max(id) FROM checkpoints NOT INDEXED GROUP BY session"
+)
+
+
+def statements(script: str) -> builtins.list[str]:
+    """The statements of ``script``, split where SQLite says one is complete (a
+    trigger's body holds semicolons of its own).
+
+    Run one by one rather than by ``executescript``, which commits the caller's
+    transaction first.
+    """
+    found: builtins.list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            found.append(pending.strip())
+            pending = ""
+    return found
 
 
 def lease_row(db: sqlite3.Connection, session: str) -> LeaseRow | None:
@@ -150,6 +192,12 @@ def blob_state(db: sqlite3.Connection, digest: str) -> str:
     """The stored blob's state for verify (see ``actorflow.storage._sql.blob_state``)."""
     row = db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
     return _state_of(digest, None if row is None else row[0])
+
+
+def head(db: sqlite3.Connection, session: str) -> object | None:
+    """The id the heads table gives as ``session``'s newest record, or None."""
+    row = db.execute("SELECT id FROM heads WHERE session = ?", (session,)).fetchone()
+    return None if row is None else row[0]
 
 
 def newer_than(

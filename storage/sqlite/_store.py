@@ -318,22 +318,30 @@ class SQLiteStore:
 
         The answer an index gives is cross-checked through another structure of
         the file (a damaged index page must not make a resume silently return an
-        older checkpoint): the primary-key index for an answer of the session
-        index, the table itself for an answer of the primary-key index. Both
-        checks read only rows newer than the answer, so they cost next to nothing
-        for the session a service resumes; finding no record at all for a session
-        scans the table once. The answer's children (rows inserted after it) are
-        decoded too: one whose columns disagree with its record may be the newest,
-        its session or id column changed (see ``check_left_out``).
+        older checkpoint). For a session, that is the heads table (see
+        ``sql.HEADS``): when it names the same record, or no record as the index
+        does, the answer stands, in one lookup however large the store. Otherwise
+        (or without a session) the answer is checked the long way: through the
+        primary-key index for an answer of the session index, the table itself for
+        an answer of the primary-key index, both reading only rows newer than the
+        answer (the whole table when there is none); and the answer's children
+        (rows inserted after it) are decoded: one whose columns disagree with its
+        record may be the newest, its session or id column changed (see
+        ``check_left_out``). A damaged index or row gives another answer than the
+        head its save recorded, so it takes the long way: only the heads table
+        damaged to match as well could hide it.
         """
         where, params = filters(workflow, session, None, mark="?")
+        newer: object | None = None
+        children: builtins.list[tuple[object, ...]] = []
         with self._connections.read() as db:
             row = db.execute(
                 f"SELECT rowid, {COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1",
                 params,
             ).fetchone()
-            newer = sql.newer_than(db, row, workflow, session)
-            children = sql.children(db, row) if row is not None else []
+            if session is None or sql.head(db, session) != (None if row is None else row[1]):
+                newer = sql.newer_than(db, row, workflow, session)
+                children = sql.children(db, row) if row is not None else []
         if newer is not None:
             raise CheckpointCorrupt(
                 f"SQLite store {self._path} is damaged: its indexes miss checkpoint {newer!r}, "
@@ -473,18 +481,21 @@ class SQLiteStore:
             exists, version = _schema_version(db)  # again: another process may have been first
             if not exists:
                 db.execute("CREATE TABLE actorflow_schema (version INTEGER NOT NULL)")
-                for statement in sql.SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in sql.statements(sql.SCHEMA + sql.HEADS):
+                    db.execute(statement)
                 db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
                 return
-            if version in (2, 3):
+            if version in (2, 3, 4):
                 # Upgrading in place keeps older processes' statements working (they run
-                # without the dropped indexes, only slower), but they ignore leases:
-                # upgrade every process that writes to the file.
+                # without the dropped indexes, only slower; the triggers keep the heads
+                # of what they save), but schema 2 and 3 ignore leases: upgrade every
+                # process that writes to the file.
                 for index in sql.DROPPED_IN_3:
                     db.execute(f"DROP INDEX IF EXISTS {index}")
                 db.execute(f"CREATE TABLE IF NOT EXISTS {sql.LEASES_TABLE[len('CREATE TABLE ') :]}")
+                for statement in sql.statements(sql.HEADS):
+                    db.execute(statement)
+                db.execute(sql.FILL_HEADS)
                 db.execute("UPDATE actorflow_schema SET version = ?", (SCHEMA_VERSION,))
                 return
         if isinstance(version, int) and version < SCHEMA_VERSION:

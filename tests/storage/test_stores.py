@@ -18,6 +18,7 @@ import actorflow.storage.conformance
 from actorflow.errors import CheckpointCorrupt, CheckpointError, UnsupportedFormat
 from actorflow.storage import FileStore, MemoryStore, SQLiteStore
 from actorflow.storage.conformance import make_checkpoint
+from tests.storage.test_sqlite_heads import drop_heads
 
 Opener = Callable[[Path], MemoryStore | FileStore | SQLiteStore]
 OPENERS: dict[str, Opener] = {
@@ -157,6 +158,7 @@ def test_sqlite_store_upgrades_schema_2_in_place(tmp_path: Path) -> None:
         db.execute("CREATE INDEX checkpoints_by_kind ON checkpoints (kind, id)")
         db.execute("CREATE INDEX refs_by_blob ON refs (blob)")
         db.execute("DROP TABLE leases")
+        drop_heads(db)
         db.execute("UPDATE actorflow_schema SET version = 2")
     with SQLiteStore(tmp_path / "s.db") as store:
         assert store.list() == [first]
@@ -166,18 +168,19 @@ def test_sqlite_store_upgrades_schema_2_in_place(tmp_path: Path) -> None:
         assert store.verify() == []
         assert store.has_blobs(blobs) == set(more)
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
-        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(4,)]
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(5,)]
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert not names & {"checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob"}
 
 
 def test_sqlite_store_upgrades_schema_3_with_a_leases_table(tmp_path: Path) -> None:
-    """A schema-3 file (no leases table) opens upgraded to schema 4, its leases working."""
+    """A schema-3 file (no leases table) opens upgraded, its leases working."""
     with SQLiteStore(tmp_path / "s.db") as store:
         first, blobs = make_checkpoint(session="s")
         store.save(first, blobs)
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db, db:
         db.execute("DROP TABLE leases")
+        drop_heads(db)
         db.execute("UPDATE actorflow_schema SET version = 3")
     with SQLiteStore(tmp_path / "s.db") as store:
         lease = store.acquire_lease("s", "test", ttl=30)
@@ -186,7 +189,7 @@ def test_sqlite_store_upgrades_schema_3_with_a_leases_table(tmp_path: Path) -> N
         assert [cp.id for cp in store.history("s")] == [second.id, first.id]
         assert store.current_lease("s") == lease
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
-        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(4,)]
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(5,)]
 
 
 def test_sqlite_store_refuses_memory_paths() -> None:

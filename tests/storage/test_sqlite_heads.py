@@ -1,0 +1,152 @@
+"""SQLiteStore's heads table: each session's newest record, kept by triggers, against
+which ``latest(session=...)`` checks the session index in one lookup."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from actorflow.errors import CheckpointCorrupt
+from actorflow.storage import SQLiteStore, encode_checkpoint
+from actorflow.storage.conformance import make_checkpoint
+
+
+def drop_heads(db: sqlite3.Connection) -> None:
+    """Take a file back to before schema 5: no heads table, no triggers keeping it."""
+    db.execute("DROP TRIGGER heads_after_insert")
+    db.execute("DROP TRIGGER heads_after_delete")
+    db.execute("DROP TABLE heads")
+
+
+def heads(path: Path) -> dict[str, str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return dict(db.execute("SELECT session, id FROM heads"))
+
+
+def test_heads_follow_saves_deletes_and_prunes(tmp_path: Path) -> None:
+    """A save makes its record its session's head; deleting the head deletes the row
+    (the table holds only what saves wrote), and latest still gives the newest left."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+        second, blobs = make_checkpoint(session="s", parent=first)
+        store.save(second, blobs)
+        other, blobs = make_checkpoint(session="t")
+        store.save(other, blobs)
+        assert heads(path) == {"s": second.id, "t": other.id}
+
+        store.delete(first.id)  # not a head: nothing changes
+        assert heads(path) == {"s": second.id, "t": other.id}
+        third, blobs = make_checkpoint(session="s", parent=second)
+        store.save(third, blobs)
+        store.delete(third.id)
+        assert heads(path) == {"t": other.id}
+        assert store.latest(session="s") == second  # the long way, and right
+        fourth, blobs = make_checkpoint(session="s", parent=second)
+        store.save(fourth, blobs)
+        assert heads(path) == {"s": fourth.id, "t": other.id}
+
+        assert store.prune("t", keep=0) == 1
+        assert heads(path) == {"s": fourth.id}
+        assert store.latest(session="t") is None
+        assert store.latest(session="never") is None
+
+
+def test_a_writer_that_knows_nothing_of_heads_keeps_them_right(tmp_path: Path) -> None:
+    """A row inserted by another program (an older actorflow, a hand-made INSERT) moves
+    its session's head too: the triggers run in the writer's transaction."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+        second, _ = make_checkpoint(session="s", parent=first, chunks={})
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute(
+                "INSERT INTO checkpoints (id, session, workflow, kind, superstep, created_at,"
+                " parent_id, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    second.id,
+                    second.session,
+                    second.workflow,
+                    second.kind.value,
+                    second.superstep,
+                    second.created_at,
+                    second.parent_id,
+                    encode_checkpoint(second),
+                ),
+            )
+        assert heads(path) == {"s": second.id}
+        assert store.latest(session="s") == second
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE heads SET id = 'zzzz'",  # a head newer than every record
+        "UPDATE heads SET id = '0'",  # older than every record
+        "UPDATE heads SET session = 'elsewhere'",
+        "DELETE FROM heads",
+        "INSERT INTO heads (session, id) VALUES ('absent', 'zzzz')",
+    ],
+)
+def test_a_damaged_heads_table_never_changes_what_latest_gives(
+    tmp_path: Path, damage: str
+) -> None:
+    """Heads that disagree with the session index send latest the long way, which
+    gives the right answer: the table can cost time, never a wrong record."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+        newest, blobs = make_checkpoint(session="s", parent=first)
+        store.save(newest, blobs)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute(damage)
+        assert store.latest(session="s") == newest
+        assert store.latest(session="absent") is None
+        assert store.latest(workflow=newest.workflow, session="s") == newest
+
+
+def test_a_row_moved_to_another_session_is_caught_by_its_head(tmp_path: Path) -> None:
+    """The newest row's session column changed (index and row agree, the record does
+    not): the head its save recorded differs from the index's answer, so latest takes
+    the long way and raises rather than give the older record."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+        newest, blobs = make_checkpoint(session="s", parent=first)
+        store.save(newest, blobs)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE checkpoints SET session = 'other' WHERE id = ?", (newest.id,))
+        with pytest.raises(CheckpointCorrupt, match=newest.id):
+            store.latest(session="s")
+
+
+def test_schema_4_is_upgraded_with_heads_read_from_the_table(tmp_path: Path) -> None:
+    """A schema-4 file opens upgraded to 5, each session's head filled in, and later
+    saves move them."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+        second, blobs = make_checkpoint(session="s", parent=first)
+        store.save(second, blobs)
+        other, blobs = make_checkpoint(session="t")
+        store.save(other, blobs)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        drop_heads(db)
+        db.execute("UPDATE actorflow_schema SET version = 4")
+    with SQLiteStore(path) as store:
+        assert heads(path) == {"s": second.id, "t": other.id}
+        assert store.latest(session="s") == second
+        third, blobs = make_checkpoint(session="s", parent=second)
+        store.save(third, blobs)
+        assert heads(path) == {"s": third.id, "t": other.id}
+        assert store.verify() == []
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(5,)]
