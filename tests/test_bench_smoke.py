@@ -49,6 +49,8 @@ EXPECTED_FIGURES = {
     ("w4_encrypted_file", "resume_plus_step_ms"),
     ("w4_encrypted_sqlite", "resume_plus_step_ms"),
     ("ui_sessions", "sessions_page_s"),
+    ("large_store", "open_new_session_ms"),
+    ("large_store", "resume_oldest_session_ms"),
     ("serve", "sse_reconnect_lost"),
     ("serve", "sse_reconnect_repeated"),
     ("serve", "first_event_ms"),
