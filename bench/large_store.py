@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import actorflow as af
 from bench._common import alternate_all, median, parse_options, report
@@ -43,7 +44,7 @@ def timed(action: Callable[[], object]) -> float:
 class Opener:
     """The timed calls on one store: each call of a new session uses a new id."""
 
-    def __init__(self, store: af.SQLiteStore, wf: af.Workflow[object]) -> None:
+    def __init__(self, store: af.SQLiteStore, wf: af.Workflow) -> None:
         self.store = store
         self.wf = wf
         self._ids = itertools.count()
@@ -82,7 +83,7 @@ def main() -> None:
                 name: alternate_all([getattr(small, name), getattr(large, name)], repeats)
                 for name in ("open_new", "resume_oldest", "latest_absent", "latest_oldest")
             }
-    details = {
+    details: dict[str, Any] = {
         f"latest_{which}_ms": 1e3 * median(figures[f"latest_{which}"][1])
         for which in ("absent", "oldest")
     } | {

@@ -1,4 +1,5 @@
-"""Every single-bit flip of a SQLite store's session index page: ``python -m fuzz.index_sweep``.
+"""Every single-bit flip of a SQLite store's session index page and of its heads table's
+(what that index's answers are checked against): ``python -m fuzz.index_sweep``.
 
 For each flip it asks ``latest(session=...)`` and ``latest()`` and counts the
 answers that are wrong without an error (a silent rollback: must be 0) and the
@@ -43,7 +44,8 @@ def main() -> int:
         with sqlite3.connect(base) as db:
             (size,) = db.execute("PRAGMA page_size").fetchone()
             roots = db.execute(
-                "SELECT name, rootpage FROM sqlite_master WHERE name = 'checkpoints_by_session'"
+                "SELECT name, rootpage FROM sqlite_master"
+                " WHERE name IN ('checkpoints_by_session', 'heads')"
             ).fetchall()
         db.close()
         data = base.read_bytes()
@@ -83,7 +85,7 @@ def main() -> int:
                         store.close()
             print(f"{name}: done", file=sys.stderr)
     print(
-        f"{flips} single-bit flips of {len(roots)} index pages: {refused} refused (CheckpointError),"
+        f"{flips} single-bit flips of {len(roots)} pages: {refused} refused (CheckpointError),"
         f" {silent} silently wrong latest(), {missed} missed by verify()"
     )
     return 1 if silent or missed else 0

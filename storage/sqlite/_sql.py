@@ -194,10 +194,15 @@ def blob_state(db: sqlite3.Connection, digest: str) -> str:
     return _state_of(digest, None if row is None else row[0])
 
 
-def head(db: sqlite3.Connection, session: str) -> object | None:
-    """The id the heads table gives as ``session``'s newest record, or None."""
-    row = db.execute("SELECT id FROM heads WHERE session = ?", (session,)).fetchone()
-    return None if row is None else row[0]
+def head_agrees(db: sqlite3.Connection, session: str, newest: object | None) -> bool:
+    """Whether the heads table names ``newest`` (an id, or None: no record) as
+    ``session``'s newest record.
+
+    Compared in SQL: a damaged head is only a disagreement, never text that fails to
+    decode (the long way then gives the answer).
+    """
+    row = db.execute("SELECT id = ? FROM heads WHERE session = ?", (newest, session)).fetchone()
+    return row is None if newest is None else row is not None and row[0] == 1
 
 
 def newer_than(

@@ -339,7 +339,7 @@ class SQLiteStore:
                 f"SELECT rowid, {COLUMNS} FROM checkpoints{where} ORDER BY id DESC LIMIT 1",
                 params,
             ).fetchone()
-            if session is None or sql.head(db, session) != (None if row is None else row[1]):
+            if session is None or not sql.head_agrees(db, session, None if row is None else row[1]):
                 newer = sql.newer_than(db, row, workflow, session)
                 children = sql.children(db, row) if row is not None else []
         if newer is not None:

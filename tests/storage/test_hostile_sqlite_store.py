@@ -75,10 +75,13 @@ def _index_page(path: Path, name: str) -> tuple[int, int]:
     return (root - 1) * size, size
 
 
-@pytest.mark.parametrize("index", ["checkpoints_by_session", "sqlite_autoindex_checkpoints_1"])
+@pytest.mark.parametrize(
+    "index", ["checkpoints_by_session", "sqlite_autoindex_checkpoints_1", "heads"]
+)
 def test_index_damage_is_never_a_silent_rollback(tmp_path: Path, index: str) -> None:
-    """Bit flips in an index page: latest() gives the true latest or raises, and whenever it
-    would not have, verify() reports the damage."""
+    """Bit flips in an index page (or the heads table's, what the session index is
+    checked against): latest() gives the true latest or raises, and whenever it would
+    not have, verify() reports the damage."""
     base = tmp_path / "base.db"
     saved = _build(base)
     start, size = _index_page(base, index)

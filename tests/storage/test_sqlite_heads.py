@@ -88,14 +88,14 @@ def test_a_writer_that_knows_nothing_of_heads_keeps_them_right(tmp_path: Path) -
     [
         "UPDATE heads SET id = 'zzzz'",  # a head newer than every record
         "UPDATE heads SET id = '0'",  # older than every record
+        "UPDATE heads SET id = CAST(X'FF61' AS TEXT)",  # text that is not UTF-8
+        "UPDATE heads SET id = X'00'",  # not text at all
         "UPDATE heads SET session = 'elsewhere'",
         "DELETE FROM heads",
         "INSERT INTO heads (session, id) VALUES ('absent', 'zzzz')",
     ],
 )
-def test_a_damaged_heads_table_never_changes_what_latest_gives(
-    tmp_path: Path, damage: str
-) -> None:
+def test_a_damaged_heads_table_never_changes_what_latest_gives(tmp_path: Path, damage: str) -> None:
     """Heads that disagree with the session index send latest the long way, which
     gives the right answer: the table can cost time, never a wrong record."""
     path = tmp_path / "s.db"
