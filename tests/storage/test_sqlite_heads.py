@@ -12,6 +12,7 @@ import pytest
 from actorflow.errors import CheckpointCorrupt
 from actorflow.storage import SQLiteStore, encode_checkpoint
 from actorflow.storage.conformance import make_checkpoint
+from actorflow.storage.conformance._base import save_new
 
 
 def drop_heads(db: sqlite3.Connection) -> None:
@@ -31,23 +32,18 @@ def test_heads_follow_saves_deletes_and_prunes(tmp_path: Path) -> None:
     (the table holds only what saves wrote), and latest still gives the newest left."""
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
-        first, blobs = make_checkpoint(session="s")
-        store.save(first, blobs)
-        second, blobs = make_checkpoint(session="s", parent=first)
-        store.save(second, blobs)
-        other, blobs = make_checkpoint(session="t")
-        store.save(other, blobs)
+        first = save_new(store, session="s")
+        second = save_new(store, session="s", parent=first)
+        other = save_new(store, session="t")
         assert heads(path) == {"s": second.id, "t": other.id}
 
         store.delete(first.id)  # not a head: nothing changes
         assert heads(path) == {"s": second.id, "t": other.id}
-        third, blobs = make_checkpoint(session="s", parent=second)
-        store.save(third, blobs)
+        third = save_new(store, session="s", parent=second)
         store.delete(third.id)
         assert heads(path) == {"t": other.id}
         assert store.latest(session="s") == second  # the long way, and right
-        fourth, blobs = make_checkpoint(session="s", parent=second)
-        store.save(fourth, blobs)
+        fourth = save_new(store, session="s", parent=second)
         assert heads(path) == {"s": fourth.id, "t": other.id}
 
         assert store.prune("t", keep=0) == 1
@@ -61,8 +57,7 @@ def test_a_writer_that_knows_nothing_of_heads_keeps_them_right(tmp_path: Path) -
     its session's head too: the triggers run in the writer's transaction."""
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
-        first, blobs = make_checkpoint(session="s")
-        store.save(first, blobs)
+        first = save_new(store, session="s")
         second, _ = make_checkpoint(session="s", parent=first, chunks={})
         with contextlib.closing(sqlite3.connect(path)) as db, db:
             db.execute(
@@ -100,10 +95,8 @@ def test_a_damaged_heads_table_never_changes_what_latest_gives(tmp_path: Path, d
     gives the right answer: the table can cost time, never a wrong record."""
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
-        first, blobs = make_checkpoint(session="s")
-        store.save(first, blobs)
-        newest, blobs = make_checkpoint(session="s", parent=first)
-        store.save(newest, blobs)
+        first = save_new(store, session="s")
+        newest = save_new(store, session="s", parent=first)
         with contextlib.closing(sqlite3.connect(path)) as db, db:
             db.execute(damage)
         assert store.latest(session="s") == newest
@@ -117,10 +110,8 @@ def test_a_row_moved_to_another_session_is_caught_by_its_head(tmp_path: Path) ->
     the long way and raises rather than give the older record."""
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
-        first, blobs = make_checkpoint(session="s")
-        store.save(first, blobs)
-        newest, blobs = make_checkpoint(session="s", parent=first)
-        store.save(newest, blobs)
+        first = save_new(store, session="s")
+        newest = save_new(store, session="s", parent=first)
         with contextlib.closing(sqlite3.connect(path)) as db, db:
             db.execute("UPDATE checkpoints SET session = 'other' WHERE id = ?", (newest.id,))
         with pytest.raises(CheckpointCorrupt, match=newest.id):
@@ -132,20 +123,16 @@ def test_schema_4_is_upgraded_with_heads_read_from_the_table(tmp_path: Path) -> 
     saves move them."""
     path = tmp_path / "s.db"
     with SQLiteStore(path) as store:
-        first, blobs = make_checkpoint(session="s")
-        store.save(first, blobs)
-        second, blobs = make_checkpoint(session="s", parent=first)
-        store.save(second, blobs)
-        other, blobs = make_checkpoint(session="t")
-        store.save(other, blobs)
+        first = save_new(store, session="s")
+        second = save_new(store, session="s", parent=first)
+        other = save_new(store, session="t")
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         drop_heads(db)
         db.execute("UPDATE actorflow_schema SET version = 4")
     with SQLiteStore(path) as store:
         assert heads(path) == {"s": second.id, "t": other.id}
         assert store.latest(session="s") == second
-        third, blobs = make_checkpoint(session="s", parent=second)
-        store.save(third, blobs)
+        third = save_new(store, session="s", parent=second)
         assert heads(path) == {"s": third.id, "t": other.id}
         assert store.verify() == []
     with contextlib.closing(sqlite3.connect(path)) as db:
