@@ -127,22 +127,26 @@ def check_left_out(
     *,
     read: str,
     next_to: str,
+    matches: Callable[[Checkpoint], bool] | None = None,
 ) -> None:
     """Decode rows a read left out that are next to its answer in a lineage (a child of
     the newest record, a parent or child of a listed one).
 
     Such a row whose columns disagree with its record may be what the read should
     have returned (its session or id column changed, say, so the filter or the order
-    skipped it): an older record, or a shorter list, would be a silent rollback.
-    Rows that decode are other lineages' (forks) and fine; a record of a newer
-    format is left to the reads that return it.
+    skipped it): an older record, or a shorter list, would be a silent rollback. So
+    is a healthy one that ``matches`` the read's filters (a list's: see
+    :func:`matching`): an index that lost it gave the list without it. Other rows
+    that decode are other lineages' (forks) and fine; a record of a newer format is
+    left to the reads that return it.
 
     Raises:
-        CheckpointCorrupt: one of them is damaged, naming it, ``read`` and ``next_to``.
+        CheckpointCorrupt: one of them is damaged or was left out by a damaged index,
+            naming it, ``read`` and ``next_to``.
     """
     for row in rows:
         try:
-            decode(row)
+            cp = decode(row)
         except CheckpointCorrupt as exc:
             raise CheckpointCorrupt(
                 f"{read}: a record it may have to return is damaged ({next_to}): {exc};"
@@ -150,6 +154,23 @@ def check_left_out(
             ) from exc
         except UnsupportedFormat:
             continue
+        if matches is not None and matches(cp):
+            raise CheckpointCorrupt(
+                f"{read}: an index left out checkpoint {cp.id} ({next_to}), which the read"
+                " should return; run `actorflow checkpoints verify` and restore the store"
+                " from a backup (or REINDEX it)"
+            )
+
+
+def matching(
+    workflow: str | None, session: str | None, kind: CheckpointKind | None
+) -> Callable[[Checkpoint], bool]:
+    """Whether a record matches a read's filters (those given)."""
+    return lambda cp: (
+        (workflow is None or cp.workflow == workflow)
+        and (session is None or cp.session == session)
+        and (kind is None or cp.kind is CheckpointKind(kind))
+    )
 
 
 def verified_blobs(wanted: Iterable[str], found: Mapping[str, object]) -> dict[str, bytes]:

@@ -44,6 +44,7 @@ from actorflow.storage._sql import (
     check_left_out,
     decode_row,
     filters,
+    matching,
     shown_filters,
     summaries_of,
     verified_blobs,
@@ -404,6 +405,7 @@ class PostgresStore:
             (row[1:] for row in rows if row[0] == 1),
             read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
             next_to="a parent or child of a listed record",
+            matches=matching(workflow, session, kind),
         )
         return found
 

@@ -65,29 +65,33 @@ LEASES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE leases") :].strip().rstrip(";")
 # Schema 2 -> 3 dropped these indexes and nothing else: schema 3 is schema 2 minus them.
 DROPPED_IN_3 = ("checkpoints_by_workflow", "checkpoints_by_kind", "refs_by_blob")
 
-# Each session's newest record id, kept by triggers: a second structure of the file
-# that knows what the session index should answer, so that ``latest(session=...)``
-# cross-checks that answer in one lookup instead of reading every newer record (and
-# the whole table for a session with none). Triggers, not the store's code, keep it:
-# they run in every writer's transaction, an older process still writing the file
-# and a hand-made INSERT included. It only ever holds what a save wrote, never an
-# answer of the index it checks: deleting a session's head deletes its row (the
-# session's next save writes it again; until then its ``latest`` takes the long
-# way). Its one page per save is the price (see W3). Schema 4 -> 5 added it and
-# nothing else, filled from the table itself (FILL_HEADS: not through the index).
+# Each session's head: the id of the record saved last (inserted last) in it, kept by
+# triggers. A second structure of the file that knows what the session's reads should
+# find, so that they cross-check the session index in one lookup instead of reading
+# every record saved after the answer (the whole table for a session with none):
+# ``latest(session=...)`` agrees when the head is the index's newest id (ids follow
+# the saves' order, but for clocks of several hosts: then it takes the long way), and
+# ``list(session=...)`` needs no search for children of its newest record when that
+# record is the head (a child saved in the session after it would be the head).
+# Triggers, not the store's code, keep it: they run in every writer's transaction, an
+# older process still writing the file and a hand-made INSERT included. It only ever
+# holds what a save wrote, never an answer of the index it checks: deleting a
+# session's head deletes its row (the session's next save writes it again; until then
+# its reads take the long way). Its one page per save is the price (see W3). Schema
+# 4 -> 5 added it and nothing else, filled from the table itself (FILL_HEADS: each
+# session's row of the greatest rowid, the one inserted last, not through the index).
 HEADS = """
 CREATE TABLE heads (session TEXT PRIMARY KEY, id TEXT NOT NULL) WITHOUT ROWID;
 CREATE TRIGGER heads_after_insert AFTER INSERT ON checkpoints BEGIN
-    INSERT OR IGNORE INTO heads (session, id) VALUES (new.session, new.id);
-    UPDATE heads SET id = new.id WHERE session = new.session AND id < new.id;
+    INSERT OR REPLACE INTO heads (session, id) VALUES (new.session, new.id);
 END;
 CREATE TRIGGER heads_after_delete AFTER DELETE ON checkpoints BEGIN
     DELETE FROM heads WHERE session = old.session AND id = old.id;
 END;
 """
 FILL_HEADS = (
-    "INSERT INTO heads (session, id)"
-    " SELECT session, max(id) FROM checkpoints NOT INDEXED GROUP BY session"
+    "INSERT INTO heads (session, id) SELECT session, id FROM checkpoints NOT INDEXED"
+    " WHERE rowid IN (SELECT max(rowid) FROM checkpoints NOT INDEXED GROUP BY session)"
 )
 
 
@@ -196,13 +200,23 @@ def blob_state(db: sqlite3.Connection, digest: str) -> str:
 
 def head_agrees(db: sqlite3.Connection, session: str, newest: object | None) -> bool:
     """Whether the heads table names ``newest`` (an id, or None: no record) as
-    ``session``'s newest record.
+    ``session``'s head (see :data:`HEADS`).
 
     Compared in SQL: a damaged head is only a disagreement, never text that fails to
     decode (the long way then gives the answer).
     """
     row = db.execute("SELECT id = ? FROM heads WHERE session = ?", (newest, session)).fetchone()
     return row is None if newest is None else row is not None and row[0] == 1
+
+
+def head_row(db: sqlite3.Connection, session: str) -> builtins.list[tuple[object, ...]]:
+    """The row (:data:`COLUMNS`) of ``session``'s head, found by its id: none if the
+    heads table has no head for it, or names a record that is not stored."""
+    found: builtins.list[tuple[object, ...]] = db.execute(
+        f"SELECT {COLUMNS} FROM checkpoints WHERE id = (SELECT id FROM heads WHERE session = ?)",
+        (session,),
+    ).fetchall()
+    return found
 
 
 def newer_than(
@@ -250,13 +264,18 @@ def children(db: sqlite3.Connection, row: tuple[object, ...]) -> builtins.list[t
     return found
 
 
-def next_to(db: sqlite3.Connection, rows: builtins.list[tuple[Any, ...]]) -> builtins.list[Any]:
+def next_to(
+    db: sqlite3.Connection, rows: builtins.list[tuple[Any, ...]], *, session: str | None
+) -> builtins.list[Any]:
     """The rows (:data:`COLUMNS`) next to ``rows`` (rowid, parent_id, then :data:`COLUMNS`)
     in their lineages without being one of them: their parents, and the children of
     those with no child among them (the newest of each lineage).
 
     The children are looked for among the rows inserted after the oldest such row (a
     child is inserted after its parent; no index by parent is kept, see ``SCHEMA``).
+    ``rows`` being every record of ``session`` (when given), none is looked for if
+    their one such row is the one inserted last and the session's head: a child of it
+    saved in the session would be inserted later, and so be the head.
     """
     ids = {row[2] for row in rows}
     parents = {row[1] for row in rows if row[1] is not None}
@@ -265,6 +284,9 @@ def next_to(db: sqlite3.Connection, rows: builtins.list[tuple[Any, ...]]) -> bui
     for parent in sorted(parents - ids, key=str):
         found += db.execute(query, (parent,)).fetchall()
     leaves = [row for row in rows if row[2] not in parents]
+    last = max(rows, key=lambda row: row[0])
+    if session is not None and leaves == [last] and head_agrees(db, session, last[2]):
+        return found
     first = min(row[0] for row in leaves)
     for at in range(0, len(leaves), 500):  # under any build's limit of bound parameters
         part = [row[2] for row in leaves[at : at + 500]]

@@ -46,6 +46,7 @@ from actorflow.storage._sql import (
     check_left_out,
     decode_row,
     filters,
+    matching,
     shown_filters,
     summaries_of,
     verified_blobs,
@@ -301,13 +302,17 @@ class SQLiteStore:
                 params,
             ).fetchall()
             if where and rows:  # (without a filter every row is returned, and decoded)
-                left_out = sql.next_to(db, rows)
+                whole_session = session if workflow is None and kind is None else None
+                left_out = sql.next_to(db, rows, session=whole_session)
+            elif session is not None:  # an index that gives nothing must not hide the head
+                left_out = sql.head_row(db, session)
         found = [decode_row(row[2:]) for row in rows]
         check_left_out(
             decode_row,
             left_out,
             read=f"list({shown_filters(workflow=workflow, session=session, kind=kind)})",
             next_to="a parent or child of a listed record",
+            matches=matching(workflow, session, kind),
         )
         return found
 

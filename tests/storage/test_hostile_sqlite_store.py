@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,19 @@ def _build(path: Path, steps: int = 12) -> list[Checkpoint]:
     store._connections.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     return saved
+
+
+def _id(checkpoint: Checkpoint | None) -> str | None:
+    return None if checkpoint is None else checkpoint.id
+
+
+def _reads(store: SQLiteStore) -> list[Callable[[], object]]:
+    """latest(session="a"), latest() (of either session) and list(session="a"), as ids."""
+    return [
+        lambda: _id(store.latest(session="a")),
+        lambda: _id(store.latest()),
+        lambda: [cp.id for cp in store.list(session="a")],
+    ]
 
 
 def _flipped(base: Path, work: Path, offset: int, bit: int) -> Path:
@@ -80,15 +94,15 @@ def _index_page(path: Path, name: str) -> tuple[int, int]:
 )
 def test_index_damage_is_never_a_silent_rollback(tmp_path: Path, index: str) -> None:
     """Bit flips in an index page (or the heads table's, what the session index is
-    checked against): latest() gives the true latest or raises, and whenever it would
-    not have, verify() reports the damage."""
+    checked against): latest() gives the true latest or raises, list() of the session
+    gives all of it or raises, and whenever one did not answer, verify() reports the
+    damage."""
     base = tmp_path / "base.db"
     saved = _build(base)
     start, size = _index_page(base, index)
     content = base.read_bytes()[start : start + size]
     # The cells sit at the end of the page; flip bits of every used byte after the header.
     used = [i for i in range(12, size) if content[i]]
-    wrong = 0
     for i in used[::2]:
         for bit in (0, 5):
             path = _flipped(base, tmp_path / "t.db", start + i, bit)
@@ -96,18 +110,17 @@ def test_index_damage_is_never_a_silent_rollback(tmp_path: Path, index: str) -> 
                 store = SQLiteStore(path)
             except CheckpointCorrupt:
                 continue
+            expected = (saved[-1].id, None, [cp.id for cp in saved])  # None: not checked
             try:
-                for query in ({"session": "a"}, {}):
+                refused = False
+                for read, want in zip(_reads(store), expected, strict=True):
                     try:
-                        latest = store.latest(**query)
+                        got = read()
                     except CheckpointCorrupt:
-                        latest = None
-                        wrong += 1
+                        refused = True
                     else:
-                        expected = saved[-1].id if query else None
-                        if expected is not None:
-                            assert latest is not None and latest.id == expected, (i, bit)
-                if latest is None:
+                        assert want is None or got == want, (i, bit)
+                if refused:
                     assert store.verify() != [], (i, bit)
             finally:
                 store.close()

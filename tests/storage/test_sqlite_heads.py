@@ -1,10 +1,11 @@
-"""SQLiteStore's heads table: each session's newest record, kept by triggers, against
-which ``latest(session=...)`` checks the session index in one lookup."""
+"""SQLiteStore's heads table: each session's record saved last, kept by triggers, against
+which a session's ``latest`` and ``list`` check the session index in one lookup."""
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,61 @@ def test_schema_4_is_upgraded_with_heads_read_from_the_table(tmp_path: Path) -> 
         assert store.verify() == []
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(5,)]
+
+
+def _steps(store: SQLiteStore, read: Callable[[], object]) -> int:
+    """SQLite virtual-machine steps (in tens) that ``read`` runs on this thread's
+    connection: a count of the work done, not a time."""
+    db = store._connections.conn()
+    count = 0
+
+    def step() -> int:
+        nonlocal count
+        count += 1
+        return 0
+
+    db.set_progress_handler(step, 10)
+    try:
+        read()
+    finally:
+        db.set_progress_handler(None, 10)
+    return count
+
+
+def test_reads_of_an_old_session_do_not_grow_with_the_records_saved_after_it(
+    tmp_path: Path,
+) -> None:
+    """latest and list of the first session written, and latest of a session with no
+    record, do as much work after 400 more sessions were saved as before them."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        first = save_new(store, session="old")
+        save_new(store, session="old", parent=first)
+        reads: dict[str, Callable[[], object]] = {
+            "latest": lambda: store.latest(session="old"),
+            "latest with its workflow": lambda: store.latest(
+                workflow=first.workflow, session="old"
+            ),
+            "list": lambda: store.list(session="old"),
+            "history": lambda: store.session_history("old"),
+            "latest of nothing": lambda: store.latest(session="absent"),
+        }
+        before = {name: _steps(store, read) for name, read in reads.items()}
+        for n in range(400):
+            save_new(store, session=f"later-{n}", chunks={})
+        after = {name: _steps(store, read) for name, read in reads.items()}
+    assert after == pytest.approx(before, abs=10), (before, after)  # 100 steps
+
+
+def test_the_last_record_saved_is_the_head_even_with_an_older_id(tmp_path: Path) -> None:
+    """A record saved with an older id (another host's clock behind) is its session's
+    head, the last saved; latest still gives the newest id, the long way."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first = save_new(store, session="s")
+        behind, blobs = make_checkpoint(session="s", parent=first)  # its id first
+        ahead = save_new(store, session="s", parent=first)
+        store.save(behind, blobs)
+        assert behind.id < ahead.id
+        assert heads(path) == {"s": behind.id}
+        assert store.latest(session="s") == ahead
+        assert store.list(session="s") == [first, behind, ahead]
