@@ -1,4 +1,4 @@
-"""Opening and resuming sessions on a large SQLiteStore: does it cost more as the store grows?
+"""Opening, resuming and listing sessions on a large SQLiteStore: does it cost more as the store grows?
 
 Workload: the store of ``bench.ui_sessions`` (10,003 sessions, 2-3 records each,
 built the same way), and a small one built alike with 3 sessions. A service pays
@@ -10,10 +10,12 @@ small one (its floor, measured in the same rounds):
   lease taken and released, the store asked for the session's latest (none).
 - ``resume_oldest_session_ms``: ``wf.session(<the first session written>, if_exists="resume")``
   and its close: the lease, the latest record read, checked and restored.
+- ``history_oldest_session_ms``: ``store.session_history`` of that session (a
+  ``list`` of its records: what the inspector and the service's thread history read).
 - ``latest_absent_ms`` / ``latest_oldest_ms`` (details): ``store.latest`` alone.
 
-Target: each open <= 1.5x the same open on the small store (the cost does not grow
-with the store).
+Target: each <= 1.5x the same on the small store (the cost does not grow with the
+store).
 
 Run: ``python -m bench.large_store [--quick]``.
 """
@@ -56,6 +58,9 @@ class Opener:
     def resume_oldest(self) -> float:
         return timed(lambda: self.wf.session(OLDEST, store=self.store, if_exists="resume").close())
 
+    def history_oldest(self) -> float:
+        return timed(lambda: self.store.session_history(OLDEST))
+
     def latest_absent(self) -> float:
         sid = f"absent-{next(self._ids)}"
         return timed(lambda: self.store.latest(session=sid))
@@ -81,7 +86,13 @@ def main() -> None:
             large, small = Opener(large_store, wf), Opener(small_store, wf)
             figures = {
                 name: alternate_all([getattr(small, name), getattr(large, name)], repeats)
-                for name in ("open_new", "resume_oldest", "latest_absent", "latest_oldest")
+                for name in (
+                    "open_new",
+                    "resume_oldest",
+                    "history_oldest",
+                    "latest_absent",
+                    "latest_oldest",
+                )
             }
     details: dict[str, Any] = {
         f"latest_{which}_ms": 1e3 * median(figures[f"latest_{which}"][1])
@@ -93,6 +104,7 @@ def main() -> None:
     for metric, name, what in (
         ("open_new_session_ms", "open_new", "a new session"),
         ("resume_oldest_session_ms", "resume_oldest", "the first session written"),
+        ("history_oldest_session_ms", "history_oldest", "the first session written"),
     ):
         floors, works = figures[name]
         report(
@@ -102,7 +114,7 @@ def main() -> None:
             "ms",
             floor=1e3 * median(floors),
             floor_unit="ms",
-            floor_name=f"the same open of {what} on a store of {SMALL + 3} sessions",
+            floor_name=f"the same read of {what} on a store of {SMALL + 3} sessions",
             target_op="<=",
             target_value=1.5,
             samples=[1e3 * w for w in works],

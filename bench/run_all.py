@@ -45,7 +45,7 @@ BENCHMARKS: dict[str, str] = {
     "serve": "Service: 100 SSE clients dropping and resuming one run (lost/repeated); first event latency",
     "stop_time": "Stop time: one Ctrl-C to process exit, a run hung in a handler (run, stream, arun)",
     "ui_sessions": "Inspector: the sessions page with 10,000 sessions on an SQLiteStore",
-    "large_store": "Opening and resuming sessions on an SQLiteStore of 10,000 sessions vs one of 6",
+    "large_store": "Opening, resuming and listing sessions on an SQLiteStore of 10,000 sessions vs one of 6",
     "effects_cost": "Effects: a journaled ctx.effect per superstep vs the same call made directly (file, sqlite)",
     "effects_crash": "Effects under SIGKILL: duplicate rows, calls repeated after commit, repeats per kill",
     "replay": "Replay: 1,000 stored short sessions re-run against the code and compared",

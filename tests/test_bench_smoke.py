@@ -51,6 +51,7 @@ EXPECTED_FIGURES = {
     ("ui_sessions", "sessions_page_s"),
     ("large_store", "open_new_session_ms"),
     ("large_store", "resume_oldest_session_ms"),
+    ("large_store", "history_oldest_session_ms"),
     ("serve", "sse_reconnect_lost"),
     ("serve", "sse_reconnect_repeated"),
     ("serve", "first_event_ms"),
