@@ -19,7 +19,7 @@ from actorflow.errors import CheckpointError
 from actorflow.storage import Checkpoint, SQLiteStore
 from actorflow.storage.conformance import make_checkpoint
 
-__all__ = ["main"]
+__all__ = ["main", "reads"]
 
 
 def _build(path: Path) -> tuple[list[str], str]:
@@ -44,8 +44,9 @@ def _id(checkpoint: Checkpoint | None) -> str | None:
     return None if checkpoint is None else checkpoint.id
 
 
-def _reads(store: SQLiteStore) -> list[Callable[[], object]]:
-    """``latest(session="a")``, ``latest()`` and ``list(session="a")``, as ids."""
+def reads(store: SQLiteStore) -> list[Callable[[], object]]:
+    """``latest(session="a")``, ``latest()`` and ``list(session="a")``, as ids (the
+    reads a damaged index must never answer wrongly; also used by the hostile-file test)."""
     return [
         lambda: _id(store.latest(session="a")),
         lambda: _id(store.latest()),
@@ -85,7 +86,7 @@ def main() -> int:
                         continue
                     try:
                         expected_answers = (lineage_a[-1], newest, lineage_a)
-                        for read, expected in zip(_reads(store), expected_answers, strict=True):
+                        for read, expected in zip(reads(store), expected_answers, strict=True):
                             try:
                                 got = read()
                             except CheckpointError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from actorflow.errors import CheckpointCorrupt, CheckpointError
 from actorflow.storage import Checkpoint, SQLiteStore
 from actorflow.storage.conformance import make_checkpoint
+from fuzz.index_sweep import reads
 
 
 def _build(path: Path, steps: int = 12) -> list[Checkpoint]:
@@ -29,19 +29,6 @@ def _build(path: Path, steps: int = 12) -> list[Checkpoint]:
     store._connections.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     return saved
-
-
-def _id(checkpoint: Checkpoint | None) -> str | None:
-    return None if checkpoint is None else checkpoint.id
-
-
-def _reads(store: SQLiteStore) -> list[Callable[[], object]]:
-    """latest(session="a"), latest() (of either session) and list(session="a"), as ids."""
-    return [
-        lambda: _id(store.latest(session="a")),
-        lambda: _id(store.latest()),
-        lambda: [cp.id for cp in store.list(session="a")],
-    ]
 
 
 def _flipped(base: Path, work: Path, offset: int, bit: int) -> Path:
@@ -113,7 +100,7 @@ def test_index_damage_is_never_a_silent_rollback(tmp_path: Path, index: str) -> 
             expected = (saved[-1].id, None, [cp.id for cp in saved])  # None: not checked
             try:
                 refused = False
-                for read, want in zip(_reads(store), expected, strict=True):
+                for read, want in zip(reads(store), expected, strict=True):
                     try:
                         got = read()
                     except CheckpointCorrupt:
