@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from actorflow.errors import (
@@ -18,7 +18,7 @@ from actorflow.errors import (
     UnsupportedFormat,
 )
 
-from ._format import Checkpoint, blob_digest, decode_checkpoint
+from ._format import Checkpoint, CheckpointKind, blob_digest, decode_checkpoint
 from ._history import HistoryEntry
 from ._protocol import CheckpointStore
 
@@ -42,6 +42,22 @@ def decode_stored(checkpoint_id: str, record: bytes) -> Checkpoint:
             f" {checkpoint.id}; restore it from a backup, or delete {checkpoint_id!r}"
         )
     return checkpoint
+
+
+def matching(
+    workflow: str | None, session: str | None, kind: CheckpointKind | None = None
+) -> Callable[[Checkpoint], bool]:
+    """Whether a record matches a read's filters (those given).
+
+    Raises:
+        ValueError: ``kind`` is not a checkpoint kind.
+    """
+    wanted_kind = None if kind is None else CheckpointKind(kind)
+    return lambda cp: (
+        (workflow is None or cp.workflow == workflow)
+        and (session is None or cp.session == session)
+        and (wanted_kind is None or cp.kind is wanted_kind)
+    )
 
 
 def checked_blobs(

@@ -136,7 +136,7 @@ def check_left_out(
     have returned (its session or id column changed, say, so the filter or the order
     skipped it): an older record, or a shorter list, would be a silent rollback. So
     is a healthy one that ``matches`` the read's filters (a list's: see
-    :func:`matching`): an index that lost it gave the list without it. Other rows
+    ``_common.matching``): an index that lost it gave the list without it. Other rows
     that decode are other lineages' (forks) and fine; a record of a newer format is
     left to the reads that return it.
 
@@ -160,17 +160,6 @@ def check_left_out(
                 " should return; run `actorflow checkpoints verify` and restore the store"
                 " from a backup (or REINDEX it)"
             )
-
-
-def matching(
-    workflow: str | None, session: str | None, kind: CheckpointKind | None
-) -> Callable[[Checkpoint], bool]:
-    """Whether a record matches a read's filters (those given)."""
-    return lambda cp: (
-        (workflow is None or cp.workflow == workflow)
-        and (session is None or cp.session == session)
-        and (kind is None or cp.kind is CheckpointKind(kind))
-    )
 
 
 def verified_blobs(wanted: Iterable[str], found: Mapping[str, object]) -> dict[str, bytes]:

@@ -33,6 +33,7 @@ from actorflow.storage._common import (
     dangling,
     decode_stored,
     lineage,
+    matching,
     not_found,
     prune_plan,
     session_history,
@@ -295,25 +296,16 @@ class FileStore:
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first; a damaged record raises CheckpointCorrupt."""
         self._check_open()
-        return [
-            cp
-            for cp in self._scan(self._ids())
-            if (workflow is None or cp.workflow == workflow)
-            and (session is None or cp.session == session)
-            and (kind is None or cp.kind == kind)
-        ]
+        wanted = matching(workflow, session, kind)
+        return [cp for cp in self._scan(self._ids()) if wanted(cp)]
 
     def latest(
         self, *, workflow: str | None = None, session: str | None = None
     ) -> Checkpoint | None:
         """The newest matching record, or None; a damaged candidate raises."""
         self._check_open()
-        for cp in self._scan(reversed(self._ids())):
-            if (workflow is None or cp.workflow == workflow) and (
-                session is None or cp.session == session
-            ):
-                return cp
-        return None
+        wanted = matching(workflow, session)
+        return next((cp for cp in self._scan(reversed(self._ids())) if wanted(cp)), None)
 
     def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
         """This record and its stored ancestors, newest first (see CheckpointStore.history)."""
