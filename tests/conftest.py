@@ -21,7 +21,6 @@ PART_ENV = "ACTORFLOW_TEST_PART"
 
 RAY_PART_FILES = (
     "tests/test_torture.py",
-    "tests/runtime/test_crash_recovery.py",
     "tests/test_bench_smoke.py",
 )
 """Files of the ``ray`` part beside every test of the session-wide Ray: each part's
