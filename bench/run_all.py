@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "takeover": "Leases: takeover after kill -9 (default TTL), a lease's cost per save",
     "soak": "Soak: 100 sessions x 1,200 runs of a 3-step workflow on 8 threads; RSS, threads",
     "loop_lag": "Loop lag: 20 sessions x 10 runs on one asyncio loop (sqlite, memory); p50/p99/max",
+    "busy_thread": "W1 beside a thread computing in Python, at the default GIL switch interval and at 0.5 ms",
     "serve": "Service: 100 SSE clients dropping and resuming one run (lost/repeated); first event latency",
     "stop_time": "Stop time: one Ctrl-C to process exit, a run hung in a handler (run, stream, arun)",
     "ui_sessions": "Inspector: the sessions page with 10,000 sessions on an SQLiteStore",

@@ -44,6 +44,8 @@ EXPECTED_FIGURES = {
         for q in ("p50", "p99", "max")
     ),
     *((f"stop_{mode}", "ctrl_c_to_exit_ms") for mode in ("run", "stream", "arun")),
+    ("busy_w1", "supersteps_per_s"),
+    ("busy_w1_short_interval", "supersteps_per_s"),
     ("w3_encrypted_file", "ms_per_superstep"),
     ("w3_encrypted_sqlite", "ms_per_superstep"),
     ("w4_encrypted_file", "resume_plus_step_ms"),
