@@ -8,9 +8,9 @@ its barrier) and is woken must wait for that, so every thread hand-off of a
 superstep can cost up to one interval: the convoy effect. Hosts that are Ray
 processes do not share the GIL and do not pay it.
 
-Workload: W1's cycle (``bench.w1``) up to n = 50 (101 supersteps, one executor
-each), while one thread runs ``sum(range(1000))`` in a loop. Floor: the tell floor
-(two bare pykka actors passing a msgpack payload on with ``tell``) beside the same
+Workload: W1 (``bench.w1``) started at n = 950, so a run is its last 101
+supersteps (one executor each), while one thread runs ``sum(range(1000))`` in a
+loop. Floor: the tell floor (two bare pykka actors passing a msgpack payload on with ``tell``) beside the same
 busy thread, sampled in turn. Two figures: at the default switch interval, and at
 0.5 ms (``sys.setswitchinterval(0.0005)``, a process-wide setting an application
 may choose; the library never changes it). Target: W1's, >= 0.6x the floor.
@@ -32,37 +32,12 @@ from contextlib import contextmanager
 
 import actorflow as af
 from bench._common import TellFloor, alternate, median, parse_options, report
+from bench.w1 import LIMIT, build_w1
 
-LIMIT = 50
-"""A outputs once n reaches this (2 * LIMIT + 1 supersteps per run)."""
+SUPERSTEPS = 101
+"""Supersteps a run takes (21 with ``--quick``): W1 started near its end."""
 SHORT_INTERVAL = 0.0005
 """The switch interval of the second figure, seconds."""
-
-
-class A(af.Executor):
-    """Outputs n once it reaches ``LIMIT``, else passes it to B."""
-
-    @af.handler
-    def on_num(self, n: int, ctx: af.Context[int]) -> None:
-        if n >= LIMIT:
-            ctx.output(n)
-        else:
-            ctx.send(n)
-
-
-class B(af.Executor):
-    """Sends n + 1 back to A."""
-
-    @af.handler
-    def on_num(self, n: int, ctx: af.Context[int]) -> None:
-        ctx.send(n + 1)
-
-
-def build() -> af.Workflow:
-    """The short W1 cycle."""
-    builder = af.WorkflowBuilder("busy-thread-w1", start=A("a"), max_supersteps=500)
-    builder.add_edge("a", B("b")).add_edge("b", "a")
-    return builder.build()
 
 
 class Busy:
@@ -108,11 +83,11 @@ def switch_interval(seconds: float) -> Iterator[None]:
 
 
 def measure(
-    wf: af.Workflow, interval: float, repeats: int, start: int
+    wf: af.Workflow, interval: float, repeats: int, supersteps: int
 ) -> tuple[list[float], list[float], float]:
     """(floor hops/s samples, W1 supersteps/s samples, busy thread iterations/s) at
-    ``interval``, each run starting from n = ``start``."""
-    supersteps = 2 * (LIMIT - start) + 1
+    ``interval``, each run the last ``supersteps`` of W1."""
+    start = LIMIT - supersteps // 2
 
     def one() -> float:
         started = time.perf_counter()
@@ -129,12 +104,11 @@ def measure(
 
 def bench_busy_thread(quick: bool) -> None:
     """W1 beside a busy thread at the default switch interval and at a short one."""
-    repeats, start = (2, LIMIT - 10) if quick else (7, 0)
+    repeats, supersteps = (2, 21) if quick else (7, SUPERSTEPS)
     default = sys.getswitchinterval()
-    with build() as wf:
-        wf.run(LIMIT)  # the hosts warm
+    with build_w1() as wf:
         results = {
-            interval: measure(wf, interval, repeats, start)
+            interval: measure(wf, interval, repeats, supersteps)
             for interval in (default, SHORT_INTERVAL)
         }
     slow = median(results[default][1])
