@@ -16,8 +16,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from actorflow._forks import forget_in_children
 from actorflow.actors._host import HostedFactory
-from actorflow.errors import MissingExtra
+from actorflow.errors import BackendError, MissingExtra
 
 from ._worker import Worker, check_programs
 
@@ -40,12 +41,52 @@ _remote: dict[str, Any] = {}
 _remote_lock = threading.Lock()
 
 
+class _RayOfParent:
+    """Whether this process was forked from one where Ray ran (a ``ForgetsParent``).
+
+    Ray's threads and connections (its core worker, gRPC channels) stay in the
+    process that started it, and a call through their copies in a forked child waits
+    forever: such a child never uses Ray.
+    """
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        """The parent's process id, if Ray ran there at the fork."""
+
+    def forget_parent(self) -> None:
+        """In the child, right after the fork (its only thread): reads one attribute."""
+        if self.pid is None and _ray_initialized():
+            self.pid = os.getppid()
+
+
+def _ray_initialized() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
+_PARENT = _RayOfParent()
+forget_in_children(_PARENT)
+
+
 def ray_module(init: Mapping[str, Any] | None = None) -> Any:
     """The ray module, imported (and Ray started with ``init`` if it is not) on first use.
 
     Ray reads :data:`LOOPBACK_ENV` when it is imported: a local Ray (no ``address``)
     stays on loopback only if this is the first import of Ray in the process.
+
+    Raises:
+        MissingExtra: Ray is not installed.
+        BackendError: this process was forked from one where Ray ran (see
+            :class:`_RayOfParent`): refused at once rather than hanging.
     """
+    if _PARENT.pid is not None:
+        raise BackendError(
+            f"this process was forked from process {_PARENT.pid} after Ray started "
+            "there, and Ray does not survive a fork (its connections stay in that "
+            "process; a RayBackend here would wait forever): start worker processes "
+            "with the 'spawn' or 'forkserver' method (multiprocessing.set_start_method"
+            "('spawn')), or start Ray only in the processes that use it, after they fork"
+        )
     if "ray" not in sys.modules and (init or {}).get("address") is None:
         os.environ.setdefault(LOOPBACK_ENV, "0")
     try:
@@ -77,9 +118,12 @@ def require_ray() -> None:
 
 
 def running() -> Any:
-    """The ray module if Ray is running in this process, else None (never starts it)."""
-    ray = sys.modules.get("ray")
-    return ray if ray is not None and ray.is_initialized() else None
+    """The ray module if Ray is running in this process, else None (never starts it).
+
+    None in a child forked from a process where Ray ran: the copy of Ray it holds is
+    not running here (a worker handle of the parent is then let go, not killed).
+    """
+    return sys.modules["ray"] if _PARENT.pid is None and _ray_initialized() else None
 
 
 def kill(handle: Any) -> None:

@@ -17,6 +17,7 @@ import pytest
 import actorflow as af
 from actorflow.actors import decode_state
 from actorflow.storage import CheckpointKind
+from tests.support.forks import in_child
 from tests.support.pg import Durable
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -461,3 +462,27 @@ def test_classes_defined_in_a_script_work_on_workers(ray_cluster: Any, tmp_path:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[[2, 1, '__main__']]"
+
+
+def test_a_forked_child_refuses_ray_at_once_instead_of_hanging(
+    ray_backend: af.RayBackend,
+) -> None:
+    """Ray's connections stay in the process that started it: in a child forked from it
+    (a pre-forking server, ``multiprocessing`` with ``fork``), a workflow on a
+    RayBackend (the parent's, or one made in the child) raises ``BackendError``
+    naming the fix, where its first run used to wait forever; closing it returns."""
+    with _workflow(ray_backend) as wf:
+        assert wf.run(Work(2)).outputs[0][0] == 4  # Ray is up, and its workers warm
+
+        def child() -> None:
+            for backend in (ray_backend, af.RayBackend()):
+                built = _workflow(backend)
+                with pytest.raises(af.BackendError, match="forked") as raised:
+                    built.run(Work(3))
+                assert "spawn" in str(raised.value)
+                built.close()
+            with pytest.raises(af.BackendError, match="forked"):
+                wf.run(Work(3))
+
+        assert in_child(child) == 0
+        assert wf.run(Work(5)).outputs[0][0] == 25  # the parent's Ray is untouched
