@@ -262,15 +262,31 @@ class TellFloor:
 
     def sample(self) -> float:
         """Hops/s over ``hops`` hops around the ring."""
+        return self.hops / time_call(self._round)
+
+    def sample_for(self, seconds: float) -> float:
+        """Hops/s over rounds of ``hops`` hops run back to back for at least ``seconds``.
+
+        The floor kept busy as long as a workload's sample lasts: on a small VM the
+        kernel places two threads that hand work back and forth by how busy they have
+        been lately (see bench/README.md, "W1: the floor's two regimes"), so a floor
+        sampled for a shorter time than the workload is measured in another regime.
+        """
+        gc.collect()
+        started = time.perf_counter()
+        rounds = 0
+        while True:
+            self._round()
+            rounds += 1
+            elapsed = time.perf_counter() - started
+            if elapsed >= seconds:
+                return rounds * self.hops / elapsed
+
+    def _round(self) -> None:
         self._finished.clear()
-        first = self._refs[0]
-
-        def one() -> None:
-            first.tell((self.hops - 1, _SMALL))
-            if not self._finished.wait(60):
-                raise TimeoutError("the tell floor's ring stalled")
-
-        return self.hops / time_call(one)
+        self._refs[0].tell((self.hops - 1, _SMALL))
+        if not self._finished.wait(60):
+            raise TimeoutError("the tell floor's ring stalled")
 
 
 class GatherFloor:

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 BENCHMARKS: dict[str, str] = {
-    "w1": "W1 and W1-1MB: two-executor cycle, small and ~1 MB messages",
+    "w1": "W1 and W1-1MB: two-executor cycle, small and ~1 MB messages; W1 against a short and a sustained floor",
     "w2": "W2 and W2-io: fan-out to 8 workers, fan-in (plain and 20 ms blocking)",
     "scale": "Scale: fan-out to 1,000 workers, fan-in; wall time and peak RSS",
     "w3": "W3: 8-executor ring, 100 supersteps checkpointed (file, sqlite)",

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED_FIGURES = {
     ("w1", "supersteps_per_s"),
+    ("w1_sustained", "supersteps_per_s"),
     ("w1_1mb", "supersteps_per_s"),
     ("w1_1mb", "mb_per_s"),
     ("w2", "runs_per_s"),
