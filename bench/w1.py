@@ -140,6 +140,13 @@ def bench_w1(quick: bool) -> None:
 
         tells, asks, rates, longs = alternate_all([tell.sample, ask.sample, one, as_long], repeats)
     rate, tell_rate, ask_rate, long_rate = median(rates), median(tells), median(asks), median(longs)
+    common: dict[str, Any] = {
+        "target_op": ">=",
+        "target_value": 0.6,
+        "samples": rates,
+        "quick": quick,
+        "us_per_superstep": 1e6 / rate,
+    }
     report(
         "w1",
         "supersteps_per_s",
@@ -148,17 +155,13 @@ def bench_w1(quick: bool) -> None:
         floor=tell_rate,
         floor_unit="hops/s",
         floor_name="two bare pykka actors passing a msgpack payload on with tell (one hand-off a hop)",
-        target_op=">=",
-        target_value=0.6,
-        samples=rates,
-        quick=quick,
         floor_samples=tells,
         supersteps_per_run=steps[0],
-        us_per_superstep=1e6 / rate,
         us_per_hop_floor=1e6 / tell_rate,
         ask_floor_per_s=ask_rate,
         ask_floor_samples=asks,
         ratio_vs_ask_floor=rate / ask_rate,
+        **common,
     )
     report(
         "w1_sustained",
@@ -168,14 +171,10 @@ def bench_w1(quick: bool) -> None:
         floor=long_rate,
         floor_unit="hops/s",
         floor_name="the tell floor's ring kept going as long as the W1 run sampled before it",
-        target_op=">=",
-        target_value=0.6,
-        samples=rates,
-        quick=quick,
         floor_samples=longs,
-        us_per_superstep=1e6 / rate,
         us_per_hop_floor=1e6 / long_rate,
         run_seconds=took[-repeats:],
+        **common,
     )
 
 
