@@ -15,7 +15,6 @@ actorflow's own tests run the same cases with real workflows on the built-in sto
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import queue
 import threading
@@ -36,6 +35,7 @@ from ._base import (
     WAIT_S,
     KitBase,
     StoreFactory,
+    child_processes,
     join_children,
     make_checkpoint,
     save_lineage_in_child,
@@ -199,7 +199,7 @@ def close_under_load(store: CheckpointStore, prefix: str) -> tuple[list[str], li
 
 
 def close_under_load_in_child(*, factory: StoreFactory, prefix: str, results: Any) -> None:
-    """Child-process body of the close test (module level so spawn finds it)."""
+    """Child-process body of the close test (module level so a child process finds it)."""
     try:
         store = factory()
         results.put(close_under_load(store, prefix))
@@ -269,7 +269,7 @@ class ConcurrencyTests(KitBase):
 
     @staticmethod
     def _close_in_child(factory: StoreFactory) -> tuple[list[str], list[str]]:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         results = ctx.Queue()
         child = ctx.Process(
             target=close_under_load_in_child,
@@ -382,7 +382,7 @@ class ConcurrencyTests(KitBase):
         if not getattr(store_factory, "multiprocess", False):
             pytest.skip(f"{type(store_factory).__name__} is not shared across processes")
         processes, count = 4, 10
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         barrier = ctx.Barrier(processes)
         results = ctx.Queue()
         children = [

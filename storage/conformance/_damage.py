@@ -6,7 +6,6 @@ Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue
 import signal
@@ -28,6 +27,7 @@ from ._base import (
     WAIT_S,
     KitBase,
     StoreFactory,
+    child_processes,
     damage_hook,
     flip,
     join_children,
@@ -80,7 +80,7 @@ def _check_after_race(store: CheckpointStore, sessions: list[str]) -> None:
 def save_prune_child(
     *, factory: StoreFactory, role: str, sessions: list[str], barrier: Any, results: Any
 ) -> None:
-    """Child-process body of the concurrent save/prune test (module level so spawn finds it)."""
+    """Child-process body of the concurrent save/prune test (module level so a child process finds it)."""
     try:
         store = factory()
         try:
@@ -195,7 +195,7 @@ class DamageTests(KitBase):
         if not getattr(store_factory, "multiprocess", False):
             pytest.skip(f"{type(store_factory).__name__} is not shared across processes")
         sessions = ["p0", "p1", "p2"]
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         barrier = ctx.Barrier(len(sessions) + 1)
         results = ctx.Queue()
         children = [
@@ -236,7 +236,7 @@ class DamageTests(KitBase):
             pytest.skip(
                 f"{type(store_factory).__name__} is not durable and shared across processes"
             )
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         parent: str | None = None
         # The kill lands at a different point of a save each round: at once, or a few
         # milliseconds in (while a 4 MB blob is hashed, written or made durable). The

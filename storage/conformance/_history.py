@@ -6,7 +6,6 @@ Private: the public front is ``actorflow.storage.conformance``. Requires pytest.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import signal
 import time
@@ -23,6 +22,7 @@ from ._base import (
     WAIT_S,
     KitBase,
     StoreFactory,
+    child_processes,
     damage_hook,
     entry_data,
     flip,
@@ -40,7 +40,7 @@ def seqs(entries: list[HistoryEntry]) -> list[int]:
 
 def save_history_until_killed(*, factory: StoreFactory, session: str) -> None:
     """Child-process body of the crash test: a lineage whose records carry consecutive
-    entries, saved until the parent kills the process (module level so spawn finds it)."""
+    entries, saved until the parent kills the process (module level so a child process finds it)."""
     store = factory()
     parent: Checkpoint | None = None
     seq = 0
@@ -154,7 +154,7 @@ class HistoryTests(KitBase):
         whole, and their seqs a gapless prefix (what a resumed run continues from)."""
         if not getattr(store_factory, "multiprocess", False):
             pytest.skip(f"{type(store_factory).__name__} is not shared between processes")
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         for round_ in range(2):
             session = f"killed-{round_}"
             child = ctx.Process(

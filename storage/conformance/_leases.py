@@ -9,7 +9,6 @@ what is missing: leases are part of the protocol, not an optional capability.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import queue
 import signal
@@ -26,7 +25,7 @@ from actorflow.storage._format import Checkpoint
 from actorflow.storage._lease import MAX_TTL, Lease
 from actorflow.storage._protocol import CheckpointStore
 
-from ._base import WAIT_S, KitBase, StoreFactory, make_checkpoint, save_new
+from ._base import WAIT_S, KitBase, StoreFactory, child_processes, make_checkpoint, save_new
 
 _METHODS = ("acquire_lease", "renew_lease", "release_lease", "current_lease")
 SHORT_TTL = 0.3
@@ -334,7 +333,7 @@ class LeaseTests(KitBase):
         leased(store)
         if not getattr(store_factory, "multiprocess", False):
             pytest.skip(f"{type(store_factory).__name__} is not shared across processes")
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         barrier, results = ctx.Barrier(2), ctx.Queue()
         children = [
             ctx.Process(
@@ -372,7 +371,7 @@ class LeaseTests(KitBase):
         leased(store)
         if not getattr(store_factory, "multiprocess", False):
             pytest.skip(f"{type(store_factory).__name__} is not shared across processes")
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         results = ctx.Queue()
         child = ctx.Process(
             target=hold_session_in_child,
