@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import typing
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,28 +18,39 @@ from tests.support import graphs, pg, python_path
 from tests.support.held_runs import Gate
 
 PART_ENV = "ACTORFLOW_TEST_PART"
-"""Which part of the suite this pytest runs: ``ray``, ``rest`` or ``serial`` (unset: all)."""
+"""Which part of the suite this pytest runs: ``ray``, ``rest1``, ``rest2`` or ``serial``
+(unset: all). ``.ci/unit.sh`` runs the first three at once, then ``serial``."""
 
-RAY_PART_FILES = (
-    "tests/test_torture.py",
-    "tests/test_bench_smoke.py",
-)
-"""Files of the ``ray`` part beside every test of the session-wide Ray: each part's
-pytest would start a Ray of its own, and these start Ray or are long enough to even
-the two parts out (about half the suite's time each)."""
+PARTS = ("ray", "rest1", "rest2", "serial")
+
+RAY_SHARE = 2
+"""Of eight equal shares of the tests that need no Ray, how many the ``ray`` part takes
+(``rest1`` and ``rest2`` take the others, half each). Its own tests, those of the
+session-wide Ray, fill about a third of one part; two shares make the three parts end
+about together (``.ci/unit.sh`` prints each part's time)."""
 
 
 def part_of(item: pytest.Item) -> str:
     """``serial``: a test of the whole PostgreSQL server (it restarts it, or ends every
-    connection), run alone; ``ray``: see RAY_PART_FILES; ``rest``: the others."""
+    connection), run alone; ``ray``: a test on the session-wide Ray (a ``backend``
+    parameter of ``ray``, the ``ray_cluster`` fixture or the ``ray`` marker), which
+    only that part's pytest starts. The others are dealt out by a hash of their ids:
+    each part holds a share of every file (slow parametrized cases spread with the
+    rest), and a test stays in its part from run to run."""
     if item.get_closest_marker("serial") is not None:
         return "serial"
     callspec = getattr(item, "callspec", None)
     on_ray = callspec is not None and callspec.params.get("backend") == "ray"
-    if on_ray or "ray_cluster" in getattr(item, "fixturenames", ()):
+    if (
+        on_ray
+        or "ray_cluster" in getattr(item, "fixturenames", ())
+        or item.get_closest_marker("ray")
+    ):
         return "ray"
-    path = Path(str(item.path)).relative_to(Path(__file__).resolve().parent.parent).as_posix()
-    return "ray" if path in RAY_PART_FILES else "rest"
+    share = zlib.crc32(item.nodeid.encode()) % 8
+    if share < RAY_SHARE:
+        return "ray"
+    return "rest1" if share % 2 else "rest2"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,8 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     part = os.environ.get(PART_ENV)
     if not part:
         return
-    if part not in ("ray", "rest", "serial"):
-        raise pytest.UsageError(f"{PART_ENV}={part!r}: expected ray, rest or serial")
+    if part not in PARTS:
+        raise pytest.UsageError(f"{PART_ENV}={part!r}: expected one of {', '.join(PARTS)}")
     kept = [item for item in items if part_of(item) == part]
     config.hook.pytest_deselected(items=[item for item in items if part_of(item) != part])
     items[:] = kept
@@ -110,7 +122,7 @@ def ray_cluster() -> Iterator[Any]:
         pytest.skip("ray is not installed")
     part = os.environ.get(PART_ENV)
     if part and part != "ray":  # a second Ray beside the ray part's, on two cores
-        pytest.fail(f"a test of the {part} part needs Ray: list its file in RAY_PART_FILES")
+        pytest.fail(f"a test of the {part} part needs Ray: mark it @pytest.mark.ray")
     ray.init(
         num_cpus=2,
         object_store_memory=256 * 2**20,

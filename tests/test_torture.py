@@ -3,7 +3,8 @@
 ``make test`` runs the trials of :data:`BUDGET` (a fixed set of seeds over every store
 and both backends) and replays each entry of ``tests/torture_corpus/`` (trials that
 once failed, each with what it found and on which commit; ``make torture`` adds to
-it): about three minutes on two cores. A failure prints what the trial found and the
+it): about six minutes of test time, spread over the parts `make test` runs at
+once (see tests/conftest.py). A failure prints what the trial found and the
 command that replays it. See ``torture/`` and ``docs/torture.md``.
 """
 
@@ -37,6 +38,15 @@ def _corpus() -> list[str]:
     return sorted(set(found) - set(BUDGET))
 
 
+def _params(names: list[str]) -> list[Any]:
+    """The trials as parameters, those on Ray marked so (they run beside the
+    session-wide Ray: see tests/conftest.py)."""
+    return [
+        pytest.param(name, marks=pytest.mark.ray) if Trial.parse(name).backend == "ray" else name
+        for name in names
+    ]
+
+
 def _run(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
     trial = Trial.parse(name)
     if trial.store == "postgres":
@@ -51,7 +61,7 @@ def _run(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str,
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name", BUDGET)
+@pytest.mark.parametrize("name", _params(BUDGET))
 def test_trial(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The trial's outputs along the lineage and final states equal the fault-free run's."""
     summary = _run(name, tmp_path, request)
@@ -59,7 +69,7 @@ def test_trial(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> Non
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name", _corpus() or ["(empty)"])
+@pytest.mark.parametrize("name", _params(_corpus()) or ["(empty)"])
 def test_corpus_trial(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A trial that once failed passes now."""
     if name == "(empty)":
