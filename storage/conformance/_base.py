@@ -36,7 +36,10 @@ def child_processes() -> SpawnContext | ForkServerContext:
     small VM; the kit starts ~110 children over a store's two wrapped runs. The
     fork server imports the kit once and forks each child from itself, in ~10 ms
     (measured on the test VM). The server is the process's own (``multiprocessing``
-    keeps one a process); the kit only asks it to preload the kit's modules.
+    keeps one a process); the kit only asks it to preload the kit's modules. A child
+    gets the parent's working folder and ``sys.path`` at its start, but the environment
+    variables of when the server started: a factory carries what it needs to open
+    its store (a DSN, a path) in its own fields.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
