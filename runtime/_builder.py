@@ -327,9 +327,16 @@ class WorkflowBuilder:
                 if not any(
                     probe.matches(acc, edge.kind) for edge in out[eid] for acc in edge.accepts
                 ):
+                    fix = (
+                        "add an edge or a handler"
+                        if out[eid]
+                        else "add an edge from it, or, if it sends nothing, annotate ctx as "
+                        "af.Context[None] (ctx.output takes any value)"
+                    )
                     problems.append(
-                        f"executor {eid!r} declares it sends {type_label(tp)}, but no out-edge "
-                        "target has a handler for it; add an edge or a handler"
+                        f"executor {eid!r} declares it sends {type_label(tp)} (the T of its "
+                        f"handlers' ctx: af.Context[T]), but no out-edge target has a handler "
+                        f"for it; {fix}"
                     )
             for edge in out[eid]:
                 for target, acc in zip(edge.targets, edge.accepts, strict=True):

@@ -312,3 +312,16 @@ class RunResult:
     """Requests still waiting for answers."""
     checkpoint_id: str | None = None
     """Id of the last checkpoint written, when a store is used."""
+
+    def __repr__(self) -> str:
+        """The result with the number of its events, not the events: a long run's would
+        bury the rest.
+
+        >>> RunResult("r1", RunStatus.COMPLETED, [3], [], supersteps=2)
+        RunResult(run_id='r1', status=RunStatus.COMPLETED, outputs=[3], supersteps=2, events=<0 events>, pending_requests=(), checkpoint_id=None)
+        """
+        return (
+            f"RunResult(run_id={self.run_id!r}, status={self.status}, outputs={self.outputs!r}, "
+            f"supersteps={self.supersteps}, events=<{len(self.events)} events>, "
+            f"pending_requests={self.pending_requests!r}, checkpoint_id={self.checkpoint_id!r})"
+        )

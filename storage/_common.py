@@ -106,7 +106,11 @@ def already_stored(checkpoint_id: str) -> CheckpointError:
 
 def not_found(checkpoint_id: str) -> CheckpointNotFound:
     """The error for an id that is not stored."""
-    return CheckpointNotFound(f"no checkpoint {checkpoint_id!r} in this store")
+    return CheckpointNotFound(
+        f"no checkpoint {checkpoint_id!r} in this store; store.list(session=...) (or "
+        "`actorflow checkpoints list STORE`) gives the ids it holds, store.latest(session=...) "
+        "a session's newest"
+    )
 
 
 def store_closed(store: object) -> StoreClosed:

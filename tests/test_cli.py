@@ -69,6 +69,18 @@ def test_list_show_verify_prune(store_path: str, capsys: pytest.CaptureFixture[s
     assert f"removed {len(listed) - 1}" in capsys.readouterr().out
 
 
+def test_show_of_an_unknown_id_says_where_the_ids_are(
+    store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``show`` of an id the store does not hold (``latest``, a typo) fails with one line
+    that says how to list the ids."""
+    assert main(["checkpoints", "show", store_path, "latest"]) != 0
+    err = capsys.readouterr().err
+    assert "no checkpoint 'latest' in this store" in err
+    assert "`actorflow checkpoints list STORE`" in err
+    assert "Traceback" not in err
+
+
 def test_verify_reports_damage_with_a_nonzero_exit(
     store_path: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

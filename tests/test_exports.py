@@ -10,6 +10,7 @@ import actorflow
 import actorflow.actors
 import actorflow.otel
 import actorflow.runtime
+import actorflow.runtime._events
 import actorflow.runtime._workflow
 import actorflow.storage
 import actorflow.testing
@@ -63,7 +64,14 @@ def test_every_error_derives_from_the_single_base() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", [actorflow, actorflow.testing, actorflow.otel, actorflow.runtime._workflow]
+    "module",
+    [
+        actorflow,
+        actorflow.testing,
+        actorflow.otel,
+        actorflow.runtime._workflow,
+        actorflow.runtime._events,
+    ],
 )
 def test_doctests(module: object) -> None:
     """The doctests in the public modules run and pass."""

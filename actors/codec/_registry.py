@@ -7,6 +7,7 @@ import time, from any thread; lookups are lock-free dict reads.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import os
 import threading
@@ -173,8 +174,25 @@ def entry_named(name: object) -> Entry:
     if entry is None:
         if type(name) is not str:
             raise DecodeError("malformed registered-type payload: the wire name is not a str")
-        raise DecodeError(
-            f"type {name!r} is not registered in this process: import the module that"
-            " defines it (decoding never imports code)"
-        )
+        raise DecodeError(_unknown_name(name))
     return entry
+
+
+def _unknown_name(name: str) -> str:
+    """Why no class holds wire name ``name``, and what to do: a name a person wrote (a
+    service's ``"$type"``) is more often a registered class named another way than a
+    module not imported, so a class known by that name is pointed to first."""
+    entries = list(_by_name.values())
+    for entry in entries:
+        cls = entry.cls
+        if name in (stable_name(cls), f"{cls.__module__}.{cls.__qualname__}", cls.__name__):
+            return (
+                f"no type is registered as {name!r}: {qualified_name(cls)} is registered "
+                f"as {entry.name!r}; use that name"
+            )
+    close = difflib.get_close_matches(name, [entry.name for entry in entries], n=3)
+    nearby = f" (registered names close to it: {', '.join(map(repr, close))})" if close else ""
+    return (
+        f"type {name!r} is not registered in this process{nearby}: import the module that"
+        " defines it (decoding never imports code)"
+    )

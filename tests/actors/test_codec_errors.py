@@ -10,6 +10,7 @@ import pickle
 import sys
 import threading
 import zoneinfo
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actorflow.actors import decode, encode
+from actorflow.actors import decode, encode, from_json, message
 from actorflow.actors.codec._encode import EXT_DATACLASS, EXT_ENUM, EXT_TUPLE, MAX_DEPTH
 from actorflow.errors import DecodeError, EncodeError
 from tests.support.codec_samples import (
@@ -190,6 +191,36 @@ def test_unknown_wire_name_is_a_decode_error() -> None:
     with pytest.raises(DecodeError, match="not registered in this process") as info:
         decode(data)
     assert "nowhere.Ghost" in str(info.value)
+
+
+@message(name="codec_errors.Parcel")
+@dataclass
+class _Parcel:
+    weight: int
+
+
+@pytest.mark.parametrize(
+    "written", [f"{__name__}._Parcel", "_Parcel"], ids=["module path", "class name"]
+)
+def test_a_registered_class_named_another_way_is_pointed_to(written: str) -> None:
+    """A name that is a registered class's module path or class name, not its wire name
+    (as a person writes a service's "$type"), names the wire name to use instead."""
+    with pytest.raises(DecodeError) as info:
+        from_json({"$type": written, "weight": 3})
+    text = str(info.value)
+    assert f"no type is registered as {written!r}" in text
+    assert "registered as 'codec_errors.Parcel'; use that name" in text
+    assert from_json({"$type": "codec_errors.Parcel", "weight": 3}) == _Parcel(3)
+
+
+def test_an_unknown_name_lists_the_registered_names_close_to_it() -> None:
+    """A misspelt wire name lists the registered names close to it, then says to import
+    the module of a class this process does not know."""
+    with pytest.raises(DecodeError) as info:
+        from_json({"$type": "codec_errors.Parcle", "weight": 3})
+    text = str(info.value)
+    assert "registered names close to it: 'codec_errors.Parcel'" in text
+    assert "import the module that defines it" in text
 
 
 class _ImportRecorder(importlib.abc.MetaPathFinder):

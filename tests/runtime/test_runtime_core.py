@@ -266,6 +266,22 @@ def test_build_checks_declared_send_types_against_targets() -> None:
         builder.build()
 
 
+def test_an_executor_without_out_edges_that_declares_sends_is_told_of_context_none() -> None:
+    """An executor that declares a send type and has no out-edge (it meant to output) is
+    told both fixes: an edge, or ``af.Context[None]``; one with edges only the first."""
+    with pytest.raises(af.GraphError) as info:
+        af.WorkflowBuilder("last", start=Declared("d")).build()
+    [problem] = info.value.problems
+    assert "executor 'd' declares it sends str" in problem
+    assert "add an edge from it, or, if it sends nothing, annotate ctx as af.Context[None]" in (
+        problem
+    )
+    builder = af.WorkflowBuilder("typed", start=Declared("d")).add_edge("d", Sum("sum"))
+    with pytest.raises(af.GraphError) as info:
+        builder.build()
+    assert not any("Context[None]" in problem for problem in info.value.problems)
+
+
 class Router(af.Executor):
     @af.handler
     def on_num(self, n: int, ctx: af.Context[Any]) -> None:
