@@ -31,7 +31,7 @@ from ._policy import Backoff, CheckpointPolicy, Durability, RestartPolicy
 from ._subworkflow import WorkflowExecutor
 from ._workflow import Workflow
 from .graph import Case, Default, Executor, Resource, handler, resource, response_handler
-from .session import Session
+from .session import Session, delete_session
 
 __all__ = [
     "RUN_INPUT",
@@ -71,6 +71,7 @@ __all__ = [
     "Workflow",
     "WorkflowBuilder",
     "WorkflowExecutor",
+    "delete_session",
     "handler",
     "resource",
     "response_handler",

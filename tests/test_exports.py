@@ -12,6 +12,7 @@ import actorflow.otel
 import actorflow.runtime
 import actorflow.runtime._events
 import actorflow.runtime._workflow
+import actorflow.runtime.session._deletion
 import actorflow.storage
 import actorflow.testing
 import actorflow.ui
@@ -71,6 +72,7 @@ def test_every_error_derives_from_the_single_base() -> None:
         actorflow.otel,
         actorflow.runtime._workflow,
         actorflow.runtime._events,
+        actorflow.runtime.session._deletion,
     ],
 )
 def test_doctests(module: object) -> None:

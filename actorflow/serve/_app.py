@@ -127,6 +127,7 @@ class ServiceApp:
             Route("/threads", g(self.thread_create), methods=["POST"]),
             Route("/threads/search", g(self.thread_search), methods=["POST"]),
             Route("/threads/{tid}", g(self.thread_get)),
+            Route("/threads/{tid}", g(self.thread_delete), methods=["DELETE"]),
             Route("/threads/{tid}/state", g(self.thread_state)),
             Route("/threads/{tid}/state/checkpoint", g(self.thread_state_at), methods=["POST"]),
             Route("/threads/{tid}/state/{cid}", g(self.thread_state)),
@@ -332,6 +333,11 @@ class ServiceApp:
         """``GET /threads/{id}``: the thread, with its latest state's values."""
         thread = await self.threads.get(request.path_params["tid"])
         return JSONResponse(await self._thread_json(thread.thread_id, thread))
+
+    async def thread_delete(self, request: Request) -> Response:
+        """``DELETE /threads/{id}``: the thread and everything stored of it -> 204."""
+        await self.threads.delete(request.path_params["tid"])
+        return Response(status_code=204)
 
     async def thread_state(self, request: Request) -> Response:
         """``GET /threads/{id}/state[/{checkpoint_id}]``: the state at the latest (or that)

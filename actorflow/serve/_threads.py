@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actorflow.errors import InvalidRequest, RunNotFound, SessionBusy, SessionExists, ThreadNotFound
-from actorflow.runtime import NO_INPUT, Session, Workflow
+from actorflow.runtime import NO_INPUT, Session, Workflow, delete_session
 from actorflow.storage import CheckpointStore
 
 from ._inputs import Inputs
@@ -43,6 +43,8 @@ class Thread:
     runs: OrderedDict[str, Run] = field(default_factory=OrderedDict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     used: float = field(default_factory=time.monotonic)
+    deleted: bool = False
+    """Being deleted, or deleted: no request opens its session again."""
 
     @property
     def active(self) -> Run | None:
@@ -141,8 +143,11 @@ class Threads:
         Raises:
             SessionOwned: another process holds the thread's session.
             SessionClosed: the service is closing.
+            ThreadNotFound: the thread was deleted meanwhile.
         """
         thread.used = time.monotonic()
+        if thread.deleted:
+            raise ThreadNotFound(f"thread {thread.thread_id!r} was deleted")
         if thread.session is None:
             if self._closed:
                 raise SessionBusy("the service is stopping; try again on its next start")
@@ -228,6 +233,37 @@ class Threads:
         self._threads[tid] = forked
         await self._trim()
         return forked
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete the thread: its session closes (which ends its streams) and every
+        checkpoint of it, so its state and history, leaves the store
+        (:func:`~actorflow.delete_session`). The id is then free for a new thread.
+
+        Raises:
+            ThreadNotFound: no such thread.
+            SessionBusy: a run is going on; cancel it or wait for it first.
+            SessionOwned: another process holds the thread's session.
+        """
+        thread = await self.get(thread_id)
+        async with thread.lock:
+            active = thread.active
+            if active is not None:
+                raise SessionBusy(
+                    f"thread {thread_id!r} is busy with run {active.run_id}; cancel it "
+                    f"(POST /threads/{thread_id}/runs/{active.run_id}/cancel) or wait for it, "
+                    "then delete the thread"
+                )
+            thread.deleted = True
+            try:
+                session, thread.session = thread.session, None
+                if session is not None:
+                    await session.aclose()
+                await asyncio.to_thread(delete_session, self._store, thread_id)
+            except BaseException:
+                thread.deleted = False  # still there: usable again
+                raise
+            if self._threads.get(thread_id) is thread:
+                del self._threads[thread_id]
 
     async def cancel(self, thread: Thread, run: Run) -> None:
         """Ask ``run`` to stop at its next barrier, and wait until it ended."""

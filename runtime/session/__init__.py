@@ -6,10 +6,11 @@ thing at a time, closing: ``_turn``), its answers (``_answers``), its run jobs
 async side (``_async``); events reach the caller through the sinks of
 ``_delivery``. Opening one for writing (its lease, which lineage it continues) is
 ``_opening`` (off the caller's event loop: ``_off_loop``), the lease's renewal
-``_ownership``. :class:`Engine` holds what sessions need of their workflow; the
+``_ownership``; deleting a session under its lease, ``_deletion``. :class:`Engine` holds what sessions need of their workflow; the
 workflow owns it, and nothing here imports the workflow.
 """
 
+from ._deletion import delete_session
 from ._engine import Engine
 from ._jobs import NO_INPUT
 from ._off_loop import open_off_loop
@@ -24,6 +25,7 @@ __all__ = [
     "Engine",
     "IfExists",
     "Session",
+    "delete_session",
     "open_off_loop",
     "open_private",
     "open_session",

@@ -31,9 +31,16 @@ def queue_answers(
     Every answer is checked before any is queued, so a bad one consumes nothing.
 
     Raises:
-        RequestError: an unknown id, a second answer to the same request, a value of
-            the wrong type, or one that cannot be encoded.
+        RequestError: answers that are not a mapping, an unknown id, a second answer to
+            the same request, a value of the wrong type, or one that cannot be encoded.
     """
+    if not isinstance(answers, Mapping):  # an untyped caller's {id: answer} left out
+        pending = sorted(state.pending)  # type: ignore[unreachable]  # see above
+        example = pending[0] if pending else "<request id>"
+        raise RequestError(
+            "answers must be a mapping of request id to answer, got "
+            f"{a_label(type_label(type(answers)))}; answer with {{{example!r}: answer}} (pending: {pending or 'none'})"
+        )
     encoded: list[tuple[str, bytes]] = []
     for request_id, answer in answers.items():
         entry = state.pending.get(request_id)

@@ -227,6 +227,50 @@ def test_time_travel_by_the_owner_branches_with_new_request_ids(store: Checkpoin
         assert branch[-1].id == entry.id  # the new records descend from the older checkpoint
 
 
+def test_delete_session_removes_its_records_and_leaves_the_others(
+    store: CheckpointStore,
+) -> None:
+    """delete_session removes every record of the session (its state, history and
+    pending requests) and nothing of another session sharing its blobs; the id then
+    starts afresh."""
+    with owners.build() as wf:
+        for sid in ("gone", "kept"):
+            with wf.session(sid, store=store) as session:
+                session.run(Order(1))
+                session.respond({"desk:1:0": True})
+                session.run(Order(2))  # waits on its answer
+        removed = af.delete_session(store, "gone")
+        assert removed > 0
+        assert store.list(session="gone") == [] and store.session_history("gone") == []
+        assert "gone" not in store.sessions() and store.current_lease("gone") is None
+        assert store.verify() == []
+        with wf.resume(store, session="kept") as kept:  # its blobs, the same bytes, stay
+            assert [p.request_id for p in kept.pending_requests] == ["desk:3:0"]
+            assert kept.respond({"desk:3:0": True}).outputs == [[2, True]]
+        with wf.session("gone", store=store) as again:  # a new session, not a resume
+            assert again.run(Order(9)).pending_requests[0].request_id == "desk:1:0"
+        assert af.delete_session(store, "never-stored") == 0
+
+
+def test_delete_session_is_refused_while_the_session_is_open(store: CheckpointStore) -> None:
+    """An open session keeps its records: delete_session raises SessionOwned naming the
+    owner (after wait=), deletes nothing, and goes through once the owner closes."""
+    with owners.build() as wf:
+        session = wf.session("s1", store=store)
+        session.run(Order(1))
+        stored = len(store.list(session="s1"))
+        with pytest.raises(af.SessionOwned, match=rf"pid {os.getpid()}"):
+            af.delete_session(store, "s1", wait=0.05)
+        assert len(store.list(session="s1")) == stored
+        closer = threading.Timer(0.2, session.close)
+        closer.start()
+        try:
+            assert af.delete_session(store, "s1", wait=WAIT_S) == stored
+        finally:
+            closer.join(timeout=WAIT_S)
+        assert store.list(session="s1") == []
+
+
 def test_fork_into_a_new_session_leaves_the_original_untouched(store: CheckpointStore) -> None:
     """as_session= continues a checkpoint under a new id; the source lineage is unchanged."""
     with owners.build() as wf:

@@ -74,14 +74,20 @@ def test_answering_some_leaves_the_rest_pending() -> None:
         ({"ap:9:9": True}, "not a pending request"),
         ({"ap:1:0": "yes"}, "expects a bool, got a str"),
         ({"ap:1:0": True, "ghost": True}, "not a pending request"),
+        (
+            True,
+            r"must be a mapping of request id to answer, got a bool; answer with \{'ap:1:0': answer\}",
+        ),
+        (["ap:1:0", True], "must be a mapping of request id to answer, got a list"),
     ],
 )
-def test_bad_answers_raise_and_consume_nothing(answers: dict[str, object], message: str) -> None:
-    """Unknown ids and wrong types raise RequestError; no answer of the batch is consumed."""
+def test_bad_answers_raise_and_consume_nothing(answers: object, message: str) -> None:
+    """Unknown ids, wrong types and answers that are not a mapping raise RequestError; no
+    answer of the batch is consumed."""
     with build() as wf, wf.session() as s:
         s.run(10)
         with pytest.raises(af.RequestError, match=message):
-            s.respond(answers)
+            s.respond(answers)  # type: ignore[arg-type]  # what an untyped caller passes
         assert [p.request_id for p in s.pending_requests] == ["ap:1:0", "ap:1:1"]
 
 

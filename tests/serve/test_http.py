@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+import actorflow as af
 from actorflow.serve import Server
 from tests.support.sse import Sse, read_sse
 
@@ -177,6 +178,47 @@ def test_a_busy_thread_refuses_a_second_run(client: httpx.Client, gate: threadin
     assert run["run_id"] in second.json()["message"]
     gate.set()
     client.get(f"/threads/t1/runs/{run['run_id']}/join")
+
+
+def test_delete_removes_a_thread_and_everything_stored_of_it(
+    client: httpx.Client, store: af.SQLiteStore
+) -> None:
+    """DELETE /threads/{id} is 204; the thread is then unknown, unlisted and absent from
+    the store, and its id starts a new thread; a second delete is 404."""
+    _thread(client)
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}})
+    assert client.get("/threads/t1/events").json()  # its session is open in the service
+    deleted = client.delete("/threads/t1")
+    assert deleted.status_code == 204, deleted.text
+    assert client.get("/threads/t1").json()["error"] == "ThreadNotFound"
+    assert client.post("/threads/search", json={}).json() == []
+    assert store.list(session="t1") == [] and store.session_history("t1") == []
+    assert client.delete("/threads/t1").status_code == 404
+    _thread(client)
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 2, "items": ["b"]}})
+    assert client.get("/threads/t1/state").json()["values"]["intake"] == {"orders": [2]}
+
+
+def test_delete_refuses_a_busy_thread_and_one_another_owner_holds(
+    client: httpx.Client, gate: threading.Event, workflow: af.Workflow, store: af.SQLiteStore
+) -> None:
+    """A thread running a run, or whose session another owner holds, is 409 and loses
+    nothing; once the run ends, the delete goes through."""
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0}).json()
+    busy = client.delete("/threads/t1")
+    assert busy.status_code == 409 and busy.json()["error"] == "SessionBusy"
+    assert run["run_id"] in busy.json()["message"]
+    gate.set()
+    assert client.get(f"/threads/t1/runs/{run['run_id']}/join").json()["outputs"] == list(range(21))
+    with workflow.session("elsewhere", store=store) as owner:
+        owner.run(0)
+        owned = client.delete("/threads/elsewhere")
+        assert owned.status_code == 409 and owned.json()["error"] == "SessionOwned"
+        assert store.list(session="elsewhere")
+    assert client.delete("/threads/t1").status_code == 204
+    assert client.delete("/threads/elsewhere").status_code == 204
+    assert store.sessions() == []
 
 
 def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langgraph_sdk import get_client, get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
+from langgraph_sdk.errors import NotFoundError
 
 from actorflow.serve import Server
 
@@ -47,6 +48,16 @@ def test_create_wait_search_state_and_history(sdk: SyncLangGraphClient) -> None:
     history = sdk.threads.get_history(tid, limit=3)
     assert len(history) == 3
     assert history[0]["checkpoint"] == state["checkpoint"]
+
+
+def test_threads_delete(sdk: SyncLangGraphClient) -> None:
+    """threads.delete removes the thread: reading it afterwards is a 404."""
+    tid = sdk.threads.create()["thread_id"]
+    sdk.runs.wait(tid, "orders", input=_order(4, "a"))
+    sdk.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        sdk.threads.get(tid)
+    assert sdk.threads.search() == []
 
 
 def test_stream_values_updates_events(sdk: SyncLangGraphClient) -> None:
