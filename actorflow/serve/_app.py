@@ -128,6 +128,7 @@ class ServiceApp:
             Route("/threads/search", g(self.thread_search), methods=["POST"]),
             Route("/threads/{tid}", g(self.thread_get)),
             Route("/threads/{tid}", g(self.thread_delete), methods=["DELETE"]),
+            Route("/threads/{tid}", g(self.thread_update), methods=["PATCH"]),
             Route("/threads/{tid}/state", g(self.thread_state)),
             Route("/threads/{tid}/state/checkpoint", g(self.thread_state_at), methods=["POST"]),
             Route("/threads/{tid}/state/{cid}", g(self.thread_state)),
@@ -338,6 +339,16 @@ class ServiceApp:
         """``DELETE /threads/{id}``: the thread and everything stored of it -> 204."""
         await self.threads.delete(request.path_params["tid"])
         return Response(status_code=204)
+
+    async def thread_update(self, request: Request) -> Response:
+        """``PATCH /threads/{id}``: ``{metadata}`` merged into the thread's -> the thread."""
+        thread = await self.threads.get(request.path_params["tid"])
+        body = await self._body(request)
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidRequest("metadata must be a JSON object")
+        thread.metadata.update(metadata)
+        return JSONResponse(await self._thread_json(thread.thread_id, thread))
 
     async def thread_state(self, request: Request) -> Response:
         """``GET /threads/{id}/state[/{checkpoint_id}]``: the state at the latest (or that)

@@ -244,6 +244,8 @@ def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:
     "case",
     [
         ("GET", "/threads/nope", None, 404, "ThreadNotFound", "POST /threads"),
+        ("PATCH", "/threads/t1", {"metadata": [1]}, 422, "InvalidRequest", "JSON object"),
+        ("PATCH", "/threads/nope", {"metadata": {}}, 404, "ThreadNotFound", "POST /threads"),
         ("POST", "/threads/t1/runs/wait", {"input": "text"}, 422, "InvalidRequest", "Order"),
         ("POST", "/threads/t1/runs/wait", {"input": {"id": "x"}}, 422, "InvalidRequest", "id"),
         ("GET", "/threads/t1/runs/r0", None, 404, "RunNotFound", "r0"),

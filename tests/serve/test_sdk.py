@@ -50,10 +50,14 @@ def test_create_wait_search_state_and_history(sdk: SyncLangGraphClient) -> None:
     assert history[0]["checkpoint"] == state["checkpoint"]
 
 
-def test_threads_delete(sdk: SyncLangGraphClient) -> None:
-    """threads.delete removes the thread: reading it afterwards is a 404."""
-    tid = sdk.threads.create()["thread_id"]
+def test_threads_update_and_delete(sdk: SyncLangGraphClient) -> None:
+    """threads.update merges metadata (search finds it); threads.delete removes the
+    thread: reading it afterwards is a 404."""
+    tid = sdk.threads.create(metadata={"user": "ada"})["thread_id"]
     sdk.runs.wait(tid, "orders", input=_order(4, "a"))
+    updated = sdk.threads.update(tid, metadata={"tier": "gold"})
+    assert updated["metadata"] == {"user": "ada", "tier": "gold"}
+    assert [t["thread_id"] for t in sdk.threads.search(metadata={"tier": "gold"})] == [tid]
     sdk.threads.delete(tid)
     with pytest.raises(NotFoundError):
         sdk.threads.get(tid)
