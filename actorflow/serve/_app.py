@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from actorflow._version import __version__
@@ -141,6 +141,7 @@ class ServiceApp:
             Route("/threads/{tid}/runs/wait", g(self.run_wait), methods=["POST"]),
             Route("/threads/{tid}/runs/stream", g(self.run_stream), methods=["POST"]),
             Route("/threads/{tid}/runs/{rid}", g(self.run_get)),
+            Route("/threads/{tid}/runs/{rid}", g(self.run_delete), methods=["DELETE"]),
             Route("/threads/{tid}/runs/{rid}/join", g(self.run_join)),
             Route("/threads/{tid}/runs/{rid}/stream", g(self.run_join_stream)),
             Route("/threads/{tid}/runs/{rid}/cancel", g(self.run_cancel), methods=["POST"]),
@@ -206,13 +207,32 @@ class ServiceApp:
         await self.threads.aclose()
 
     async def _http_error(self, request: Request, exc: HTTPException) -> Response:
-        message = {
-            404: f"no endpoint {request.url.path}; see docs/service.md for the endpoints",
-            405: f"{request.method} is not allowed on {request.url.path}",
-        }.get(exc.status_code, str(exc.detail))
-        return _error(exc.status_code, "HTTPError", message)
+        if exc.status_code == 405:
+            allowed = self._methods_on(request)
+            response = _error(
+                405,
+                "HTTPError",
+                f"{request.method} is not allowed on {request.url.path}; it answers {allowed} "
+                "(docs/service.md lists what this service supports)",
+            )
+            response.headers["Allow"] = allowed
+            return response
+        if exc.status_code == 404:
+            message = f"no endpoint {request.url.path}; see docs/service.md for the endpoints"
+            return _error(404, "HTTPError", message)
+        return _error(exc.status_code, "HTTPError", str(exc.detail))
 
     # --- helpers ------------------------------------------------------------------
+
+    def _methods_on(self, request: Request) -> str:
+        """The methods the routes at ``request``'s path answer (several routes may share
+        a path, one a method: Starlette's own ``Allow`` names the first one's only)."""
+        methods: set[str] = set()
+        for route in self.app.routes:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE and isinstance(route, Route) and route.methods:
+                methods |= route.methods
+        return ", ".join(sorted(methods))
 
     async def _body(self, request: Request) -> dict[str, Any]:
         raw = await request.body()
@@ -516,6 +536,19 @@ class ServiceApp:
         modes = _modes(asked) if asked else run.stream_mode
         session = await self.threads.session(thread)
         return _sse_response(run_stream(session, run, modes, _last_event_id(request)))
+
+    async def run_delete(self, request: Request) -> Response:
+        """``DELETE /threads/{id}/runs/{run_id}``: forget a finished run -> 204 (its
+        history stays the thread's)."""
+        thread, run = await self._run_of(request)
+        if run.running:
+            raise SessionBusy(
+                f"run {run.run_id} is still going on; cancel it "
+                f"(POST /threads/{thread.thread_id}/runs/{run.run_id}/cancel) or wait for it, "
+                "then delete it"
+            )
+        thread.runs.pop(run.run_id, None)
+        return Response(status_code=204)
 
     async def run_cancel(self, request: Request) -> Response:
         """``POST /threads/{id}/runs/{run_id}/cancel``: stop the run at its next barrier

@@ -221,6 +221,23 @@ def test_delete_refuses_a_busy_thread_and_one_another_owner_holds(
     assert store.sessions() == []
 
 
+def test_a_finished_run_is_deleted_a_running_one_is_not(
+    client: httpx.Client, gate: threading.Event
+) -> None:
+    """DELETE of a run going on is 409 naming how to cancel it; once it ended, 204, and
+    the run is gone from the thread's runs (a second delete is 404)."""
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0}).json()
+    path = f"/threads/t1/runs/{run['run_id']}"
+    busy = client.delete(path)
+    assert busy.status_code == 409 and f"{path}/cancel" in busy.json()["message"]
+    gate.set()
+    client.get(f"{path}/join")
+    assert client.delete(path).status_code == 204
+    assert client.get("/threads/t1/runs").json() == []
+    assert client.delete(path).json()["error"] == "RunNotFound"
+
+
 def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:
     """Each checkpoint's state is readable; a fork continues one in a new thread and
     leaves the original alone."""
@@ -264,6 +281,21 @@ def test_errors_are_json_that_say_what_to_do(
     assert response.status_code == status, response.text
     assert response.json()["error"] == kind
     assert words in response.json()["message"]
+
+
+def test_a_method_a_path_does_not_answer_is_405_naming_those_it_does(
+    client: httpx.Client,
+) -> None:
+    """A method no route at the path answers is 405, with every method the routes at that
+    path answer (several routes share /threads/{id}) in the message and ``Allow``."""
+    _thread(client)
+    refused = client.put("/threads/t1", json={})
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == "DELETE, GET, HEAD, PATCH"
+    assert (
+        "PUT is not allowed on /threads/t1; it answers DELETE, GET, HEAD, PATCH"
+        in (refused.json()["message"])
+    )
 
 
 def test_a_body_that_is_not_json_is_422(client: httpx.Client) -> None:
