@@ -171,6 +171,27 @@ def test_prune_older_than_removes_by_age(
         assert store.verify() == []
 
 
+def test_prune_keep_0_deletes_a_session_only_when_nobody_holds_it(
+    store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--keep 0`` is the whole session: refused in one line while a session holds it
+    open (its owner's next save would name deleted blobs), done once it is closed."""
+    store = SQLiteStore(store_path)
+    with build() as wf:
+        owner = wf.resume(store, session="s1")
+        try:
+            assert main(["checkpoints", "prune", store_path, "--session", "s1", "--keep", "0"]) != 0
+            err = capsys.readouterr().err
+            assert "cannot delete it while it is open" in err and "Traceback" not in err
+            assert store.list(session="s1")
+        finally:
+            owner.close()
+    assert main(["checkpoints", "prune", store_path, "--session", "s1", "--keep", "0"]) == 0
+    assert "all of session 's1'" in capsys.readouterr().out
+    assert store.sessions() == []
+    store.close()
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from actorflow.errors import CheckpointError
-from actorflow.runtime import check_runtime
+from actorflow.runtime import check_runtime, delete_session
 from actorflow.storage import Checkpoint, CheckpointStore, FileStore
 
 from ._describe import describe_checkpoint
@@ -54,7 +54,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     prune.add_argument("store")
     prune.add_argument("--session")
-    prune.add_argument("--keep", type=int)
+    prune.add_argument(
+        "--keep",
+        type=int,
+        help="keep the newest N cuts of --session; 0 deletes the whole session (refused "
+        "while a process holds it open)",
+    )
     prune.add_argument(
         "--older-than",
         type=parse_age,
@@ -122,6 +127,11 @@ def _checkpoints(args: argparse.Namespace) -> int:
             )
             what = "whole session(s) idle" if args.whole_sessions else "checkpoint(s) created"
             print(f"removed {removed} checkpoint(s): {what} more than {args.older_than:g} s ago")
+        elif args.action == "prune" and args.keep == 0:
+            # Nothing kept is the whole session: under its lease, so never beneath an
+            # owner still writing to it (whose next save would name deleted blobs).
+            removed = delete_session(store, args.session)
+            print(f"removed {removed} checkpoint(s): all of session {args.session!r}")
         elif args.action == "prune":
             removed = store.prune(args.session, args.keep)
             print(f"removed {removed} checkpoint(s) of session {args.session!r}")

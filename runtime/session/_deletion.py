@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from actorflow.errors import SessionOwned
 from actorflow.storage import CheckpointStore
 
 from ._ownership import DEFAULT_LEASE_TTL, acquire
@@ -41,7 +42,10 @@ def delete_session(store: CheckpointStore, session: str, *, wait: float = 0.0) -
         StoreLocked: a lock of the store stayed held past the bound.
         ValueError: ``wait`` is out of range.
     """
-    ownership = acquire(store, session, ttl=DEFAULT_LEASE_TTL, wait=wait)
+    try:
+        ownership = acquire(store, session, ttl=DEFAULT_LEASE_TTL, wait=wait)
+    except SessionOwned as exc:
+        raise SessionOwned(exc.holder, doing="cannot delete it while it is open") from None
     try:
         return store.prune(session, 0)
     finally:
