@@ -173,7 +173,11 @@ class Checkpointer:
         self._written = (blobs, cut.runtime)
         item = _Queued(cut, blobs, statements or [], effects or [])
         if self._sync or kind == "entry":
-            self._store(item)
+            try:
+                self._store(item)
+            except BaseException:
+                self._forget_stored()
+                raise
             self._confirm(item)
             self.queued = False
         else:
@@ -231,8 +235,19 @@ class Checkpointer:
             pack({"partial": executor, "report": report}),
             EMPTY_METADATA,
         )
-        self._save(cut, blobs)
+        try:
+            self._save(cut, blobs)
+        except BaseException:
+            self._forget_stored()
+            raise
         return cut.id
+
+    def _forget_stored(self) -> None:
+        """A write failed: the store may not hold what this lineage believes it does (its
+        records deleted beneath an open session, say, so their blobs went too), and the
+        next cut resends every blob it names, as after a background failure; the store
+        skips those it has."""
+        self._stored = frozenset()
 
     def _cut(
         self,
@@ -293,7 +308,7 @@ class Checkpointer:
             self._queue.join()  # the writer skips everything queued after the failure
         failure, self._failure = self._failure, None
         self.last_id = self._confirmed_id
-        self._stored = frozenset()  # resend every referenced blob; the store skips those it has
+        self._forget_stored()
         raise CheckpointError(f"a background checkpoint write failed: {failure}") from failure
 
     def close(self) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -246,6 +248,44 @@ def test_after_a_failed_write_the_session_checkpoints_a_consistent_lineage(
         assert all(cp.parent_id in ids for cp in store.list(session="s") if cp.parent_id)
         with wf.resume(store, session="s") as resumed:
             assert resumed.run().status is af.RunStatus.COMPLETED
+
+
+class Tally(af.Executor):
+    """Keeps every number it was given; outputs them all."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.seen: list[int] = []
+
+    @af.handler
+    def on_num(self, n: int, ctx: af.Context[None]) -> None:
+        self.seen.append(n)
+        ctx.output(list(self.seen))
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("durability", [af.Durability.SYNC, af.Durability.ASYNC])
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_records_deleted_beneath_an_open_session_are_written_anew(
+    durability: af.Durability, kind: str, tmp_path: Path
+) -> None:
+    """Retention deleting the records of a session still open: its next write is refused
+    (the store never saves a record naming blobs it lost) and fails that run; the write
+    after resends every blob its cut names, so the session goes on, resumable, with
+    nothing of its state lost."""
+    store = af.MemoryStore() if kind == "memory" else af.SQLiteStore(tmp_path / "s.db")
+    policy = af.CheckpointPolicy(durability=durability)
+    with af.WorkflowBuilder("tally", start=Tally("tally")).build() as wf:
+        with wf.session("s", store=store, checkpoint=policy) as s:
+            assert s.run(1).outputs == [[1]]
+            assert store.prune_older_than(time.time() + 60, whole_sessions=True) > 0
+            with pytest.raises(af.CheckpointWriteFailed, match="neither given nor stored"):
+                s.run(2)  # refused at its entry cut: it never ran
+            assert s.run(3).outputs == [[1, 3]]
+        assert store.verify() == []
+        with wf.resume(store, session="s") as resumed:
+            assert resumed.run(4).outputs == [[1, 3, 4]]
+    store.close()
 
 
 @pytest.mark.timeout(30)
