@@ -246,6 +246,8 @@ class Threads:
         """
         thread = await self.get(thread_id)
         async with thread.lock:
+            if thread.deleted:  # by a request that held the lock first
+                raise ThreadNotFound(f"thread {thread_id!r} was deleted")
             active = thread.active
             if active is not None:
                 raise SessionBusy(
