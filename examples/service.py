@@ -2,8 +2,9 @@
 
 The command is ``actorflow serve examples.service:build --store runs.db``; here the
 same server runs in-process on a free port of 127.0.0.1, a client creates a thread,
-runs it, streams a run, answers a request (an interrupt), reads the state and
-deletes the thread, and the server stops. Needs ``actorflow[serve]`` and, for the client, ``langgraph-sdk``.
+runs it, streams a run, answers a request (an interrupt), reads the state, deletes
+the thread, and the server stops. Needs ``actorflow[serve]`` and, for the client,
+``langgraph-sdk``.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ def main() -> None:
             assert state["values"] == {"approvals": {"decided": ["bob"]}}
             print("threads:", [t["thread_id"] == tid for t in client.threads.search()])
             client.threads.delete(tid)  # its state and history leave the store
+            print("after delete:", client.threads.search(), store.sessions())
             assert client.threads.search() == [] and store.sessions() == []
-            print("deleted:", tid == thread["thread_id"])
             client.close()
         store.close()
 
