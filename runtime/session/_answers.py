@@ -39,7 +39,8 @@ def queue_answers(
         example = pending[0] if pending else "<request id>"
         raise RequestError(
             "answers must be a mapping of request id to answer, got "
-            f"{a_label(type_label(type(answers)))}; answer with {{{example!r}: answer}} (pending: {pending or 'none'})"
+            f"{a_label(type_label(type(answers)))}; answer with {{{example!r}: answer}} "
+            f"(pending: {pending or 'none'})"
         )
     encoded: list[tuple[str, bytes]] = []
     for request_id, answer in answers.items():
