@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from actorflow.errors import (
@@ -167,24 +167,29 @@ AgedRecord = tuple[str, str, str, str | None, float]
 
 
 def age_plan(
-    records: Iterable[AgedRecord], cutoff: float, *, whole_sessions: bool
+    records: Iterable[AgedRecord],
+    cutoff: float,
+    *,
+    whole_sessions: bool,
+    open_sessions: Container[str] = frozenset(),
 ) -> builtins.list[str]:
     """The ids ``prune_older_than(cutoff, whole_sessions=...)`` deletes, oldest first.
 
     Per session: with ``whole_sessions``, every record when the session's newest
-    record was created before ``cutoff`` (an abandoned session goes whole, nothing
-    of it otherwise). Without it, every cut created before ``cutoff`` except the
-    session's newest cut, which a resume needs whatever its age; a partial record
+    record was created before ``cutoff`` and the session is not one of
+    ``open_sessions`` (those a live lease holds: an abandoned session goes whole,
+    nothing of it otherwise). Without it, every cut created before ``cutoff`` except
+    the session's newest cut, which a resume needs whatever its age; a partial record
     stays exactly when its parent cut does (as in :func:`prune_plan`).
     """
     sessions: dict[str, builtins.list[AgedRecord]] = {}
     for record in records:
         sessions.setdefault(record[1], []).append(record)
     doomed: builtins.list[str] = []
-    for rows in sessions.values():
+    for session, rows in sessions.items():
         rows.sort()
         if whole_sessions:
-            if max(row[4] for row in rows) < cutoff:
+            if session not in open_sessions and max(row[4] for row in rows) < cutoff:
                 doomed.extend(row[0] for row in rows)
             continue
         cuts = [row for row in rows if row[2] != "partial"]
@@ -196,6 +201,15 @@ def age_plan(
             if checkpoint_id not in kept and not (kind == "partial" and parent in kept)
         )
     return sorted(doomed)
+
+
+def idle_sessions(records: Iterable[AgedRecord], cutoff: float) -> builtins.set[str]:
+    """The sessions of ``records`` whose newest record was created before ``cutoff``:
+    those ``prune_older_than(cutoff, whole_sessions=True)`` deletes unless open."""
+    newest: dict[str, float] = {}
+    for _, session, _, _, created_at in records:
+        newest[session] = max(created_at, newest.get(session, created_at))
+    return {session for session, created_at in newest.items() if created_at < cutoff}
 
 
 def lineage(store: CheckpointStore, checkpoint_id: str) -> builtins.list[Checkpoint]:

@@ -354,8 +354,9 @@ class MemoryStore:
     def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
         """Remove records by age (see CheckpointStore.prune_older_than)."""
         limit = check_cutoff(cutoff)
-        with self._lock:
+        with self._lock:  # leases change under it too: none is granted meanwhile
             self._check_open()
+            now = time.time()
             doomed = age_plan(
                 (
                     (i, e[_SESSION], e[_KIND], e[_PARENT], e[_CREATED])
@@ -363,6 +364,7 @@ class MemoryStore:
                 ),
                 limit,
                 whole_sessions=whole_sessions,
+                open_sessions={s for s, row in self._leases.items() if row.live(now)},
             )
             for checkpoint_id in doomed:
                 self._delete(checkpoint_id)

@@ -252,9 +252,12 @@ class CheckpointStore(Protocol):
         session's newest cut (what a resume needs, whatever its age); a partial
         record stays exactly when its parent cut does, as in :meth:`prune`. With
         ``whole_sessions``, every record of each session whose newest record was
-        created before ``cutoff`` is deleted, and nothing of the other sessions.
-        Age is the record's ``created_at``. Blobs are collected only when no
-        remaining record of any session uses them.
+        created before ``cutoff`` and that no live lease holds (a session open in
+        some process is in use, however long it wrote nothing) is deleted, and
+        nothing of the other sessions; no lease of a session being deleted is
+        granted until it is gone, so an open finds it whole or not at all. Age is
+        the record's ``created_at``. Blobs are collected only when no remaining
+        record of any session uses them.
 
         Args:
             cutoff: epoch seconds; records created at or after it are kept.

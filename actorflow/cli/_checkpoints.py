@@ -70,7 +70,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     prune.add_argument(
         "--whole-sessions",
         action="store_true",
-        help="with --older-than: remove whole sessions whose newest checkpoint is older",
+        help=(
+            "with --older-than: remove whole sessions whose newest checkpoint is older"
+            " (a session open in some process stays)"
+        ),
     )
     upgrade = actions.add_parser(
         "upgrade", help="bring a store written by an older actorflow to the current layout"

@@ -23,6 +23,7 @@ from ._base import (
     make_checkpoint,
     save_new,
 )
+from ._leases import LONG_TTL, SHORT_TTL, leased, wait_until_free
 
 DAY = 86_400.0
 
@@ -82,6 +83,76 @@ class RetentionTests(KitBase):
         assert store.load_blob(blob_digest(b"shared by both")) == b"shared by both"
         assert store.has_blobs([blob_digest(b"a1")]) == set()
         assert store.verify() == []
+
+    def test_prune_older_than_whole_sessions_spares_an_open_session(
+        self, store: CheckpointStore
+    ) -> None:
+        """A session a live lease holds is open somewhere, however long it wrote nothing:
+        whole_sessions leaves it whole until its lease is released or expires."""
+        leased(store)
+        now = time.time()
+        waiting = save_aged(store, 30 * DAY, now=now, session="waiting")
+        save_aged(store, 30 * DAY, now=now, session="abandoned")
+        save_aged(store, 30 * DAY, now=now, session="crashed")
+        lease = store.acquire_lease("waiting", "a worker", LONG_TTL)
+        store.acquire_lease("crashed", "a dead worker", SHORT_TTL)
+        wait_until_free(store, "crashed", SHORT_TTL + WAIT_S / 4)  # expired: no one holds it
+        assert store.prune_older_than(now - 7 * DAY, whole_sessions=True) == 2
+        assert store.sessions() == ["waiting"]
+        assert store.list(session="waiting") == [waiting]
+        store.release_lease(lease)
+        assert store.prune_older_than(now - 7 * DAY, whole_sessions=True) == 1
+        assert store.sessions() == []
+        assert store.verify() == []
+
+    def test_prune_older_than_thins_an_open_session(self, store: CheckpointStore) -> None:
+        """Thinning keeps each session's newest cut, so it need not wait for a lease."""
+        leased(store)
+        now = time.time()
+        first = save_aged(store, 30 * DAY, now=now, session="s")
+        newest = save_aged(store, 20 * DAY, now=now, session="s", parent=first)
+        store.acquire_lease("s", "a worker", LONG_TTL)
+        assert store.prune_older_than(now - 7 * DAY) == 1
+        assert store.list(session="s") == [newest]
+
+    def test_prune_older_than_never_deletes_beneath_an_open(self, store: CheckpointStore) -> None:
+        """An open (a lease, then a read) racing whole-session removal sees the session
+        whole for as long as it holds the lease, or finds it gone: never records that
+        vanish while it holds them."""
+        leased(store)
+        now = time.time()
+        sessions = [f"idle-{n}" for n in range(12)]
+        for session in sessions:
+            save_aged(store, 30 * DAY, now=now, session=session, chunks={"e": [session.encode()]})
+        barrier = threading.Barrier(2, timeout=WAIT_S)
+
+        def open_each() -> list[str]:
+            barrier.wait()
+            vanished: list[str] = []
+            for session in sessions:
+                lease = store.acquire_lease(session, "opener", LONG_TTL)
+                head = store.latest(session=session)
+                blob = blob_digest(session.encode())
+                if head is not None and (
+                    store.list(session=session) != [head] or store.has_blobs([blob]) != {blob}
+                ):
+                    vanished.append(session)
+                store.release_lease(lease)
+            return vanished
+
+        def remove() -> int:
+            barrier.wait()
+            removed = 0
+            for _ in sessions:
+                removed += store.prune_older_than(now - DAY, whole_sessions=True)
+            return removed
+
+        with ThreadPoolExecutor(2) as pool:
+            opened, removing = pool.submit(open_each), pool.submit(remove)
+            assert opened.result(timeout=WAIT_S) == []
+            removing.result(timeout=WAIT_S)
+        assert store.prune_older_than(now - DAY, whole_sessions=True) + removing.result() == 12
+        assert store.sessions() == []
 
     def test_prune_older_than_partial_records_follow_their_cut(
         self, store: CheckpointStore

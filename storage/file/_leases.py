@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from actorflow.errors import CheckpointCorrupt, CheckpointError, SessionOwned, StoreLocked
@@ -98,7 +98,46 @@ class FileLeases:
                 leaseless_check(row, session, checkpoint_id, time.time())
             yield
 
+    @contextlib.contextmanager
+    def unopened(self, sessions: Iterable[str]) -> Iterator[set[str]]:
+        """Of ``sessions``, those no one has open, each locked until the block ends.
+
+        A session is taken when its lock is free at once and no live lease holds it.
+        While the block runs, no lease of those is granted and no save of theirs
+        commits: what deleting them whole needs (``FileStore.prune_older_than``, under
+        the store's exclusive lock). A save takes its session's lock before the
+        store's, so this never waits for one: a lock held now means the session is in
+        use, and it is left out.
+        """
+        with contextlib.ExitStack() as held:
+            taken: set[str] = set()
+            for session in sessions:
+                fd = self._lock_file(session)
+                held.callback(os.close, fd)
+                try:
+                    free = flock_within(fd, 0.0)
+                except OSError as exc:
+                    raise CheckpointError(
+                        f"cannot lock the lease of session {session!r}: {exc}"
+                    ) from exc
+                row = self._read(lease_key(session), session) if free else None
+                if free and not (row is not None and row.live(time.time())):
+                    taken.add(session)
+            yield taken
+
     # --- internals -------------------------------------------------------------------
+
+    def _lock_file(self, session: str) -> int:
+        """An open file description of the session's lock file (created if missing)."""
+        path = self._dir / f"{lease_key(session)}.lock"
+        try:
+            try:
+                return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except FileNotFoundError:
+                self._dir.mkdir(exist_ok=True)
+                return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise CheckpointError(f"cannot lock the lease of session {session!r}: {exc}") from exc
 
     @contextlib.contextmanager
     def _locked(self, session: str, *, within: float | None = None) -> Iterator[str]:
@@ -109,14 +148,7 @@ class FileLeases:
         """
         key = lease_key(session)
         path = self._dir / f"{key}.lock"
-        try:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            except FileNotFoundError:
-                self._dir.mkdir(exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise CheckpointError(f"cannot lock the lease of session {session!r}: {exc}") from exc
+        fd = self._lock_file(session)
         try:
             # A fresh open file description per call: threads of this process are
             # serialised like other processes (see FileStore._locked).

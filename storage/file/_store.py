@@ -32,6 +32,7 @@ from actorflow.storage._common import (
     checked_blobs,
     dangling,
     decode_stored,
+    idle_sessions,
     lineage,
     matching,
     not_found,
@@ -60,6 +61,9 @@ from ._segments import SegmentRecords, read_deleted, read_deleted_ids
 
 # Ids become file names: no separators, no leading dot, bounded length.
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
+_SESSIONS_A_BATCH = 256
+"""Idle sessions deleted whole at a time by ``prune_older_than``: each holds its lease's
+lock file open meanwhile, well within the usual limit of 1,024 open files."""
 
 
 class FileStore:
@@ -362,23 +366,33 @@ class FileStore:
         """Remove records by age (see CheckpointStore.prune_older_than).
 
         Decodes every record to learn its session and age: a damaged one raises
-        CheckpointCorrupt and nothing is deleted.
+        CheckpointCorrupt and nothing is deleted. With ``whole_sessions``, the idle
+        sessions go a batch at a time, each batch under the locks of its sessions'
+        leases (an open file each, so a batch is bounded by the process's limit).
         """
         limit = check_cutoff(cutoff)
         self._check_open()
         with self._lock.held(exclusive=True) as lock:
             assert lock is not None  # a write section has its lock, or raised
-            doomed = age_plan(
-                (
-                    (cp.id, cp.session, cp.kind.value, cp.parent_id, cp.created_at)
-                    for cp in self._scan(self._ids())
-                ),
-                limit,
-                whole_sessions=whole_sessions,
-            )
-            if doomed:
-                self._forget(doomed, lock)
-            return len(doomed)
+            records = [
+                (cp.id, cp.session, cp.kind.value, cp.parent_id, cp.created_at)
+                for cp in self._scan(self._ids())
+            ]
+            if not whole_sessions:
+                doomed = age_plan(records, limit, whole_sessions=False)
+                if doomed:
+                    self._forget(doomed, lock)
+                return len(doomed)
+            idle = sorted(idle_sessions(records, limit))
+            removed = 0
+            for start in range(0, len(idle), _SESSIONS_A_BATCH):
+                batch = idle[start : start + _SESSIONS_A_BATCH]
+                with self._leases.unopened(batch) as unopened:
+                    doomed = [r[0] for r in records if r[1] in unopened]
+                    if doomed:
+                        self._forget(doomed, lock)
+                removed += len(doomed)
+            return removed
 
     def verify(self) -> builtins.list[str]:
         """Every problem found in the store, one line each; [] when healthy."""

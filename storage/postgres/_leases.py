@@ -71,6 +71,17 @@ again, whatever the server's clock does after a crash.
 """
 
 
+OPEN_AMONG = (
+    "SELECT l.session FROM (SELECT session, expires_at, released FROM {s}.leases"
+    " WHERE session = ANY(%s) FOR SHARE) AS l WHERE NOT l.released AND "
+    + LIVE.replace("expires_at", "l.expires_at").replace("{now}", "date_part('epoch', now())")
+)
+"""Which of these sessions a live lease holds, each lease row locked (``FOR SHARE``)
+until the caller's transaction ends, live or not: a grant's ``ON CONFLICT DO UPDATE``
+waits for that lock, so no session among them is opened meanwhile (retention deleting
+idle sessions whole: ``prune_older_than``)."""
+
+
 GRANT_WITHIN = (
     "WITH g AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(%s::bigint) AS locked,"
     " date_part('epoch', now()) AS now), granted AS ("

@@ -30,6 +30,7 @@ from actorflow.storage._common import (
     check_keep,
     checked_blobs,
     dangling,
+    idle_sessions,
     lineage,
     matching,
     not_found,
@@ -53,7 +54,7 @@ from actorflow.storage._statements import Statement, statement_failed
 from actorflow.storage._summary import SessionSummary
 
 from . import _sql as sql
-from ._leases import FENCED, UNLEASED, PostgresLeases, session_key
+from ._leases import FENCED, OPEN_AMONG, UNLEASED, PostgresLeases, session_key
 from ._pool import PostgresConnections, connect_settings, new_pool, probe
 from ._schema import open_schema
 from ._verify import PostgresVerify
@@ -501,11 +502,21 @@ class PostgresStore:
             " WHERE session IN (SELECT session FROM {s}.checkpoints WHERE created_at < %s)"
         )
 
+        open_among = self._sql(OPEN_AMONG)
+
         def run(db: Conn) -> int:
             with db.transaction():
                 db.execute(self._q_lock_excl)
                 rows = db.execute(query, (limit,)).fetchall()
-                return self._collect(db, age_plan(rows, limit, whole_sessions=whole_sessions))
+                idle = sorted(idle_sessions(rows, limit)) if whole_sessions else []
+                held = db.execute(open_among, (idle,)).fetchall() if idle else []
+                doomed = age_plan(
+                    rows,
+                    limit,
+                    whole_sessions=whole_sessions,
+                    open_sessions={session for (session,) in held},
+                )
+                return self._collect(db, doomed)
 
         return self._run(run, what="prune by age", retry=False)
 

@@ -28,6 +28,7 @@ from actorflow.storage._common import (
     check_keep,
     checked_blobs,
     dangling,
+    idle_sessions,
     lineage,
     matching,
     not_found,
@@ -437,7 +438,14 @@ class SQLiteStore:
                 " IN (SELECT session FROM checkpoints WHERE created_at < ?)",
                 (limit,),
             ).fetchall()
-            doomed = age_plan(rows, limit, whole_sessions=whole_sessions)
+            # Leases are granted in write transactions too: none changes meanwhile.
+            now = time.time()
+            idle = idle_sessions(rows, limit) if whole_sessions else set()
+            leases = {s: sql.lease_row(db, s) for s in idle}
+            open_sessions = {s for s, lease in leases.items() if lease and lease.live(now)}
+            doomed = age_plan(
+                rows, limit, whole_sessions=whole_sessions, open_sessions=open_sessions
+            )
             sql.delete(db, doomed)
             self._connections.forget_blobs()
         return len(doomed)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -269,16 +268,16 @@ class Tally(af.Executor):
 def test_records_deleted_beneath_an_open_session_are_written_anew(
     durability: af.Durability, kind: str, tmp_path: Path
 ) -> None:
-    """Retention deleting the records of a session still open: its next write is refused
-    (the store never saves a record naming blobs it lost) and fails that run; the write
-    after resends every blob its cut names, so the session goes on, resumable, with
-    nothing of its state lost."""
+    """A tool deleting the records of a session still open (``prune`` takes no lease):
+    its next write is refused (the store never saves a record naming blobs it lost)
+    and fails that run; the write after resends every blob its cut names, so the
+    session goes on, resumable, with nothing of its state lost."""
     store = af.MemoryStore() if kind == "memory" else af.SQLiteStore(tmp_path / "s.db")
     policy = af.CheckpointPolicy(durability=durability)
     with af.WorkflowBuilder("tally", start=Tally("tally")).build() as wf:
         with wf.session("s", store=store, checkpoint=policy) as s:
             assert s.run(1).outputs == [[1]]
-            assert store.prune_older_than(time.time() + 60, whole_sessions=True) > 0
+            assert store.prune("s", 0) > 0
             with pytest.raises(af.CheckpointWriteFailed, match="neither given nor stored"):
                 s.run(2)  # refused at its entry cut: it never ran
             assert s.run(3).outputs == [[1, 3]]

@@ -271,6 +271,24 @@ def test_delete_session_is_refused_while_the_session_is_open(store: CheckpointSt
         assert store.list(session="s1") == []
 
 
+def test_retention_by_age_keeps_an_open_session_whole(store: CheckpointStore) -> None:
+    """A session open in a process and waiting (for an answer, say) wrote nothing for
+    longer than the cut-off: retention deleting idle sessions whole leaves it, and its
+    answer then lands as if no time had passed; closed, it goes."""
+    with owners.build() as wf:
+        with wf.session("waiting", store=store) as waiting:
+            waiting.run(Order(1))  # waits on the desk's answer
+            with wf.session("closed", store=store) as closed:
+                closed.run(Order(2))
+            later, closed_records = time.time() + 30 * 86_400, len(store.list(session="closed"))
+            assert store.prune_older_than(later, whole_sessions=True) == closed_records
+            assert store.sessions() == ["waiting"]
+            assert waiting.respond({"desk:1:0": True}).outputs == [[1, True]]
+        assert store.verify() == []
+        assert store.prune_older_than(later, whole_sessions=True) > 0
+        assert store.sessions() == []
+
+
 def test_fork_into_a_new_session_leaves_the_original_untouched(store: CheckpointStore) -> None:
     """as_session= continues a checkpoint under a new id; the source lineage is unchanged."""
     with owners.build() as wf:

@@ -25,6 +25,7 @@ from actorflow.storage.conformance import (
     DamageTests,
     FileStoreFactory,
     MemoryStoreFactory,
+    RetentionTests,
     SQLiteStoreFactory,
     StoreFactory,
 )
@@ -191,6 +192,17 @@ class PlainErrorWhenClosed(MemoryStore):
             raise CheckpointError("MemoryStore is closed; open a new one")
 
 
+class RetentionBlindToLeases(MemoryStore):
+    """Deletes idle sessions whole by age alone, open ones included."""
+
+    def prune_older_than(self, cutoff: float, *, whole_sessions: bool = False) -> int:
+        if not whole_sessions:
+            return super().prune_older_than(cutoff)
+        with self._lock:
+            idle = [s for s in self.sessions() if self.list(session=s)[-1].created_at < cutoff]
+        return sum(self.prune(session, 0) for session in idle)
+
+
 def _run(test: Callable[..., None], factory: StoreFactory, takes_factory: bool) -> None:
     store = factory()
     try:
@@ -252,6 +264,12 @@ _CASES: dict[
         lambda _: MemoryStoreFactory(),
         ConcurrencyTests().test_close_under_load_raises_store_closed,
         True,
+    ),
+    "retention deleting a session a live lease holds": (
+        lambda _: MemoryStoreFactory(RetentionBlindToLeases()),
+        lambda _: MemoryStoreFactory(),
+        RetentionTests().test_prune_older_than_whole_sessions_spares_an_open_session,
+        False,
     ),
     "latest() hiding a damaged header": (
         lambda p: HidesDamageFactory(str(p / "hides.db")),
