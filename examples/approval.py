@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,12 @@ def main() -> None:
             print(
                 f"[process 1] status {result.status.value}; waiting on {[p.request_id for p in result.pending_requests]}"
             )
+            # Retention deleting idle sessions whole, as if it ran a month from now,
+            # leaves this one: it is open (its lease is live), however long it waits.
+            month_later = time.time() + 30 * 86_400
+            removed = store.prune_older_than(month_later, whole_sessions=True)
+            print(f"[process 1] retention, a month on, removed {removed} record(s)")
+            assert removed == 0 and store.sessions() == ["expense-7"]
         store.close()
         second = subprocess.run(
             [sys.executable, __file__, "answer", db],
