@@ -10,9 +10,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -287,6 +289,50 @@ def test_retention_by_age_keeps_an_open_session_whole(store: CheckpointStore) ->
         assert store.verify() == []
         assert store.prune_older_than(later, whole_sessions=True) > 0
         assert store.sessions() == []
+
+
+@pytest.mark.timeout(120)
+def test_retention_running_beside_open_sessions_fails_none_of_their_runs(
+    store: CheckpointStore,
+) -> None:
+    """Retention deleting every idle session whole, over and over, while sessions in
+    threads run and answer: every run of an open session succeeds, nothing of its state
+    is lost, and each session goes once it is closed."""
+    stop, passes = threading.Event(), []
+
+    def retention() -> None:
+        while not stop.is_set():
+            store.prune_older_than(time.time() + 86_400, whole_sessions=True)
+            passes.append(1)
+            stop.wait(0.002)  # pacing only: saves get the store's lock in between
+
+    def orders(session: af.Session, first: int) -> list[list[Any]]:
+        decided = []
+        for number in range(first, first + 8):
+            [request] = session.run(Order(number)).pending_requests
+            decided += session.respond({request.request_id: number % 2 == 0}).outputs
+        return decided
+
+    remover = threading.Thread(target=retention)
+    with owners.build() as wf:
+        remover.start()
+        try:
+            with ThreadPoolExecutor(4) as pool:
+
+                def one(n: int) -> list[list[Any]]:
+                    with wf.session(f"s{n}", store=store) as session:
+                        return orders(session, 100 * n)
+
+                results = list(pool.map(one, range(4), timeout=WAIT_S))
+        finally:
+            stop.set()
+            remover.join(timeout=WAIT_S)
+    assert passes, "retention never ran"
+    for n, decided in enumerate(results):
+        assert decided == [[k, k % 2 == 0] for k in range(100 * n, 100 * n + 8)]
+    assert store.verify() == []
+    store.prune_older_than(time.time() + 86_400, whole_sessions=True)
+    assert store.sessions() == []
 
 
 def test_fork_into_a_new_session_leaves_the_original_untouched(store: CheckpointStore) -> None:
