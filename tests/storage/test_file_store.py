@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from actorflow.errors import CheckpointCorrupt, UnsupportedFormat
 from actorflow.storage import FileStore, blob_digest, encode_checkpoint
 from actorflow.storage.conformance import FileStoreFactory, make_checkpoint
+from actorflow.storage.file import _store as file_store
 from actorflow.storage.file._pack import encode_header
 
 pytestmark = pytest.mark.timeout(60)
@@ -232,3 +234,23 @@ def test_layout_1_is_refused_naming_the_upgrade_which_keeps_everything(tmp_path:
         store.delete(first.id)
         assert store.has_blobs({**blobs, **more}) == set(more)
         assert store.verify() == []
+
+
+def test_idle_sessions_go_a_batch_at_a_time_open_ones_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole-session retention holds one batch of lease locks at a time (an open file
+    each); every batch deletes its idle sessions, none of the open ones."""
+    monkeypatch.setattr(file_store, "_SESSIONS_A_BATCH", 3)
+    with FileStore(tmp_path / "s") as store:
+        for n in range(10):
+            checkpoint, blobs = make_checkpoint(session=f"s{n}", chunks={"e": [b"%d" % n]})
+            store.save(checkpoint, blobs)
+        held = [store.acquire_lease(f"s{n}", "a worker", 60.0) for n in (1, 4, 9)]
+        assert store.prune_older_than(time.time() + 60, whole_sessions=True) == 7
+        assert store.sessions() == ["s1", "s4", "s9"]
+        assert store.verify() == []
+        for lease in held:
+            store.release_lease(lease)
+        assert store.prune_older_than(time.time() + 60, whole_sessions=True) == 3
+        assert store.sessions() == []
