@@ -113,19 +113,30 @@ class FileLeases:
             taken: set[str] = set()
             for session in sessions:
                 fd = self._lock_file(session)
-                held.callback(os.close, fd)
                 try:
-                    free = flock_within(fd, 0.0)
-                except OSError as exc:
-                    raise CheckpointError(
-                        f"cannot lock the lease of session {session!r}: {exc}"
-                    ) from exc
-                row = self._read(lease_key(session), session) if free else None
-                if free and not (row is not None and row.live(time.time())):
+                    idle = self._unopened(fd, session)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if idle:
+                    held.callback(os.close, fd)  # closing the file releases its lock
                     taken.add(session)
+                else:
+                    os.close(fd)  # in use: its owner's saves must not wait for the deletion
             yield taken
 
     # --- internals -------------------------------------------------------------------
+
+    def _unopened(self, fd: int, session: str) -> bool:
+        """Whether the session's lock (``fd``) is free at once and no live lease holds
+        it; if so, ``fd`` now holds the lock."""
+        try:
+            if not flock_within(fd, 0.0):
+                return False
+        except OSError as exc:
+            raise CheckpointError(f"cannot lock the lease of session {session!r}: {exc}") from exc
+        row = self._read(lease_key(session), session)
+        return row is None or not row.live(time.time())
 
     def _lock_file(self, session: str) -> int:
         """An open file description of the session's lock file (created if missing)."""
