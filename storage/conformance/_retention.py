@@ -121,10 +121,10 @@ class RetentionTests(KitBase):
         vanish while it holds them."""
         leased(store)
         now = time.time()
-        sessions = [f"idle-{n}" for n in range(12)]
+        sessions = [f"idle-{n}" for n in range(24)]
         for session in sessions:
             save_aged(store, 30 * DAY, now=now, session=session, chunks={"e": [session.encode()]})
-        barrier = threading.Barrier(2, timeout=WAIT_S)
+        barrier, opened_all = threading.Barrier(2, timeout=WAIT_S), threading.Event()
 
         def open_each() -> list[str]:
             barrier.wait()
@@ -138,20 +138,21 @@ class RetentionTests(KitBase):
                 ):
                     vanished.append(session)
                 store.release_lease(lease)
+            opened_all.set()
             return vanished
 
         def remove() -> int:
             barrier.wait()
             removed = 0
-            for _ in sessions:
+            while not opened_all.is_set():
                 removed += store.prune_older_than(now - DAY, whole_sessions=True)
             return removed
 
         with ThreadPoolExecutor(2) as pool:
             opened, removing = pool.submit(open_each), pool.submit(remove)
             assert opened.result(timeout=WAIT_S) == []
-            removing.result(timeout=WAIT_S)
-        assert store.prune_older_than(now - DAY, whole_sessions=True) + removing.result() == 12
+            removed = removing.result(timeout=WAIT_S)
+        assert removed + store.prune_older_than(now - DAY, whole_sessions=True) == len(sessions)
         assert store.sessions() == []
 
     def test_prune_older_than_partial_records_follow_their_cut(

@@ -71,6 +71,18 @@ again, whatever the server's clock does after a crash.
 """
 
 
+ROWS_FOR = (
+    "INSERT INTO {s}.leases (session, token, owner, expires_at, released)"
+    " SELECT unnest(%s::text[]), 0, '', 0, true ON CONFLICT (session) DO NOTHING"
+    " RETURNING session"
+)
+"""Give each of these sessions a lease row if it has none (released, token 0), and
+return those it gave one. Until the caller's transaction ends, a grant of one of them
+waits for it: its upsert meets a row of a transaction still in progress. Deleting
+them before that transaction commits leaves the table as it was, and the waiting
+grant then inserts its row as if none had been there (PostgreSQL checks a unique key
+again once the transaction it waited for has ended)."""
+
 OPEN_AMONG = (
     "SELECT l.session FROM (SELECT session, expires_at, released FROM {s}.leases"
     " WHERE session = ANY(%s) FOR SHARE) AS l WHERE NOT l.released AND "
@@ -78,8 +90,12 @@ OPEN_AMONG = (
 )
 """Which of these sessions a live lease holds, each lease row locked (``FOR SHARE``)
 until the caller's transaction ends, live or not: a grant's ``ON CONFLICT DO UPDATE``
-waits for that lock, so no session among them is opened meanwhile (retention deleting
-idle sessions whole: ``prune_older_than``)."""
+waits for that lock. With :data:`ROWS_FOR` first (every session then has a row), no
+session among them is opened meanwhile: what retention deleting idle sessions whole
+needs (``prune_older_than``)."""
+
+ROWS_GONE = "DELETE FROM {s}.leases WHERE session = ANY(%s) AND token = 0"
+"""Take back the rows :data:`ROWS_FOR` gave (no grant can have changed them: it waits)."""
 
 
 GRANT_WITHIN = (

@@ -54,7 +54,15 @@ from actorflow.storage._statements import Statement, statement_failed
 from actorflow.storage._summary import SessionSummary
 
 from . import _sql as sql
-from ._leases import FENCED, OPEN_AMONG, UNLEASED, PostgresLeases, session_key
+from ._leases import (
+    FENCED,
+    OPEN_AMONG,
+    ROWS_FOR,
+    ROWS_GONE,
+    UNLEASED,
+    PostgresLeases,
+    session_key,
+)
 from ._pool import PostgresConnections, connect_settings, new_pool, probe
 from ._schema import open_schema
 from ._verify import PostgresVerify
@@ -502,21 +510,23 @@ class PostgresStore:
             " WHERE session IN (SELECT session FROM {s}.checkpoints WHERE created_at < %s)"
         )
 
-        open_among = self._sql(OPEN_AMONG)
+        rows_for, open_among, rows_gone = map(self._sql, (ROWS_FOR, OPEN_AMONG, ROWS_GONE))
 
         def run(db: Conn) -> int:
             with db.transaction():
                 db.execute(self._q_lock_excl)
                 rows = db.execute(query, (limit,)).fetchall()
                 idle = sorted(idle_sessions(rows, limit)) if whole_sessions else []
-                held = db.execute(open_among, (idle,)).fetchall() if idle else []
-                doomed = age_plan(
-                    rows,
-                    limit,
-                    whole_sessions=whole_sessions,
-                    open_sessions={session for (session,) in held},
-                )
-                return self._collect(db, doomed)
+                if not idle:  # thinning; or no session to delete whole
+                    return self._collect(db, age_plan(rows, limit, whole_sessions=whole_sessions))
+                # No lease of an idle session is granted until this commits.
+                given = [session for (session,) in db.execute(rows_for, (idle,)).fetchall()]
+                held = {session for (session,) in db.execute(open_among, (idle,)).fetchall()}
+                doomed = age_plan(rows, limit, whole_sessions=True, open_sessions=held)
+                removed = self._collect(db, doomed)
+                if given:
+                    db.execute(rows_gone, (given,))
+                return removed
 
         return self._run(run, what="prune by age", retry=False)
 
