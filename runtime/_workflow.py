@@ -21,6 +21,7 @@ from .session import (
     Engine,
     IfExists,
     Session,
+    check_open_options,
     open_off_loop,
     open_session,
     resume_session,
@@ -227,6 +228,7 @@ class Workflow:
             SessionExists: ``session_id`` has checkpoints and ``if_exists="error"``.
         """
         self._check_open()
+        check_open_options(checkpoint=checkpoint, restart=restart, wait=wait, lease_ttl=lease_ttl)
         with bounded_waits(max(wait, LOCK_WAIT_FLOOR)):  # the store's locks too
             return open_session(
                 self._engine,
@@ -282,6 +284,7 @@ class Workflow:
             SessionExists: ``as_session`` already has checkpoints.
         """
         self._check_open()
+        check_open_options(checkpoint=checkpoint, restart=restart, wait=wait, lease_ttl=lease_ttl)
         with bounded_waits(max(wait, LOCK_WAIT_FLOOR)):  # the store's locks too
             resumed = resume_session(
                 self._engine,

@@ -14,7 +14,14 @@ from ._deletion import delete_session
 from ._engine import Engine
 from ._jobs import NO_INPUT
 from ._off_loop import open_off_loop
-from ._opening import IfExists, open_private, open_session, resume_session
+from ._opening import (
+    IfExists,
+    check_open_options,
+    check_session_id,
+    open_private,
+    open_session,
+    resume_session,
+)
 from ._ownership import DEFAULT_LEASE_TTL, LOCK_WAIT_FLOOR
 from ._session import Session
 
@@ -25,6 +32,8 @@ __all__ = [
     "Engine",
     "IfExists",
     "Session",
+    "check_open_options",
+    "check_session_id",
     "delete_session",
     "open_off_loop",
     "open_private",

@@ -35,15 +35,17 @@ def queue_answers(
             the same request, a value of the wrong type, or one that cannot be encoded.
     """
     if not isinstance(answers, Mapping):  # an untyped caller's {id: answer} left out
-        pending = sorted(state.pending)  # type: ignore[unreachable]  # see above
-        example = pending[0] if pending else "<request id>"
         raise RequestError(
             "answers must be a mapping of request id to answer, got "
-            f"{a_label(type_label(type(answers)))}; answer with {{{example!r}: answer}} "
-            f"(pending: {pending or 'none'})"
+            f"{a_label(type_label(type(answers)))}; {_how_to_answer(state)}"
         )
     encoded: list[tuple[str, bytes]] = []
     for request_id, answer in answers.items():
+        if not isinstance(request_id, str):
+            raise RequestError(
+                f"request ids are strings, got {request_id!r} as a key of the answers; "
+                f"{_how_to_answer(state)}; nothing was consumed"
+            )
         entry = state.pending.get(request_id)
         if entry is None:
             if request_id in state.answered:
@@ -118,3 +120,10 @@ class Answers:
     def drop(self) -> None:
         """Forget that answers were queued (a recycled one-off session starts clean)."""
         self._queued = []
+
+
+def _how_to_answer(state: RunState) -> str:
+    """The shape of an answer, with a request id that waits (and every one that does)."""
+    pending = sorted(state.pending)
+    example = pending[0] if pending else "<request id>"
+    return f"answer with {{{example!r}: answer}} (pending: {pending or 'none'})"

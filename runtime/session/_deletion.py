@@ -5,6 +5,7 @@ from __future__ import annotations
 from actorflow.errors import SessionOwned
 from actorflow.storage import CheckpointStore
 
+from ._opening import check_session_id
 from ._ownership import DEFAULT_LEASE_TTL, acquire
 
 __all__ = ["delete_session"]
@@ -40,8 +41,9 @@ def delete_session(store: CheckpointStore, session: str, *, wait: float = 0.0) -
     Raises:
         SessionOwned: a live lease holds the session when ``wait`` runs out.
         StoreLocked: a lock of the store stayed held past the bound.
-        ValueError: ``wait`` is out of range.
+        ValueError: ``wait`` is out of range, or ``session`` is not a non-empty string.
     """
+    check_session_id(session, "session")
     try:
         ownership = acquire(store, session, ttl=DEFAULT_LEASE_TTL, wait=wait)
     except SessionOwned as exc:

@@ -119,6 +119,15 @@ class RunJobs:
             SessionBusy, SessionClosed, SessionBroken, RequestError: nothing started.
         """
         spec = self._engine.spec
+        if max_supersteps is not None and (
+            isinstance(max_supersteps, bool)
+            or not isinstance(max_supersteps, int)
+            or max_supersteps < 1
+        ):
+            raise ValueError(
+                f"max_supersteps= must be a whole number >= 1, got {max_supersteps!r}; or leave "
+                f"it out for the workflow's bound ({spec.max_supersteps})"
+            )
         payload = None
         if value is not NO_INPUT:
             if not spec.accepts[spec.start].single(value):
@@ -157,7 +166,7 @@ class RunJobs:
             run_id=new_run_id(),
             emit=emit,
             cancel=self._cancel,
-            max_supersteps=max_supersteps or spec.max_supersteps,
+            max_supersteps=spec.max_supersteps if max_supersteps is None else max_supersteps,
             metadata=packed,
             input=payload,
             trace=capture_context(),

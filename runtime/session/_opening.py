@@ -29,7 +29,7 @@ from actorflow.runtime.checkpoints import Lineage, Restored, load_for_resume
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 from ._engine import Engine
-from ._ownership import Ownership, acquire
+from ._ownership import Ownership, acquire, check_lease_options
 from ._session import Session
 
 __all__ = ["IfExists", "open_private", "open_session", "resume_session"]
@@ -38,6 +38,43 @@ IfExists = Literal["error", "resume", "fresh"]
 """What ``wf.session(id, store=...)`` does when ``id`` already has checkpoints."""
 
 _IF_EXISTS = ("error", "resume", "fresh")
+
+
+def check_session_id(value: object, name: str = "the session id") -> None:
+    """ValueError unless ``value`` is a non-empty string: ids are stored as text, so
+    another type would be written as a record no store can read back as it was."""
+    if isinstance(value, str) and value:
+        return
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fix = f"; pass {str(value)!r} if that is the id meant"
+    else:
+        fix = "; pass a string, or None for a new id"
+    raise ValueError(f"{name} must be a non-empty string, got {value!r}{fix}")
+
+
+def check_open_options(
+    *,
+    checkpoint: object,
+    restart: object,
+    wait: float,
+    lease_ttl: float,
+) -> None:
+    """Refuse, before anything is opened, what ``session()`` and ``resume()`` cannot use.
+
+    Raises:
+        ValueError: ``wait`` or ``lease_ttl`` out of range, or a policy of another type.
+    """
+    check_lease_options(wait, lease_ttl)
+    if checkpoint is not None and not isinstance(checkpoint, CheckpointPolicy):
+        raise ValueError(
+            f"checkpoint= takes an af.CheckpointPolicy, got {checkpoint!r}; e.g. "
+            "af.CheckpointPolicy(every=2), or leave it out for a checkpoint every superstep"
+        )
+    if restart is not None and not isinstance(restart, RestartPolicy):
+        raise ValueError(
+            f"restart= takes an af.RestartPolicy, got {restart!r}; e.g. "
+            "af.RestartPolicy(max_restarts=3), or leave it out for no restarts"
+        )
 
 
 def open_session(
@@ -55,6 +92,8 @@ def open_session(
     """See :meth:`Workflow.session` (``pool``: the hosts of the session's backend)."""
     if if_exists not in _IF_EXISTS:
         raise ValueError(f"if_exists= must be one of {', '.join(_IF_EXISTS)}; got {if_exists!r}")
+    if session_id is not None:
+        check_session_id(session_id)
     if store is None:
         return Session(engine, session_id, checkpoint=checkpoint, restart=restart, pool=pool)
     sid = session_id or os.urandom(16).hex()
@@ -117,6 +156,8 @@ def resume_session(
     pool: HostPool | None = None,
 ) -> Session:
     """See :meth:`Workflow.resume` (``pool``: the hosts of the session's backend)."""
+    if session is not None:
+        check_session_id(session, "session=")
     source = session
     if source is None:
         if checkpoint_id is not None:
@@ -129,8 +170,8 @@ def resume_session(
                     "this store first, or pass session= or checkpoint_id="
                 )
             source = latest.session
-    if as_session is not None and (not isinstance(as_session, str) or not as_session):
-        raise ValueError(f"as_session= must be a non-empty session id, got {as_session!r}")
+    if as_session is not None:
+        check_session_id(as_session, "as_session=")
     if as_session == source:
         raise ValueError(
             f"as_session={as_session!r} is the session resumed; a fork needs a new session id"

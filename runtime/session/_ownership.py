@@ -16,6 +16,7 @@ the TTL (a long GC pause, a slow disk). See ``docs/sessions.md``.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import os
 import re
@@ -62,6 +63,13 @@ keeps a lock longer; then the open fails after this long. With ``wait > 0`` the
 lock is waited for within ``wait``, as everything else is."""
 
 _log = get_logger("actorflow.ownership")
+
+ABANDONED: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "actorflow_open_abandoned", default=None
+)
+"""Set while an open runs for a caller that may give up on it (``open_off_loop``, for
+a task that can be cancelled): once the event is set, :func:`acquire` stops waiting
+for the session's holder and raises, so the thread is free at once."""
 
 _LOCK_WAIT: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 """Store class -> whether its acquire_lease takes ``lock_wait=``."""
@@ -325,7 +333,9 @@ def acquire(
             if not until_expiry > 0.0:  # also NaN: a damaged row's (stores treat it as expired)
                 until_expiry = 0.0
             until_expiry += 0.01
-            threading.Event().wait(min(delay, left, until_expiry))
+            abandoned = ABANDONED.get()
+            if (abandoned or threading.Event()).wait(min(delay, left, until_expiry)):
+                raise  # the caller is gone: nobody waits for this answer
             delay = min(delay * 2, 0.5)
             continue
         return Ownership(store, lease, ttl)

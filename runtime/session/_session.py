@@ -288,7 +288,9 @@ class Session:
         ``since`` replays the history from that number first, as in :meth:`stream`.
         Leaving early (``break``, ``await it.aclose()``) or cancelling the consuming
         task cancels the run as :meth:`arun` does; once ``aclose()`` returns the
-        session is free for the next call.
+        session is free for the next call. After a ``break``, Python closes the
+        generator a step of the loop later; to have the session free at once, close
+        it where you leave: ``async with contextlib.aclosing(s.astream(x)) as events``.
         """
         return self._async.stream(
             input,

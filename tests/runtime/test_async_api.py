@@ -152,40 +152,41 @@ def test_asession_waits_for_the_owner_off_the_loop() -> None:
     assert asyncio.run(asyncio.wait_for(scenario(), BOUND)) == ["ask-x"]
 
 
-class _CountsGrants(af.MemoryStore):
-    """A MemoryStore that counts the leases it grants (a semaphore released per grant)."""
+class _GrantsOnCue(af.MemoryStore):
+    """A MemoryStore whose grants wait for ``proceed`` once ``hold`` is set, saying so
+    (``granting``): a cancel can land in the middle of one."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.granted = threading.Semaphore(0)
+        self.hold, self.granting, self.proceed = (threading.Event() for _ in range(3))
 
     def acquire_lease(
         self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
     ) -> Lease:
-        lease = super().acquire_lease(session, owner, ttl, lock_wait=lock_wait)
-        self.granted.release()
-        return lease
+        if self.hold.is_set():
+            self.granting.set()
+            assert self.proceed.wait(BOUND)
+        return super().acquire_lease(session, owner, ttl, lock_wait=lock_wait)
 
 
-def test_asession_cancelled_while_waiting_leaves_no_session_open() -> None:
-    """A task cancelled while its open waits for the lease: the open completes in its
-    thread, and that session is closed, so the lease is free for the next opener (not
-    left to the garbage collector: disabled here, as a reference cycle would delay it)."""
-    store = _CountsGrants()
+def test_asession_cancelled_during_its_grant_leaves_no_session_open() -> None:
+    """A task cancelled while the store grants its lease: the grant cannot be stopped,
+    so the open completes in its thread, and that session is closed there, so the lease
+    is free for the next opener (not left to the garbage collector: disabled here, as a
+    reference cycle would delay it)."""
+    store = _GrantsOnCue()
 
     async def scenario() -> af.RunResult:
         async with _asks() as wf:
-            held = wf.session("s", store=store)
-            assert store.granted.acquire(timeout=0)  # held's grant
-            opening = asyncio.create_task(wf.asession("s", store=store, wait=BOUND / 2))
-            await asyncio.sleep(0)
+            store.hold.set()
+            opening = asyncio.create_task(wf.asession("s", store=store))
+            assert await asyncio.to_thread(store.granting.wait, BOUND)
             opening.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await opening
-            await held.aclose()
-            # The cancelled open now gets the lease; it must give it back.
-            assert await asyncio.to_thread(store.granted.acquire, timeout=BOUND / 2)
-            async with await wf.asession("s", store=store, wait=BOUND / 4) as s:
+            store.hold.clear()
+            store.proceed.set()  # the grant completes: the session opened is nobody's
+            async with await wf.asession("s", store=store, wait=BOUND / 2) as s:
                 return await s.arun("y")
 
     gc.disable()
@@ -194,6 +195,59 @@ def test_asession_cancelled_while_waiting_leaves_no_session_open() -> None:
     finally:
         gc.enable()
     assert result.status is af.RunStatus.IDLE_WITH_PENDING_REQUESTS
+
+
+class _CountsRefusals(af.MemoryStore):
+    """A MemoryStore that counts the grants it refuses (a session another holds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        try:
+            return super().acquire_lease(session, owner, ttl, lock_wait=lock_wait)
+        except af.SessionOwned:
+            self.refused += 1
+            raise
+
+
+def _open_threads() -> int:
+    return sum(t.name == "actorflow-open" for t in threading.enumerate())
+
+
+def test_opens_waiting_for_an_owner_hold_up_nothing_else_and_stop_when_cancelled() -> None:
+    """Eight opens waiting (wait=) for a session another holds: the loop's other work,
+    which runs on asyncio's default executor (arun, aclose, another open), goes on
+    meanwhile; cancelled, each of them stops waiting at once and its thread ends."""
+    store = _CountsRefusals()
+    waiting = 8  # more than the default executor's workers on a small machine
+
+    async def scenario() -> list[object]:
+        async with _asks() as wf:
+            held = await wf.asession("held", store=store)
+            opens = [
+                asyncio.create_task(wf.asession("held", store=store, wait=3 * BOUND))
+                for _ in range(waiting)
+            ]
+            while store.refused < 2 * waiting:  # the opens are waiting, polling
+                await asyncio.sleep(0.005)
+            async with await wf.asession("other", store=store) as other:
+                outputs: list[object] = [(await other.arun("x")).pending_requests[0].request_id]
+                outputs.append((await other.arespond({"ask-x": 1})).outputs)
+            for task in opens:
+                task.cancel()
+            await asyncio.gather(*opens, return_exceptions=True)
+            while _open_threads():
+                await asyncio.sleep(0.005)
+            await held.aclose()
+            async with await wf.asession("held", store=store) as again:
+                outputs.append([again.id])
+            return outputs
+
+    assert asyncio.run(asyncio.wait_for(scenario(), BOUND)) == ["ask-x", ["x=2"], ["held"]]
 
 
 def test_aresume_takes_every_argument_of_resume() -> None:
