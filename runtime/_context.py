@@ -156,8 +156,10 @@ class Context(Generic[T_Send]):
 
         Derived from the session, the lineage, the superstep, the executor, the name
         and the occurrence: the same on every attempt at this superstep along this
-        lineage (so the API deduplicates a call a crash interrupted), different
-        everywhere else (another session, a fork, a later superstep).
+        lineage (so the API deduplicates a call a crash interrupted), different for
+        another session id, a fork, a reset or a later superstep. A session id used
+        anew (deleted, then opened again; no store) gives the same keys again: where
+        that can happen, name what makes the call unique (``f"charge-{order.id}"``).
         """
         return self._journal().key(key)
 
