@@ -147,7 +147,8 @@ class Context(Generic[T_Send]):
         key: str | None = None,
         **kwargs: Any,
     ) -> R:
-        """:meth:`effect` for a coroutine function: ``await ctx.aeffect(fetch, url)``."""
+        """:meth:`effect` for a coroutine function: ``await ctx.aeffect(fetch, url)``
+        (a plain function's result is recorded as it is)."""
         result: R = await self._journal().acall(key or _name_of(fn), fn, args, kwargs)
         return result
 

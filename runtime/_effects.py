@@ -28,6 +28,7 @@ one deduplicates a call that was in flight when a process died.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -148,16 +149,31 @@ class EffectJournal:
         """The result of the next effect named ``name``: recorded, remembered, or called."""
         found, n = self._take(name)
         if found is None:
-            found = self._record(name, n, fn(*args, **kwargs))
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()  # never run: nothing was called
+                raise EncodeError(
+                    f"executor {self.executor!r} (superstep {self.superstep}): effect "
+                    f"{name!r} returned {type(result).__name__}, which ctx.effect cannot "
+                    f"record; in an async handler, await ctx.aeffect({getattr(fn, '__name__', 'fn')}, ...)",
+                    type_name=type(result).__name__,
+                    executor=self.executor,
+                )
+            found = self._record(name, n, result)
         return decode(found)
 
     async def acall(
         self, name: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: Any
     ) -> Any:
-        """:meth:`call` for a coroutine function (awaited only when it must be called)."""
+        """:meth:`call` for a coroutine function (awaited only when it must be called);
+        a plain function's result is recorded as it is."""
         found, n = self._take(name)
         if found is None:
-            found = self._record(name, n, await fn(*args, **kwargs))
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            found = self._record(name, n, result)
         return decode(found)
 
     def queue_sql(self, statement: str, params: tuple[Any, ...]) -> None:

@@ -193,6 +193,52 @@ def test_an_async_effect_is_journaled_too() -> None:
     assert seen == [4]
 
 
+def test_effect_of_a_coroutine_function_says_to_await_aeffect() -> None:
+    """ctx.effect(async_fn) makes a coroutine it cannot record: the error says to
+    await ctx.aeffect, and the coroutine is closed unrun (nothing called, no warning)."""
+    seen: list[int] = []
+
+    async def fetch(n: int) -> int:
+        seen.append(n)
+        return n
+
+    class Fetch(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            ctx.output(ctx.effect(fetch, n))  # the mistake tested: a coroutine function
+
+    with (
+        af.WorkflowBuilder("fetch", start=Fetch("f")).build() as wf,
+        pytest.raises(af.ExecutorFailed) as failed,
+    ):
+        wf.run(4)
+    assert "await ctx.aeffect(fetch" in str(failed.value.__cause__)
+    assert seen == []
+
+
+def test_aeffect_of_a_plain_function_records_its_result() -> None:
+    """await ctx.aeffect(sync_fn): called once, its result recorded as any effect's."""
+    seen: list[int] = []
+
+    def fetch(n: int) -> int:
+        seen.append(n)
+        return n * 2
+
+    class Fetch(af.Executor):
+        @af.handler
+        async def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            doubled: int = await ctx.aeffect(fetch, n)  # type: ignore[arg-type]  # allowed at run time
+            if len(seen) == 1 and not FAILURES:
+                FAILURES.append("done")
+                raise RuntimeError("once")
+            ctx.output(doubled)
+
+    builder = af.WorkflowBuilder("fetch", start=Fetch("f"), restart=af.RestartPolicy())
+    with builder.build() as wf:
+        assert wf.run(4).outputs == [8]
+    assert seen == [4]
+
+
 # --- transactional writes ----------------------------------------------------------
 
 
