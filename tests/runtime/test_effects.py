@@ -171,17 +171,25 @@ def test_an_unencodable_result_names_the_executor_and_the_effect() -> None:
     assert "'leaky'" in str(cause) and "'socket'" in str(cause)
 
 
-def test_an_async_effect_is_journaled_too() -> None:
+@pytest.mark.parametrize("coroutine", [True, False], ids=["async fn", "plain fn"])
+def test_an_async_effect_is_journaled_too(coroutine: bool) -> None:
+    """await ctx.aeffect(fn): called once, its result recorded, whether ``fn`` is a
+    coroutine function or a plain one (whose result is recorded as it is)."""
     seen: list[int] = []
 
-    async def fetch(n: int) -> int:
+    def double(n: int) -> int:
         seen.append(n)
         return n * 2
+
+    async def fetch(n: int) -> int:
+        return double(n)
+
+    effect: Any = fetch if coroutine else double
 
     class Fetch(af.Executor):
         @af.handler
         async def on_n(self, n: int, ctx: af.Context[None]) -> None:
-            doubled = await ctx.aeffect(fetch, n)
+            doubled: int = await ctx.aeffect(effect, n)
             if len(seen) == 1 and not FAILURES:
                 FAILURES.append("done")
                 raise RuntimeError("once")
@@ -214,29 +222,6 @@ def test_effect_of_a_coroutine_function_says_to_await_aeffect() -> None:
         wf.run(4)
     assert "await ctx.aeffect(fetch" in str(failed.value.__cause__)
     assert seen == []
-
-
-def test_aeffect_of_a_plain_function_records_its_result() -> None:
-    """await ctx.aeffect(sync_fn): called once, its result recorded as any effect's."""
-    seen: list[int] = []
-
-    def fetch(n: int) -> int:
-        seen.append(n)
-        return n * 2
-
-    class Fetch(af.Executor):
-        @af.handler
-        async def on_n(self, n: int, ctx: af.Context[None]) -> None:
-            doubled: int = await ctx.aeffect(fetch, n)  # type: ignore[arg-type]  # allowed at run time
-            if len(seen) == 1 and not FAILURES:
-                FAILURES.append("done")
-                raise RuntimeError("once")
-            ctx.output(doubled)
-
-    builder = af.WorkflowBuilder("fetch", start=Fetch("f"), restart=af.RestartPolicy())
-    with builder.build() as wf:
-        assert wf.run(4).outputs == [8]
-    assert seen == [4]
 
 
 # --- transactional writes ----------------------------------------------------------
