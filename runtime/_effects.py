@@ -18,7 +18,14 @@ Results are looked up, in order, in:
   effect the stored run did not make is an :class:`~actorflow.errors.EffectNotRecorded`;
 - the results of an earlier attempt at the same superstep of the same lineage, kept by
   the runner (a handler that failed after its effect and was restarted, or a
-  superstep rolled back and run again in this process): not called again.
+  superstep rolled back and run again in this process), or handed in with the step
+  (``remembered``: the results a failed superstep's halt cut recorded, when a resume
+  in another process runs it again): not called again.
+
+An effect that raises records nothing and uses up nothing: the handler's retry of it
+is the same effect (same occurrence, same key). An attempt that fails takes its
+results with its exception (:func:`carry`), so the supervisor records a superstep
+that fails for good with the results its attempts got (see ``supervisor._journals``).
 
 Otherwise the call is made. Its idempotency key (:meth:`EffectJournal.key`) is the
 same for every attempt at the superstep along the lineage, so an API that accepts
@@ -40,16 +47,37 @@ from actorflow.storage import SqlValue
 from ._wire import StepRequest
 
 __all__ = [
+    "NO_FRAME",
     "EffectFrame",
     "EffectFrameHost",
     "EffectJournal",
     "EffectMemory",
     "SqlValue",
+    "carried",
+    "carry",
     "check_statement",
 ]
 
-EffectMemory = dict[tuple[str, int], bytes]
-"""(name, n) -> encoded result: what an executor's effects returned in one superstep."""
+EffectMemory = dict[tuple[str, int], bytes | EncodeError]
+"""(name, n) -> what an executor's effect returned in one superstep: its encoded
+result, or why that could not be recorded (raised again, never called again)."""
+
+_CARRIED: Final = "_af_effects"
+"""The attribute of a failed attempt's exception that holds its effects (it survives
+pickling: an exception's ``__dict__`` travels with it from a host in another process)."""
+
+
+def carry(error: BaseException, made: list[list[Any]]) -> None:
+    """Attach ``made`` (``[name, n, result]`` each) to the exception a step failed with."""
+    if made:
+        setattr(error, _CARRIED, list(made))
+
+
+def carried(error: BaseException) -> list[list[Any]]:
+    """The effects a failed step's attempt got, as :func:`carry` attached them."""
+    made = getattr(error, _CARRIED, None)
+    return made if type(made) is list else []
+
 
 _CONTROL: Final = re.compile(
     r"^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|ATTACH|DETACH|VACUUM|PRAGMA|START|"
@@ -116,7 +144,7 @@ class EffectJournal:
         scope: str,
         *,
         memory: EffectMemory,
-        recorded: EffectMemory | None = None,
+        recorded: dict[tuple[str, int], bytes] | None = None,
         dialect: str | None = None,
         fencing: int | None = None,
     ) -> None:
@@ -140,14 +168,16 @@ class EffectJournal:
 
     def key(self, name: str) -> str:
         """The idempotency key of the next effect named ``name``: the same on every attempt
-        at this superstep along this lineage, different for every other effect."""
+        at this superstep along this lineage (and for a retry of one that raised),
+        different for every other effect."""
         n = self._counts.get(name, 0)
         identity = f"{self.scope}\x00{self.superstep}\x00{self.executor}\x00{name}\x00{n}"
         return "af-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
 
     def call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """The result of the next effect named ``name``: recorded, remembered, or called."""
-        found, n = self._take(name)
+        n = self._counts.get(name, 0)
+        found = self._find(name, n)
         if found is None:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
@@ -161,6 +191,7 @@ class EffectJournal:
                     executor=self.executor,
                 )
             found = self._record(name, n, result)
+        self._counts[name] = n + 1
         return decode(found)
 
     async def acall(
@@ -168,12 +199,14 @@ class EffectJournal:
     ) -> Any:
         """:meth:`call` for a coroutine function (awaited only when it must be called);
         a plain function's result is recorded as it is."""
-        found, n = self._take(name)
+        n = self._counts.get(name, 0)
+        found = self._find(name, n)
         if found is None:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
             found = self._record(name, n, result)
+        self._counts[name] = n + 1
         return decode(found)
 
     def queue_sql(self, statement: str, params: tuple[Any, ...]) -> None:
@@ -189,9 +222,9 @@ class EffectJournal:
         if self.recorded is None:  # a replay checks the statement, and commits nothing
             self.statements.append([statement, list(params)])
 
-    def _take(self, name: str) -> tuple[bytes | None, int]:
-        n = self._counts.get(name, 0)
-        self._counts[name] = n + 1
+    def _find(self, name: str, n: int) -> bytes | None:
+        """The result of occurrence ``n`` of ``name`` if it was recorded or remembered;
+        None when it must be called."""
         if self.recorded is not None:
             found = self.recorded.get((name, n))
             if found is None:
@@ -204,31 +237,42 @@ class EffectJournal:
                     effect=name,
                 )
             self.made.append([name, n, found])
-            return found, n
-        found = self.memory.get((name, n))
-        if found is not None:
-            self.made.append([name, n, found])
-        return found, n
+            return found
+        remembered = self.memory.get((name, n))
+        if isinstance(remembered, EncodeError):  # the same result again: the same mistake
+            raise EncodeError(
+                str(remembered), type_name=remembered.type_name, executor=self.executor
+            )
+        if remembered is not None:
+            self.made.append([name, n, remembered])
+        return remembered
 
     def _record(self, name: str, n: int, result: object) -> bytes:
         try:
             data = encode(result)
         except EncodeError as exc:
-            raise EncodeError(
-                f"executor {self.executor!r} (superstep {self.superstep}): the result of effect "
-                f"{name!r} cannot be recorded: {exc}; return built-in values or "
-                "@actorflow.message classes from the effect (its result is journaled like a "
-                "message)",
+            error = EncodeError(
+                f"executor {self.executor!r} (superstep {self.superstep}): effect {name!r} "
+                f"returned a value holding {exc.type_name or 'a type'!r}, which cannot be "
+                "recorded (its result is journaled like a message); return built-in values "
+                "or @actorflow.message classes from the effect (data, not a client, socket "
+                "or file); a restart raises this again without calling the effect",
                 type_name=exc.type_name,
                 executor=self.executor,
-            ) from None
+            )
+            self.memory[(name, n)] = error
+            raise error from None
         self.memory[(name, n)] = data
         self.made.append([name, n, data])
         return data
 
 
 EffectFrame = list[Any]
-"""A step request's ``effects`` field: ``[scope, fencing token, SQL dialect, recorded]``."""
+"""A step request's ``effects`` field: ``[scope, fencing token, SQL dialect, recorded,
+remembered]``; the last two ``[[name, n, result], ...]`` or None."""
+
+NO_FRAME: Final = ("", None, None, None, None)
+"""The frame of a step request that carries none."""
 
 
 class EffectFrameHost(HostProxy):
@@ -262,6 +306,6 @@ class EffectFrameHost(HostProxy):
         if method != "step":
             return payload
         request = StepRequest.unpacked(payload)
-        frame = list(request.effects or ("", None, None, None))
+        frame = list(request.effects or NO_FRAME)
         new = self._reframe(self._executor, request.superstep, frame)
         return request._replace(effects=new).packed()

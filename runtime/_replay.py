@@ -40,7 +40,7 @@ from actorflow.storage import (
 )
 
 from ._effects import EffectFrame, EffectFrameHost
-from ._events import OutputEvent
+from ._events import OutputEvent, RunFailedEvent
 from ._history import event_of
 from ._subworkflow import NESTED_RECORD, WorkflowExecutor
 from ._workflow import Workflow
@@ -201,6 +201,18 @@ def _replay_run(
                 failure = exc
     except CheckpointError as exc:
         return Divergence(session, start.superstep, "error", detail=f"could not resume: {exc}")
+    unrecorded = failure.__cause__ if failure is not None else None
+    if isinstance(unrecorded, EffectNotRecorded):
+        # Every effect the stored run made is recorded, a failed superstep's too (with
+        # its halt): the new code called the outside world where the old did not.
+        return Divergence(
+            session,
+            unrecorded.superstep,
+            "effect",
+            executor=unrecorded.executor,
+            attribute=unrecorded.effect,
+            detail=str(unrecorded),
+        )
     replayed = {(cp.kind, cp.superstep): cp for cp in scratch.list(session=session)}
     outputs = (_outputs(chain), _outputs(scratch.list(session=session)))
     for cp in chain:
@@ -211,6 +223,9 @@ def _replay_run(
         if found is not None:
             return found
         found = _compare_outputs(session, cp.superstep, outputs)
+        if found is not None:
+            return found
+        found = _compare_failures(session, cp, mine)
         if found is not None:
             return found
     last = chain[-1]
@@ -229,15 +244,19 @@ def _replay_run(
 
 
 def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Divergence:
-    cause = failure.__cause__ if failure is not None else None
-    if isinstance(cause, EffectNotRecorded):
+    """The replay wrote no cut like the stored ``cp``: it ended, or failed, before it,
+    or (``cp`` the halt of a failed run) it did not fail there."""
+    stored = _failure_of(cp)
+    if failure is None and stored is not None:
         return Divergence(
             session,
-            cause.superstep,
-            "effect",
-            executor=cause.executor,
-            attribute=cause.effect,
-            detail=str(cause),
+            cp.superstep,
+            "end",
+            executor=stored.executor,
+            old=stored.error_type,
+            detail=f"the stored run failed after superstep {cp.superstep} "
+            f"({stored.error_type} in {stored.executor!r}: {stored.error}); the replay did "
+            "not fail there",
         )
     how = f"failed: {failure}" if failure is not None else "ended"
     return Divergence(
@@ -248,6 +267,49 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Dive
         detail=f"the stored run wrote a {cp.kind.value} cut after superstep {cp.superstep}; "
         f"the replay {how} before it",
     )
+
+
+def _compare_failures(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:
+    """Whether two ``halt`` cuts of the same superstep stopped for different reasons
+    (another executor failed, or with another exception type)."""
+    old, new = _failure_of(stored), _failure_of(mine)
+    if old is None or new is None:
+        return None if old is new else _halted_otherwise(session, stored, old, new)
+    if (old.executor, old.error_type) == (new.executor, new.error_type):
+        return None
+    return _halted_otherwise(session, stored, old, new)
+
+
+def _halted_otherwise(
+    session: str, stored: Checkpoint, old: RunFailedEvent | None, new: RunFailedEvent | None
+) -> Divergence:
+    """The divergence of two halts, one of them (at least) a failure."""
+
+    def said(event: RunFailedEvent | None) -> str:
+        if event is None:
+            return "did not fail (cancelled)"
+        return f"failed with {event.error_type} in {event.executor!r}: {event.error}"
+
+    return Divergence(
+        session,
+        stored.superstep,
+        "error",
+        executor=next(e.executor for e in (new, old) if e is not None),
+        old=old.error_type if old is not None else None,
+        new=new.error_type if new is not None else None,
+        detail=f"after superstep {stored.superstep} the stored run {said(old)}; the "
+        f"replay {said(new)}",
+    )
+
+
+def _failure_of(cp: Checkpoint) -> RunFailedEvent | None:
+    """The run failure a ``halt`` cut records (None: another cut, or a cancel)."""
+    for entry in cp.history:
+        if entry.kind == "run_failed":
+            event = event_of(entry)
+            assert isinstance(event, RunFailedEvent)
+            return event
+    return None
 
 
 def _compare(
@@ -373,4 +435,4 @@ class _Journal:
 
     def reframe(self, executor: str, superstep: int, frame: EffectFrame) -> EffectFrame:
         scope, fencing = frame[:2]
-        return [scope, fencing, self._dialect, self._recorded.get((executor, superstep), [])]
+        return [scope, fencing, self._dialect, self._recorded.get((executor, superstep), []), None]

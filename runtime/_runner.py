@@ -22,7 +22,7 @@ from actorflow.errors import DecodeError, EncodeError, HandlerReturnedValue, Unr
 
 from ._buffer import StepBuffer
 from ._context import Context
-from ._effects import EffectJournal, EffectMemory
+from ._effects import NO_FRAME, EffectJournal, EffectMemory, carry
 from ._state_fit import restore_fitted, undecodable
 from ._wire import RESPONSE, SINGLE, StepReport, StepRequest, pack, split_digests, unpack
 from .graph import Executor, HandlerInfo, OutEdge, Resource, a_label, type_label
@@ -268,41 +268,48 @@ class ExecutorRunner:
     def handle(self, buffer: StepBuffer, step: StepRequest) -> StepReport:
         """Run a ``step`` request's batch into ``buffer``; returns the report."""
         buffer.open_journal = partial(self._journal, step)
-        for source, group, body in step.deliveries:
-            ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
-            if group == SINGLE:
-                value = decode(body)
-                found = self._handler_for(value)
-                args: tuple[Any, ...] = (value, ctx)
-            elif group == RESPONSE:
-                _request_id, request_body, answer_body = body
-                request, answer = decode(request_body), decode(answer_body)
-                found = self._response_handler_for(request, answer)
-                args = (request, answer, ctx)
-            else:
-                value = [decode(item) for item in body]
-                found = self._handler_for(value)
-                args = (value, ctx)
-            if found is None:
-                raise UnroutableMessage(
-                    f"executor {self._program.executor_id!r} received "
-                    f"{a_label(type_label(type(args[-2])))} from {source!r} but has no handler "
-                    "for it"
-                )
-            fn, info = found
-            if info.is_async:
-                assert self._loop is not None
-                returned = self._loop.run(fn(*args))
-            else:
-                returned = fn(*args)
-            if returned is not None:
-                raise HandlerReturnedValue(
-                    f"handler {type(self._instance).__qualname__}.{info.name} of executor "
-                    f"{self._program.executor_id!r} returned {_short(returned)}, which goes "
-                    "nowhere; call ctx.output(value) to emit it as a run output, or "
-                    "ctx.send(value) to pass it on, and return nothing"
-                )
-        snapshot = self._snapshot() if step.want_snapshot else None
+        try:
+            for source, group, body in step.deliveries:
+                ctx: Context[Any] = Context(buffer, source, body[0] if group == RESPONSE else None)
+                if group == SINGLE:
+                    value = decode(body)
+                    found = self._handler_for(value)
+                    args: tuple[Any, ...] = (value, ctx)
+                elif group == RESPONSE:
+                    _request_id, request_body, answer_body = body
+                    request, answer = decode(request_body), decode(answer_body)
+                    found = self._response_handler_for(request, answer)
+                    args = (request, answer, ctx)
+                else:
+                    value = [decode(item) for item in body]
+                    found = self._handler_for(value)
+                    args = (value, ctx)
+                if found is None:
+                    raise UnroutableMessage(
+                        f"executor {self._program.executor_id!r} received "
+                        f"{a_label(type_label(type(args[-2])))} from {source!r} but has no handler "
+                        "for it"
+                    )
+                fn, info = found
+                if info.is_async:
+                    assert self._loop is not None
+                    returned = self._loop.run(fn(*args))
+                else:
+                    returned = fn(*args)
+                if returned is not None:
+                    raise HandlerReturnedValue(
+                        f"handler {type(self._instance).__qualname__}.{info.name} of executor "
+                        f"{self._program.executor_id!r} returned {_short(returned)}, which goes "
+                        "nowhere; call ctx.output(value) to emit it as a run output, or "
+                        "ctx.send(value) to pass it on, and return nothing"
+                    )
+            snapshot = self._snapshot() if step.want_snapshot else None
+        except BaseException as exc:
+            # The attempt failed: its effects go with the exception, so a superstep that
+            # fails for good is recorded with the results it got (see _effects).
+            if buffer.journal is not None:
+                carry(exc, buffer.journal.made)
+            raise
         journal = buffer.journal  # None: no handler of the step needed it
         return StepReport(
             buffer.sends,
@@ -316,8 +323,9 @@ class ExecutorRunner:
         )
 
     def _journal(self, step: StepRequest) -> EffectJournal:
-        """The step's effect journal, with what an earlier attempt at it remembered."""
-        scope, fencing, dialect, recorded = step.effects or ("", None, None, None)
+        """The step's effect journal, with what an earlier attempt at it remembered
+        (here, or handed in with the step by a resume of a failed superstep)."""
+        scope, fencing, dialect, recorded, handed = step.effects or NO_FRAME
         superstep = step.superstep
         if recorded is not None:
             return EffectJournal(
@@ -332,11 +340,14 @@ class ExecutorRunner:
         remembered = self._remembered
         if remembered[0] != scope or remembered[1] != superstep:
             remembered = self._remembered = (scope, superstep, {})
+        memory = remembered[2]
+        for name, n, result in handed or ():
+            memory.setdefault((name, n), result)  # this process's own attempt is newer
         return EffectJournal(
             self._program.executor_id,
             superstep,
             scope,
-            memory=remembered[2],
+            memory=memory,
             dialect=dialect,
             fencing=fencing,
         )

@@ -298,7 +298,7 @@ class _NestedEffects:
                 for (name, n), result in outer.recorded.items()
                 if name.startswith(prefix)
             ]
-        return [f"{outer.scope}\x00{self._sub}\x00{frame[0]}", outer.fencing, None, recorded]
+        return [f"{outer.scope}\x00{self._sub}\x00{frame[0]}", outer.fencing, None, recorded, None]
 
     def adopt(self, cuts: Iterable[Checkpoint]) -> None:
         """Record the effects the inner run's cuts hold in the parent's journal."""

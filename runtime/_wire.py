@@ -10,9 +10,10 @@ suffix, trace, effects]`` where a delivery is ``[source, group, payload]``: ``gr
 values, in source order), or :data:`RESPONSE` (payload: ``[request_id, request
 value, answer value]``); ``suffix`` tags default request ids (see ``_lineage``),
 ``trace`` is the trace part of a traced run (see ``telemetry``) or None, and
-``effects`` is ``[scope, fencing token, SQL dialect, recorded]`` for the effect
-journal (see ``_effects``): ``recorded``, a replay's ``[[name, n, result], ...]``, is
-None in a live run.
+``effects`` is ``[scope, fencing token, SQL dialect, recorded, remembered]`` for the
+effect journal (see ``_effects``): ``recorded``, a replay's ``[[name, n, result], ...]``,
+is None in a live run; ``remembered``, likewise, the results a failed superstep's halt
+cut recorded, handed to its next attempt after a resume (else None).
 
 ``step`` report (:class:`StepReport`): ``[sends, outputs, requests, snapshot,
 send_contexts, dropped, effects, statements]``; a send is ``[target, group, payload]``, a request ``[request_id,
@@ -138,7 +139,7 @@ class StepRequest(NamedTuple):
     trace: list[Any] | None
     """The trace part of a traced run (see ``telemetry``); None when untraced."""
     effects: list[Any] | None = None
-    """``[scope, fencing token, SQL dialect, recorded]`` for the effect journal."""
+    """``[scope, fencing token, SQL dialect, recorded, remembered]`` for the effect journal."""
 
     def packed(self) -> bytes:
         """The request as bytes."""

@@ -228,6 +228,47 @@ def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: 
     assert CALLS == []
 
 
+def _failing(error: type[Exception]) -> af.Workflow:
+    """One executor that charges, then fails with ``error`` on a large item."""
+
+    class Cart(af.Executor):
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[None]) -> None:
+            charged = ctx.effect(price, item, key="price")
+            if charged > 100:
+                raise error(f"{charged} is over the limit")
+            ctx.output(charged)
+
+    return af.WorkflowBuilder("shop", start=Cart("cart")).build()
+
+
+def test_a_run_that_failed_replays_identically_only_when_it_fails_the_same_way(
+    tmp_path: Path,
+) -> None:
+    with af.SQLiteStore(tmp_path / "s.db") as store:
+        with _failing(ValueError) as wf, wf.session("s0", store=store) as s:
+            assert s.run(2).outputs == [20]
+            with pytest.raises(af.ExecutorFailed):
+                s.run(30)  # charged, then failed: the halt records the charge
+        CALLS.clear()
+        with _failing(ValueError) as wf:
+            same = replay(store, wf)
+        with _failing(KeyError) as wf:
+            other = replay(store, wf)
+    assert same.identical, str(same)
+    [found] = other.divergences
+    assert (found.kind, found.executor, found.old, found.new) == (
+        "error",
+        "cart",
+        "ValueError",
+        "KeyError",
+    ), found
+    assert "ValueError" in found.detail and "KeyError" in found.detail
+    assert CALLS == []
+
+
 _CLI_WORKFLOW: list[Callable[[], af.Workflow]] = []
 
 

@@ -10,6 +10,7 @@ code's versions. A new kind of checkpoint, or a new field of one, goes here.
 
 from ._checkpointing import (
     Checkpointer,
+    FailedAttempt,
     Restored,
     check_runtime,
     check_runtime_bytes,
@@ -21,6 +22,7 @@ from ._state import RunState, decode_runtime
 
 __all__ = [
     "Checkpointer",
+    "FailedAttempt",
     "Lineage",
     "Restored",
     "RunState",

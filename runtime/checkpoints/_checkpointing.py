@@ -43,7 +43,14 @@ from ._lineage import Lineage
 from ._migration import prepare_snapshots, version_entries
 from ._state import PackedEntries, RunState, decode_runtime, effects_ok, statements_ok
 
-__all__ = ["Checkpointer", "Restored", "check_runtime", "check_runtime_bytes", "load_for_resume"]
+__all__ = [
+    "Checkpointer",
+    "FailedAttempt",
+    "Restored",
+    "check_runtime",
+    "check_runtime_bytes",
+    "load_for_resume",
+]
 
 _KINDS = frozenset(kind.value for kind in CheckpointKind)
 
@@ -391,6 +398,30 @@ class Restored:
             for eid, digests in checkpoint.executors.items()
         }
         """Executor -> its snapshot chunks: bytes already in hand, or None (read from the store)."""
+
+    def failed_attempt(self) -> FailedAttempt | None:
+        """The effect results of the superstep after this cut, when it is the ``halt``
+        of a run that failed in that superstep after effects (see ``runtime._effects``)."""
+        superstep = self.checkpoint.superstep + 1
+        results: dict[str, list[list[Any]]] = {}
+        for executor, step, name, n, result in self.extra.get("effects", ()):
+            if step == superstep:
+                results.setdefault(executor, []).append([name, n, result])
+        if not results:
+            return None
+        scope = f"{self.checkpoint.session}\x00{Lineage.of(self.extra).suffix}"
+        return FailedAttempt(scope, superstep, results)
+
+
+class FailedAttempt(NamedTuple):
+    """What a failed superstep's attempt got from its effects, recorded with its halt."""
+
+    scope: str
+    """The session id and lineage tag it ran in: its results are the answers to the
+    same keys only in that scope (a fork or another session calls again)."""
+    superstep: int
+    results: dict[str, list[list[Any]]]
+    """Executor -> ``[name, n, result]`` of each effect its last attempt got."""
 
 
 def load_for_resume(

@@ -431,6 +431,7 @@ class Session:
         if restored is not None:
             driver.state = restored.state
             driver.resume_parts(restored.completed)
+            driver.hand_back(restored.failed_attempt())
         driver.request_suffix = self._answers.lineage.suffix
         return driver
 

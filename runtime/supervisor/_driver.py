@@ -29,12 +29,13 @@ from actorflow.errors import (
     RunFailed,
     SuperstepLimitExceeded,
 )
+from actorflow.runtime._effects import NO_FRAME, carried
 from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._logging import get_logger
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import RestartPolicy
 from actorflow.runtime._wire import SINGLE, StepReport, StepRequest
-from actorflow.runtime.checkpoints import Checkpointer, RunState
+from actorflow.runtime.checkpoints import Checkpointer, FailedAttempt, RunState
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.storage import BlobBatchReader, sql_dialect
 
@@ -109,8 +110,11 @@ class Driver:
             if checkpointer is not None
             else None
         )
-        self._effect_frame: list[Any] = ["", None, None, None]
+        self._effect_frame: list[Any] = list(NO_FRAME)
         """The ``effects`` field of this run's step requests (see ``_wire``)."""
+        self._handed: FailedAttempt | None = None
+        """The effect results of a failed superstep a resume runs again (see
+        :meth:`hand_back`), until that superstep completes."""
         self._stopping: threading.Event | None = None
         """The current run's cancel event, watched at the barrier."""
         self.request_suffix = ""
@@ -137,6 +141,12 @@ class Driver:
         superstep runs only the executors without one."""
         assert self._cuts is not None, "only a session with a store resumes"
         self._cuts.completed = dict(completed)
+
+    def hand_back(self, attempt: FailedAttempt | None) -> None:
+        """The effect results a failed superstep got before its run halted (another
+        process, maybe): its next attempt gets them instead of calling again, if it runs
+        in the same scope (a fork's keys differ: it calls anew)."""
+        self._handed = attempt
 
     def start_hosts(self, initial: dict[str, Chunks] | None = None) -> None:
         """Borrow hosts for every executor (see :meth:`Hosts.start`)."""
@@ -488,22 +498,33 @@ class Driver:
             emit(ev.ExecutorCompletedEvent(job.run_id, superstep, now, target))
         self._complete_fan_ins(new_inbox)
         state.superstep = superstep
+        self._handed = None  # the superstep it was for (the first after the resume) is done
         emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
 
     def _effect_frame_of(self) -> list[Any]:
-        """``[scope, fencing token, SQL dialect, recorded]`` for this run's handlers; the
+        """``[scope, fencing token, SQL dialect, recorded, remembered]`` for this run's handlers; the
         scope (session id and lineage tag) is what makes effect keys unique to a lineage."""
         scope = f"{self.session}\x00{self.request_suffix}"
         checkpointer = self.checkpointer
         if checkpointer is None:
-            return [scope, None, None, None]
+            return [scope, None, None, None, None]
         lease = checkpointer.lease
         return [
             scope,
             lease.token if lease is not None else None,
             sql_dialect(checkpointer.store),
             None,
+            None,
         ]
+
+    def _frame_for(self, target: str, superstep: int) -> list[Any]:
+        """The effect frame of ``target``'s step request: with the results handed back
+        for it (:meth:`hand_back`) when this is the superstep they belong to."""
+        frame, handed = self._effect_frame, self._handed
+        if handed is None or handed.superstep != superstep or handed.scope != frame[0]:
+            return frame
+        results = handed.results.get(target)
+        return frame if results is None else [*frame[:4], results]
 
     def _announce(
         self, job: RunJob, superstep: int, targets: list[str], inbox: dict[str, list[Any]]
@@ -573,28 +594,36 @@ class Driver:
                 assert cuts is not None
                 cuts.write_part(job, superstep, target, answer)
 
-        while pending:
-            failures = self._dispatch(
-                superstep,
-                pending,
-                inbox,
-                want_snapshot=want_snapshot,
-                reports=reports,
-                on_answer=on_answer if persist else None,
-                on_sent=on_sent,
-                given=given,
-            )
-            on_sent = given = None
-            if not failures:
-                return reports
-            for failure in failures:
-                self._telemetry.recovery(
-                    SPAN_RESTART,
+        failed: dict[str, BaseException] = {}  # each executor's last failed attempt
+        try:
+            while pending:
+                failures = self._dispatch(
                     superstep,
-                    failure.executor,
-                    lambda f=failure: self._recovery.recover(job, superstep, f),  # type: ignore[misc]
+                    pending,
+                    inbox,
+                    want_snapshot=want_snapshot,
+                    reports=reports,
+                    on_answer=on_answer if persist else None,
+                    on_sent=on_sent,
+                    given=given,
                 )
-            pending = [f.executor for f in failures]
+                on_sent = given = None
+                failed = {f.executor: f.error for f in failures}
+                for failure in failures:
+                    self._telemetry.recovery(
+                        SPAN_RESTART,
+                        superstep,
+                        failure.executor,
+                        lambda f=failure: self._recovery.recover(job, superstep, f),  # type: ignore[misc]
+                    )
+                pending = list(failed)
+        except BaseException:
+            # The superstep fails for good: what the effects of its failed attempts
+            # returned goes with the next cut (the run's halt), see _journals.
+            if cuts is not None:
+                for target, error in failed.items():
+                    self._journals.attempted(target, superstep, carried(error))
+            raise
         return reports
 
     def _dispatch(
@@ -615,7 +644,7 @@ class Driver:
             outcomes = [(target, None, given[target]) for target in targets]
         else:
             futures: dict[str, HostFuture] = {}
-            suffix, effects = self.request_suffix, self._effect_frame
+            suffix = self.request_suffix
             started = time.monotonic()
             for target in targets:
                 request = StepRequest(
@@ -624,7 +653,7 @@ class Driver:
                     want_snapshot,
                     suffix,
                     telemetry.step_frame(target),
-                    effects,
+                    self._frame_for(target, superstep),
                 )
                 futures[target] = hosts.call(target, "step", request.packed())
             if self._local_hosts is None:

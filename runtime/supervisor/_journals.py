@@ -3,7 +3,9 @@
 A superstep's reports carry the effects its handlers made (results, journaled) and
 the ``ctx.sql`` statements they queued. Both belong to the superstep only once it
 completes: a failed attempt's are never taken (its retry reports them again, the
-runner remembering the effect results). They wait here until the next cut is
+runner remembering the effect results). A superstep that fails for good leaves the
+effect results its last attempts got (:meth:`Journals.attempted`): the run's ``halt``
+cut records them, so a replay finds them and a resume does not call them again. They wait here until the next cut is
 written, which commits all of them at once (a policy that checkpoints every third
 superstep commits three supersteps' worth); a cut that fails to be written gives
 them back, so the one after it commits them. Supervisor thread only.
@@ -38,6 +40,11 @@ class Journals:
                 Statement(sql, tuple(params), executor, superstep)
                 for sql, params in report.statements
             )
+
+    def attempted(self, executor: str, superstep: int, made: list[list[Any]]) -> None:
+        """Take the effect results (``[name, n, result]`` each) of ``executor``'s last
+        attempt at ``superstep``, which failed for good."""
+        self._effects.extend([executor, superstep, *effect] for effect in made)
 
     def take(self) -> tuple[list[list[Any]], list[Statement]]:
         """Everything not yet committed (the caller's cut commits it, or puts it back)."""

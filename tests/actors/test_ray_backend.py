@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import actorflow as af
-from actorflow.actors import decode_state
+from actorflow.actors import decode, decode_state
+from actorflow.runtime.checkpoints import decode_runtime
 from actorflow.storage import CheckpointKind
 from tests.support.forks import in_child
 from tests.support.pg import Durable
@@ -273,6 +274,32 @@ def test_requests_and_responses(backend: af.ActorBackend) -> None:
         [pending] = first.pending_requests
         assert pending.value == Ask(5)
         assert s.respond({pending.request_id: True}).outputs == [[[5, True]]]
+
+
+def charge(n: int) -> int:
+    """An effect (by reference: workers import this module)."""
+    return n * 100
+
+
+class ChargeThenFail(af.Executor):
+    @af.handler
+    def on_work(self, work: Work, ctx: af.Context[None]) -> None:
+        ctx.effect(charge, work.n, key="charge")
+        raise RuntimeError("the connection dropped after the charge")
+
+
+def test_a_failed_superstep_records_its_effect_results_from_any_process(
+    backend: af.ActorBackend, tmp_path: Path
+) -> None:
+    """The results of a handler's effects travel back with its failure (pickled, from
+    a worker process), and the run's halt cut records them."""
+    wf = af.WorkflowBuilder("charge", start=ChargeThenFail("c")).build(backend=backend)
+    with af.SQLiteStore(tmp_path / "s.db") as store:
+        with wf, wf.session("s", store=store) as s, pytest.raises(af.ExecutorFailed):
+            s.run(Work(3))
+        [halt] = [cp for cp in store.list(session="s") if cp.kind is CheckpointKind.HALT]
+    [(executor, superstep, name, n, result)] = decode_runtime(halt.runtime)["effects"]
+    assert (executor, superstep, name, n, decode(result)) == ("c", 1, "charge", 0, 300)
 
 
 def _leaf(backend: af.ActorBackend | None = None) -> af.Workflow:

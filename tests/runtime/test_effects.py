@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -542,3 +543,141 @@ def test_effects_from_a_context_made_outside_a_superstep_name_the_executor() -> 
     with pytest.raises(RuntimeError, match=r"'by-hand'.*outside a superstep"):
         ctx.effect(CALLS, 1)
     assert CALLS.made == []
+
+
+# --- a superstep that fails for good -------------------------------------------------
+
+
+def test_a_run_that_fails_after_an_effect_records_its_result_with_the_halt(
+    tmp_path: Path,
+) -> None:
+    """The halt cut of a run that failed after an effect holds the effect's result:
+    a replay of the same code finds it (and fails the same way: identical), a replay
+    of code that no longer fails there gets the result and reports the difference."""
+    store = af.SQLiteStore(tmp_path / "s.db")
+    FAILURES.append("pay")
+    with _payments() as wf, wf.session("s", store=store) as s, pytest.raises(af.ExecutorFailed):
+        s.run(5)
+    [halt] = [cp for cp in store.list(session="s") if cp.kind.value == "halt"]
+    [(executor, superstep, name, n, result)] = decode_runtime(halt.runtime)["effects"]
+    assert (executor, superstep, name, n) == ("pay", 1, "charge", 0)
+    assert decode(result) == Receipt(5, ["paid"])
+
+    FAILURES.append("pay")  # the same code: it fails the same way after the same effect
+    with _payments() as wf:
+        same = replay(store, wf)
+    assert same.identical, str(same)
+    with _payments() as wf:  # fixed: superstep 1 completes now
+        fixed = replay(store, wf)
+    assert not fixed.identical
+    [found] = fixed.divergences
+    assert (found.kind, found.superstep) == ("end", 0), found
+    assert "RuntimeError" in found.detail, found.detail
+    assert CALLS.made == [5]  # the replays called nothing
+    store.close()
+
+
+def test_a_session_resumed_after_a_failure_gets_the_effect_result_without_calling_again(
+    tmp_path: Path,
+) -> None:
+    """The failed superstep's results go with the halt, so a resume elsewhere (a new
+    workflow: new hosts, nothing remembered) runs it again without calling again."""
+    path = tmp_path / "s.db"
+    FAILURES.append("pay")
+    with (
+        _payments() as wf,
+        af.SQLiteStore(path) as store,
+        wf.session("s", store=store) as s,
+        pytest.raises(af.ExecutorFailed),
+    ):
+        s.run(6)
+    with _payments() as wf, af.SQLiteStore(path) as store, wf.resume(store, session="s") as s:
+        result = s.run()
+    assert CALLS.made == [6]
+    [(order, tags, _key)] = result.outputs
+    assert (order, tags) == (6, ["paid", "mine"])
+
+
+def test_an_effect_retried_inside_the_handler_keeps_its_key_and_replays() -> None:
+    """An effect that raised used up nothing: the handler's retry is the same call
+    (the same key, the same occurrence), so a replay of the code finds it."""
+    keys: list[str] = []
+    attempts: list[int] = []
+
+    def flaky(n: int) -> int:
+        attempts.append(n)
+        if len(attempts) == 1:
+            raise ConnectionError("reset by peer")
+        return n + 100
+
+    class Retry(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            for _ in range(3):
+                keys.append(ctx.effect_key("call"))
+                try:
+                    ctx.output(ctx.effect(flaky, n, key="call"))
+                    ctx.output(ctx.effect_key("call"))  # the next call's: occurrence 1
+                    return
+                except ConnectionError:
+                    continue
+
+    store = af.MemoryStore()
+    builder = af.WorkflowBuilder("retry", start=Retry("r"))
+    with builder.build() as wf, wf.session("s", store=store) as s:
+        out, next_key = s.run(1).outputs
+    assert out == 101 and attempts == [1, 1]
+    assert keys[0] == keys[1] != next_key
+    with builder.build() as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+    assert attempts == [1, 1]
+
+
+def test_an_unencodable_result_is_not_called_again_by_a_restart() -> None:
+    """A result that cannot be recorded is the handler's mistake: a restart raises the
+    same error without calling the outside world again, and the message says what to
+    return (not to declare a resource, which is for clients, not results)."""
+    made: list[int] = []
+
+    def connect(n: int) -> object:
+        made.append(n)
+        return object()
+
+    class Leaky(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            ctx.effect(connect, n, key="socket")
+
+    builder = af.WorkflowBuilder("leaky", start=Leaky("leaky"), restart=af.RestartPolicy())
+    with builder.build() as wf, pytest.raises(af.ExecutorFailed) as failed:
+        wf.run(1)
+    assert made == [1]
+    message = str(failed.value.__cause__)
+    assert "'socket'" in message and "resource" not in message, message
+
+
+def test_a_handler_timed_out_after_its_effect_calls_again_with_the_same_key() -> None:
+    """The documented limit: a timed-out handler's host is abandoned with what it
+    remembered, so its restart calls the effect again, with the same key."""
+    keys: list[str] = []
+    release = threading.Event()
+
+    class Slow(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            keys.append(ctx.effect_key("charge"))
+            ctx.effect(CALLS, n, key="charge")
+            if len(keys) == 1:
+                release.wait(30)  # hangs past the timeout the first time
+            ctx.output(n)
+
+    builder = af.WorkflowBuilder(
+        "slow", start=Slow("slow", timeout=0.3), restart=af.RestartPolicy(max_restarts=1)
+    )
+    try:
+        with builder.build() as wf:
+            assert wf.run(2).outputs == [2]
+    finally:
+        release.set()
+    assert CALLS.made == [2, 2] and keys[0] == keys[1]
