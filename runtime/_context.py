@@ -155,12 +155,12 @@ class Context(Generic[T_Send]):
     def effect_key(self, key: str) -> str:
         """The idempotency key of the next effect named ``key`` (pass it to the API called).
 
-        Derived from the session, the lineage, the superstep, the executor, the name
-        and the occurrence: the same on every attempt at this superstep along this
-        lineage (so the API deduplicates a call a crash interrupted), different for
-        another session id, a fork, a reset or a later superstep. A session id used
-        anew (deleted, then opened again; no store) gives the same keys again: where
-        that can happen, name what makes the call unique (``f"charge-{order.id}"``).
+        Derived from the session (its id and the random origin of this use of the
+        id), the lineage, the superstep, the executor, the name and the occurrence:
+        the same on every attempt at this superstep along this lineage, a resume's
+        too (so the API deduplicates a call a crash interrupted), different for
+        another session id, a session id used anew (deleted, then opened again;
+        another store; no store), a fork, a reset or a later superstep.
         """
         return self._journal().key(key)
 

@@ -16,7 +16,7 @@ from ._checkpointing import (
     check_runtime_bytes,
     load_for_resume,
 )
-from ._lineage import Lineage
+from ._lineage import Lineage, effect_scope
 from ._migration import prepare_snapshots
 from ._state import RunState, decode_runtime
 
@@ -29,6 +29,7 @@ __all__ = [
     "check_runtime",
     "check_runtime_bytes",
     "decode_runtime",
+    "effect_scope",
     "load_for_resume",
     "prepare_snapshots",
 ]

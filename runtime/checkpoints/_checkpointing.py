@@ -409,7 +409,7 @@ class Restored:
                 results.setdefault(executor, []).append([name, n, result])
         if not results:
             return None
-        scope = f"{self.checkpoint.session}\x00{Lineage.of(self.extra).suffix}"
+        scope = Lineage.of(self.extra).effect_scope(self.checkpoint.session)
         return FailedAttempt(scope, superstep, results)
 
 

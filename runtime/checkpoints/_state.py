@@ -170,7 +170,9 @@ MAX_SUPERSTEP = (1 << 62) - 1
 counter and the ids derived from it stay within msgpack's 64-bit ints)."""
 _MAX_GROUP = (1 << 31) - 1
 _OWN_KEYS = frozenset({"superstep", "inbox", "fan_in", "pending", "answered"})
-_EXTRA_KEYS = frozenset({"graph", "lineage", "lineages", "left", "versions", "seq", "effects"})
+_EXTRA_KEYS = frozenset(
+    {"graph", "lineage", "lineages", "left", "origin", "versions", "seq", "effects"}
+)
 _SINGLE, _RESPONSE = -1, -2  # as in ._wire (SINGLE, RESPONSE)
 
 
@@ -222,6 +224,8 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
         _check(_graph_ok(body["graph"], 0), "graph")
     if "lineage" in body:  # written by ._lineage.Lineage.entries, with "lineages"
         _check(type(body["lineage"]) is str, "lineage")
+    if "origin" in body:  # the random id of this use of the session id (see ._lineage)
+        _check(type(body["origin"]) is str, "origin")
     if "lineages" in body:
         tags = body["lineages"]
         _check(type(tags) is list and all(type(t) is str for t in tags), "lineages")

@@ -95,12 +95,19 @@ def open_session(
     if session_id is not None:
         check_session_id(session_id)
     if store is None:
-        return Session(engine, session_id, checkpoint=checkpoint, restart=restart, pool=pool)
+        return Session(
+            engine,
+            session_id,
+            checkpoint=checkpoint,
+            restart=restart,
+            lineage=Lineage.first(),
+            pool=pool,
+        )
     sid = session_id or os.urandom(16).hex()
     ownership = acquire(store, sid, ttl=lease_ttl, wait=wait)
     try:
         head = store.latest(session=sid) if session_id is not None else None
-        if head is None:
+        if head is None:  # a new use of the id (maybe of a deleted session): a new origin
             return Session(
                 engine,
                 sid,
@@ -108,6 +115,7 @@ def open_session(
                 checkpoint=checkpoint,
                 restart=restart,
                 ownership=ownership,
+                lineage=Lineage.first(),
                 pool=pool,
             )
         if if_exists == "resume":

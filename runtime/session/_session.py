@@ -432,7 +432,8 @@ class Session:
             driver.state = restored.state
             driver.resume_parts(restored.completed)
             driver.hand_back(restored.failed_attempt())
-        driver.request_suffix = self._answers.lineage.suffix
+        lineage = self._answers.lineage
+        driver.request_suffix, driver.origin = lineage.suffix, lineage.origin
         return driver
 
     def _give_back(self, completed: bool) -> None:

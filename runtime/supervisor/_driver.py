@@ -35,7 +35,7 @@ from actorflow.runtime._logging import get_logger
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import RestartPolicy
 from actorflow.runtime._wire import SINGLE, StepReport, StepRequest
-from actorflow.runtime.checkpoints import Checkpointer, FailedAttempt, RunState
+from actorflow.runtime.checkpoints import Checkpointer, FailedAttempt, RunState, effect_scope
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.storage import BlobBatchReader, sql_dialect
 
@@ -119,6 +119,8 @@ class Driver:
         """The current run's cancel event, watched at the barrier."""
         self.request_suffix = ""
         """The lineage's tag of default request ids (see ``_lineage``), or ``""``."""
+        self.origin = ""
+        """The session's origin (see ``_lineage``): part of its effects' scope."""
         self.broken: str | None = None
         """Why the driver cannot run again (a failed superstep it could not roll back)."""
         self._telemetry: Telemetry = SILENT
@@ -502,9 +504,10 @@ class Driver:
         emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
 
     def _effect_frame_of(self) -> list[Any]:
-        """``[scope, fencing token, SQL dialect, recorded, remembered]`` for this run's handlers; the
-        scope (session id and lineage tag) is what makes effect keys unique to a lineage."""
-        scope = f"{self.session}\x00{self.request_suffix}"
+        """``[scope, fencing token, SQL dialect, recorded, remembered]`` for this run's
+        handlers; the scope (session id, origin and lineage tag) is what makes effect keys
+        unique to a lineage of one use of the session id."""
+        scope = effect_scope(self.session, self.origin, self.request_suffix)
         checkpointer = self.checkpointer
         if checkpointer is None:
             return [scope, None, None, None, None]

@@ -145,6 +145,27 @@ def test_keys_are_stable_per_attempt_and_unique_per_session_superstep_and_fork(
     store.close()
 
 
+def test_a_session_id_used_anew_gets_keys_of_its_own(tmp_path: Path) -> None:
+    """Keys of one use of a session id are never another's: after the session is
+    deleted, in another store, without a store. (A resume keeps its keys: see
+    test_a_session_resumed_after_a_failure_gets_the_effect_result_without_calling_again.)"""
+    store = af.SQLiteStore(tmp_path / "s.db")
+    keys = []
+    with _payments() as wf:
+        with wf.session("a", store=store) as a:
+            keys.append(a.run(1).outputs[0][2])
+        af.delete_session(store, "a")
+        with wf.session("a", store=store) as anew:
+            keys.append(anew.run(1).outputs[0][2])
+        with wf.session("a", store=af.MemoryStore()) as elsewhere:
+            keys.append(elsewhere.run(1).outputs[0][2])
+        for _ in range(2):
+            with wf.session("a") as storeless:
+                keys.append(storeless.run(1).outputs[0][2])
+    assert len(set(keys)) == len(keys), keys
+    store.close()
+
+
 def test_a_reset_starts_a_lineage_whose_effects_are_called_again_with_new_keys(
     tmp_path: Path,
 ) -> None:
