@@ -24,8 +24,9 @@ Results are looked up, in order, in:
 
 An effect that raises records nothing and uses up nothing: the handler's retry of it
 is the same effect (same occurrence, same key). An attempt that fails takes its
-results with its exception (:func:`carry`), so the supervisor records a superstep
-that fails for good with the results its attempts got (see ``supervisor._journals``).
+results with its exception (:func:`carry`, all the host knows for the superstep), so
+the supervisor hands them to the next attempt (a fresh host too) and records a
+superstep that fails for good with them (see ``supervisor._attempts``).
 
 Otherwise the call is made. Its idempotency key (:meth:`EffectJournal.key`) is the
 same for every attempt at the superstep along the lineage, so an API that accepts
@@ -208,6 +209,15 @@ class EffectJournal:
             found = self._record(name, n, result)
         self._counts[name] = n + 1
         return decode(found)
+
+    def known(self) -> list[list[Any]]:
+        """``[name, n, result]`` of every result this superstep's attempts got: this
+        attempt's, and those remembered from earlier ones or handed in."""
+        found = {(name, n): result for name, n, result in self.made}
+        for place, result in self.memory.items():
+            if type(result) is bytes:
+                found.setdefault(place, result)
+        return [[name, n, result] for (name, n), result in found.items()]
 
     def queue_sql(self, statement: str, params: tuple[Any, ...]) -> None:
         """Queue a statement for the superstep's checkpoint transaction."""

@@ -49,6 +49,9 @@ from .checkpoints import decode_runtime, load_for_resume
 __all__ = ["Divergence", "ReplayReport", "replay"]
 
 _STARTS = (CheckpointKind.ENTRY, CheckpointKind.RESPONSE)
+_NOT_FOLLOWED = (*_STARTS, CheckpointKind.PARTIAL)
+"""Not a cut of the run that goes on: another run's start, or a finished part of a
+superstep in flight (it may be written, or not, as the hosts' timing falls)."""
 _MISSING = object()
 
 
@@ -157,7 +160,7 @@ def _runs(cuts: list[Checkpoint]) -> list[tuple[Checkpoint, list[Checkpoint]]]:
         chain: list[Checkpoint] = []
         here = start
         while True:
-            following = [c for c in children.get(here.id, []) if c.kind not in _STARTS]
+            following = [c for c in children.get(here.id, []) if c.kind not in _NOT_FOLLOWED]
             if not following:
                 break
             here = following[0]
@@ -201,8 +204,8 @@ def _replay_run(
                 failure = exc
     except CheckpointError as exc:
         return Divergence(session, start.superstep, "error", detail=f"could not resume: {exc}")
-    unrecorded = failure.__cause__ if failure is not None else None
-    if isinstance(unrecorded, EffectNotRecorded):
+    unrecorded = _unrecorded(failure)
+    if unrecorded is not None:
         # Every effect the stored run made is recorded, a failed superstep's too (with
         # its halt): the new code called the outside world where the old did not.
         return Divergence(
@@ -229,7 +232,11 @@ def _replay_run(
         if found is not None:
             return found
     last = chain[-1]
-    extra = [cp for cp in scratch.list(session=session) if cp.superstep > last.superstep]
+    extra = [
+        cp
+        for cp in scratch.list(session=session)
+        if cp.superstep > last.superstep and cp.kind is not CheckpointKind.PARTIAL
+    ]
     if last.kind in (CheckpointKind.FINAL, CheckpointKind.HALT) and extra:
         return Divergence(
             session,
@@ -240,6 +247,17 @@ def _replay_run(
             detail=f"the stored run ended ({last.kind.value}) after superstep "
             f"{last.superstep}; the replay went on to superstep {extra[-1].superstep}",
         )
+    return None
+
+
+def _unrecorded(failure: BaseException | None) -> EffectNotRecorded | None:
+    """The ``EffectNotRecorded`` a replay's failure comes from (a sub-workflow's inner
+    run wraps it once more per level), or None."""
+    seen = 0
+    while failure is not None and seen < 32:
+        if isinstance(failure, EffectNotRecorded):
+            return failure
+        failure, seen = failure.__cause__, seen + 1
     return None
 
 
@@ -254,18 +272,18 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Dive
             "end",
             executor=stored.executor,
             old=stored.error_type,
-            detail=f"the stored run failed after superstep {cp.superstep} "
+            detail=f"the stored run failed in superstep {cp.superstep + 1} "
             f"({stored.error_type} in {stored.executor!r}: {stored.error}); the replay did "
             "not fail there",
         )
-    how = f"failed: {failure}" if failure is not None else "ended"
+    how = "ended before it" if failure is None else f"failed before it ({failure})"
     return Divergence(
         session,
         cp.superstep,
         "end" if failure is None else "error",
         old=cp.kind.value,
         detail=f"the stored run wrote a {cp.kind.value} cut after superstep {cp.superstep}; "
-        f"the replay {how} before it",
+        f"the replay {how}",
     )
 
 
@@ -297,13 +315,17 @@ def _halted_otherwise(
         executor=next(e.executor for e in (new, old) if e is not None),
         old=old.error_type if old is not None else None,
         new=new.error_type if new is not None else None,
-        detail=f"after superstep {stored.superstep} the stored run {said(old)}; the "
+        detail=f"in superstep {stored.superstep + 1} the stored run {said(old)}; the "
         f"replay {said(new)}",
     )
 
 
 def _failure_of(cp: Checkpoint) -> RunFailedEvent | None:
-    """The run failure a ``halt`` cut records (None: another cut, or a cancel)."""
+    """The run failure a ``halt`` cut records (None: another cut, or a cancel). Only a
+    halt counts: a failure whose halt could not be written (a policy that skips
+    barriers) is in the history of a later cut, which the session went on past."""
+    if cp.kind is not CheckpointKind.HALT:
+        return None
     for entry in cp.history:
         if entry.kind == "run_failed":
             event = event_of(entry)

@@ -305,10 +305,11 @@ class ExecutorRunner:
                     )
             snapshot = self._snapshot() if step.want_snapshot else None
         except BaseException as exc:
-            # The attempt failed: its effects go with the exception, so a superstep that
-            # fails for good is recorded with the results it got (see _effects).
-            if buffer.journal is not None:
-                carry(exc, buffer.journal.made)
+            # The attempt failed: the results this host knows for the superstep (its
+            # earlier attempts' too) go with the exception, so the supervisor hands them
+            # to the next attempt and records them if the superstep fails for good.
+            attempt = buffer.journal if buffer.journal is not None else self._journal(step)
+            carry(exc, attempt.known())
             raise
         journal = buffer.journal  # None: no handler of the step needed it
         return StepReport(

@@ -230,7 +230,13 @@ class WorkflowExecutor(Executor):
             for executor in code.workflow.executor_ids:
                 session.wrap_host(executor, nested.host)
             with session:
-                result = act(session)
+                try:
+                    result = act(session)
+                except BaseException:
+                    # The inner run failed: the results its effects got (its halt holds
+                    # them) go with the parent's failed attempt all the same.
+                    nested.adopt(cp for cp in store.list() if cp.id != resumed)
+                    raise
                 last = session.last_checkpoint_id
             assert last is not None, "an inner session with a store checkpoints when idle"
             latest = store.load(last)
@@ -289,24 +295,36 @@ class _NestedEffects:
         return EffectFrameHost(host, getattr(program, "executor_id", ""), self.reframe)
 
     def reframe(self, executor: str, superstep: int, frame: EffectFrame) -> EffectFrame:
+        """An inner step's frame: the parent's scope, and the inner results the parent
+        has recorded (a replay) or remembers (an earlier attempt at its superstep)."""
         outer = self._outer
-        recorded = None
+        prefix = self._name(executor, superstep, "")
+        known: Mapping[tuple[str, int], object]
+        known = outer.recorded if outer.recorded is not None else outer.memory
+        results = [
+            [name[len(prefix) :], n, result]
+            for (name, n), result in known.items()
+            if name.startswith(prefix) and type(result) is bytes
+        ]
+        scope = f"{outer.scope}\x00{self._sub}\x00{frame[0]}"
         if outer.recorded is not None:
-            prefix = self._name(executor, superstep, "")
-            recorded = [
-                [name[len(prefix) :], n, result]
-                for (name, n), result in outer.recorded.items()
-                if name.startswith(prefix)
-            ]
-        return [f"{outer.scope}\x00{self._sub}\x00{frame[0]}", outer.fencing, None, recorded, None]
+            return [scope, outer.fencing, None, results, None]
+        return [scope, outer.fencing, None, None, results or None]
 
     def adopt(self, cuts: Iterable[Checkpoint]) -> None:
-        """Record the effects the inner run's cuts hold in the parent's journal."""
+        """Record the effects the inner run's cuts hold in the parent's journal (and
+        remember them there: the parent's next attempt hands them to the inner run)."""
+        outer = self._outer
+        made = {(name, n) for name, n, _ in outer.made}
         for cp in cuts:
             for executor, superstep, name, n, result in decode_runtime(cp.runtime).get(
                 "effects", []
             ):
-                self._outer.made.append([self._name(executor, superstep, name), n, result])
+                place = (self._name(executor, superstep, name), n)
+                outer.memory[place] = result
+                if place not in made:
+                    made.add(place)
+                    outer.made.append([*place, result])
 
     def _name(self, executor: str, superstep: int, name: str) -> str:
         return f"{self._sub}/{executor}@{superstep}/{name}"

@@ -87,6 +87,11 @@ class Lineage:
         tag = os.urandom(4).hex()
         return Lineage(tag, (tag,), origin=_origin())
 
+    def forked(self) -> Lineage:
+        """This lineage continued under another session id (``as_session=``): the same
+        tags (its pending requests keep their ids), a new origin (its own keys)."""
+        return Lineage(self.tag, self.tags, self.left, _origin())
+
     def branch(self, superstep: int) -> Lineage:
         """A new lineage continuing this one's state at ``superstep`` (time travel)."""
         tag = os.urandom(4).hex()

@@ -287,6 +287,8 @@ def _session_on(
     history_seq: int = 0,
 ) -> Session:
     lineage = Lineage.of(restored.extra)
+    if session_id != restored.checkpoint.session:  # a fork: a new use of the id
+        lineage = lineage.forked()
     return Session(
         engine,
         session_id,

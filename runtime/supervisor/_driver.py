@@ -39,6 +39,7 @@ from actorflow.runtime.checkpoints import Checkpointer, FailedAttempt, RunState,
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
 from actorflow.storage import BlobBatchReader, sql_dialect
 
+from ._attempts import Attempts
 from ._barrier import Interrupted, Outcome, TimedOut, collect, wait_released
 from ._cuts import CutWriter, Parts
 from ._drops import report_drops
@@ -112,9 +113,8 @@ class Driver:
         )
         self._effect_frame: list[Any] = list(NO_FRAME)
         """The ``effects`` field of this run's step requests (see ``_wire``)."""
-        self._handed: FailedAttempt | None = None
-        """The effect results of a failed superstep a resume runs again (see
-        :meth:`hand_back`), until that superstep completes."""
+        self._attempts = Attempts()
+        """Effect results of failed attempts at the current superstep, until it completes."""
         self._stopping: threading.Event | None = None
         """The current run's cancel event, watched at the barrier."""
         self.request_suffix = ""
@@ -148,7 +148,7 @@ class Driver:
         """The effect results a failed superstep got before its run halted (another
         process, maybe): its next attempt gets them instead of calling again, if it runs
         in the same scope (a fork's keys differ: it calls anew)."""
-        self._handed = attempt
+        self._attempts.resume(attempt)
 
     def start_hosts(self, initial: dict[str, Chunks] | None = None) -> None:
         """Borrow hosts for every executor (see :meth:`Hosts.start`)."""
@@ -500,7 +500,7 @@ class Driver:
             emit(ev.ExecutorCompletedEvent(job.run_id, superstep, now, target))
         self._complete_fan_ins(new_inbox)
         state.superstep = superstep
-        self._handed = None  # the superstep it was for (the first after the resume) is done
+        self._attempts.clear()
         emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
 
     def _effect_frame_of(self) -> list[Any]:
@@ -519,15 +519,6 @@ class Driver:
             None,
             None,
         ]
-
-    def _frame_for(self, target: str, superstep: int) -> list[Any]:
-        """The effect frame of ``target``'s step request: with the results handed back
-        for it (:meth:`hand_back`) when this is the superstep they belong to."""
-        frame, handed = self._effect_frame, self._handed
-        if handed is None or handed.superstep != superstep or handed.scope != frame[0]:
-            return frame
-        results = handed.results.get(target)
-        return frame if results is None else [*frame[:4], results]
 
     def _announce(
         self, job: RunJob, superstep: int, targets: list[str], inbox: dict[str, list[Any]]
@@ -597,7 +588,7 @@ class Driver:
                 assert cuts is not None
                 cuts.write_part(job, superstep, target, answer)
 
-        failed: dict[str, BaseException] = {}  # each executor's last failed attempt
+        scope = self._effect_frame[0]
         try:
             while pending:
                 failures = self._dispatch(
@@ -611,7 +602,10 @@ class Driver:
                     given=given,
                 )
                 on_sent = given = None
-                failed = {f.executor: f.error for f in failures}
+                for failure in failures:  # all kept before a restart policy may give up
+                    self._attempts.failed(
+                        scope, superstep, failure.executor, carried(failure.error)
+                    )
                 for failure in failures:
                     self._telemetry.recovery(
                         SPAN_RESTART,
@@ -619,13 +613,21 @@ class Driver:
                         failure.executor,
                         lambda f=failure: self._recovery.recover(job, superstep, f),  # type: ignore[misc]
                     )
-                pending = list(failed)
+                pending = [f.executor for f in failures]
         except BaseException:
-            # The superstep fails for good: what the effects of its failed attempts
-            # returned goes with the next cut (the run's halt), see _journals.
+            # The superstep fails for good: what its effects returned, in the executors
+            # that completed it and in the attempts that failed, goes with the next cut
+            # (the run's halt), see _journals.
             if cuts is not None:
-                for target, error in failed.items():
-                    self._journals.attempted(target, superstep, carried(error))
+                for target in targets:
+                    report = reports.get(target)
+                    made = (
+                        report.effects
+                        if report is not None
+                        else self._attempts.of(scope, superstep, target)
+                    )
+                    if made:
+                        self._journals.attempted(target, superstep, made)
             raise
         return reports
 
@@ -647,7 +649,7 @@ class Driver:
             outcomes = [(target, None, given[target]) for target in targets]
         else:
             futures: dict[str, HostFuture] = {}
-            suffix = self.request_suffix
+            suffix, frame, attempts = self.request_suffix, self._effect_frame, self._attempts
             started = time.monotonic()
             for target in targets:
                 request = StepRequest(
@@ -656,7 +658,7 @@ class Driver:
                     want_snapshot,
                     suffix,
                     telemetry.step_frame(target),
-                    self._frame_for(target, superstep),
+                    attempts.frame(frame, target, superstep),
                 )
                 futures[target] = hosts.call(target, "step", request.packed())
             if self._local_hosts is None:

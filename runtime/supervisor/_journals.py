@@ -4,8 +4,9 @@ A superstep's reports carry the effects its handlers made (results, journaled) a
 the ``ctx.sql`` statements they queued. Both belong to the superstep only once it
 completes: a failed attempt's are never taken (its retry reports them again, the
 runner remembering the effect results). A superstep that fails for good leaves the
-effect results its last attempts got (:meth:`Journals.attempted`): the run's ``halt``
-cut records them, so a replay finds them and a resume does not call them again. They wait here until the next cut is
+effect results it got, in every executor (:meth:`Journals.attempted`): the run's
+``halt`` cut records them, so a replay finds them and a resume does not call them
+again; if it completes before a cut is written, its reports replace them. They wait here until the next cut is
 written, which commits all of them at once (a policy that checkpoints every third
 superstep commits three supersteps' worth); a cut that fails to be written gives
 them back, so the one after it commits them. Supervisor thread only.
@@ -24,15 +25,20 @@ __all__ = ["Journals"]
 class Journals:
     """One session's uncommitted effects and statements."""
 
-    __slots__ = ("_effects", "_statements")
+    __slots__ = ("_attempted", "_effects", "_statements")
 
     def __init__(self) -> None:
         self._effects: list[list[Any]] = []
         """``[executor, superstep, name, n, result]`` per effect, in superstep order."""
         self._statements: list[Statement] = []
+        self._attempted: dict[tuple[str, int], list[list[Any]]] = {}
+        """(executor, superstep) -> the results of a superstep that failed for good (a
+        cut not written since: the superstep's report replaces them when it completes)."""
 
     def completed(self, executor: str, superstep: int, report: StepReport) -> None:
         """Take what ``executor``'s report of the completed ``superstep`` made."""
+        if self._attempted:
+            self._attempted.pop((executor, superstep), None)  # the report holds them
         if report.effects:
             self._effects.extend([executor, superstep, *made] for made in report.effects)
         if report.statements:
@@ -42,14 +48,17 @@ class Journals:
             )
 
     def attempted(self, executor: str, superstep: int, made: list[list[Any]]) -> None:
-        """Take the effect results (``[name, n, result]`` each) of ``executor``'s last
-        attempt at ``superstep``, which failed for good."""
-        self._effects.extend([executor, superstep, *effect] for effect in made)
+        """Take the effect results (``[name, n, result]`` each) ``executor`` got in
+        ``superstep``, which failed for good."""
+        self._attempted[(executor, superstep)] = made
 
     def take(self) -> tuple[list[list[Any]], list[Statement]]:
         """Everything not yet committed (the caller's cut commits it, or puts it back)."""
-        taken = (self._effects, self._statements)
-        self._effects, self._statements = [], []
+        effects = self._effects
+        for (executor, superstep), made in self._attempted.items():
+            effects.extend([executor, superstep, *effect] for effect in made)
+        taken = (effects, self._statements)
+        self._effects, self._statements, self._attempted = [], [], {}
         return taken
 
     def put_back(self, effects: list[list[Any]], statements: list[Statement]) -> None:
@@ -59,4 +68,4 @@ class Journals:
 
     def clear(self) -> None:
         """Drop everything (the state it belongs to was dropped: ``reset``)."""
-        self._effects, self._statements = [], []
+        self._effects, self._statements, self._attempted = [], [], {}

@@ -489,10 +489,13 @@ class Inner(af.Executor):
     @af.handler
     def on_order(self, order: int, ctx: af.Context[None]) -> None:
         receipt = ctx.effect(CALLS, order, key="charge")
+        if self.id in FAILURES:
+            FAILURES.remove(self.id)
+            raise RuntimeError("the inner run failed after its charge")
         ctx.output([receipt.order, ctx.effect_key("after")])
 
 
-def _nested() -> tuple[af.Workflow, af.Workflow]:
+def _nested(restart: af.RestartPolicy | None = None) -> tuple[af.Workflow, af.Workflow]:
     """(the parent, its sub-workflow's inner workflow): the caller closes both."""
     inner = af.WorkflowBuilder("inner", start=Inner("inner")).build()
     sub = af.WorkflowExecutor(inner, "sub", outputs="output")
@@ -503,7 +506,38 @@ def _nested() -> tuple[af.Workflow, af.Workflow]:
             ctx.send(order)
 
     start = Forward("start")
-    return af.WorkflowBuilder("nested", start=start).add_edge(start, sub).build(), inner
+    builder = af.WorkflowBuilder("nested", start=start, restart=restart)
+    return builder.add_edge(start, sub).build(), inner
+
+
+def test_an_inner_effect_of_a_failed_sub_workflow_is_not_called_again(tmp_path: Path) -> None:
+    """The inner run fails after its effect: the parent's restart, and a resume of the
+    parent elsewhere after it failed for good, are handed the result."""
+    parent, inner = _nested(af.RestartPolicy(max_restarts=1))
+    FAILURES.append("inner")
+    with parent as wf, inner:
+        [[order, _key]] = wf.run(6).outputs
+    assert order == 6 and CALLS.made == [6]
+
+    path = tmp_path / "s.db"
+    FAILURES.append("inner")
+    parent, inner = _nested()
+    with (
+        parent as wf,
+        inner,
+        af.SQLiteStore(path) as store,
+        wf.session("s", store=store) as s,
+        pytest.raises(af.ExecutorFailed),
+    ):
+        s.run(7)
+    parent, inner = _nested()
+    with parent as wf, inner, af.SQLiteStore(path) as store:
+        with wf.resume(store, session="s") as s:
+            [[order, _key]] = s.run().outputs
+        assert order == 7
+        report = replay(store, wf)
+    assert CALLS.made == [6, 7]
+    assert not report.identical  # the stored run failed in superstep 2; this code does not
 
 
 def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recorded(
@@ -617,6 +651,128 @@ def test_a_session_resumed_after_a_failure_gets_the_effect_result_without_callin
     assert CALLS.made == [6]
     [(order, tags, _key)] = result.outputs
     assert (order, tags) == (6, ["paid", "mine"])
+
+
+class Fork(af.Executor):
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[int]) -> None:
+        ctx.send(order)
+
+
+def _siblings(failing: str) -> tuple[af.WorkflowBuilder, list[str]]:
+    """``fork`` sends to ``b`` and ``z``, which both charge; ``failing`` then raises
+    while it is in FAILURES. The second item: who charged, in order."""
+    charged: list[str] = []
+
+    def charge(who: str) -> str:
+        charged.append(who)
+        return who
+
+    class Leg(af.Executor):
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[None]) -> None:
+            ctx.effect(charge, self.id, key="charge")
+            if self.id in FAILURES and self.id == failing:
+                raise RuntimeError(f"{self.id} failed after its charge")
+            ctx.output(self.id)
+
+    fork = Fork("fork")
+    builder = af.WorkflowBuilder("siblings", start=fork)
+    return builder.add_edge(fork, Leg("b")).add_edge(fork, Leg("z")), charged
+
+
+@pytest.mark.parametrize("failing", ["b", "z"])
+def test_a_failed_superstep_records_the_effects_of_the_executors_that_completed_it(
+    failing: str, tmp_path: Path
+) -> None:
+    """Its sibling completed the superstep that failed: its charge is recorded with the
+    halt too, so a resume elsewhere calls neither again, and a replay of the same
+    code finds both (whichever of the two sorts first)."""
+    builder, charged = _siblings(failing)
+    path = tmp_path / "s.db"
+    FAILURES.append(failing)
+    with (
+        builder.build() as wf,
+        af.SQLiteStore(path) as store,
+        wf.session("s", store=store) as s,
+        pytest.raises(af.ExecutorFailed),
+    ):
+        s.run(1)
+    assert sorted(charged) == ["b", "z"]
+    with af.SQLiteStore(path) as store, builder.build() as wf:
+        FAILURES.append(failing)
+        report = replay(store, wf)
+        assert report.identical, str(report)
+        FAILURES.clear()
+        with wf.resume(store, session="s") as s:
+            assert sorted(s.run().outputs) == ["b", "z"]
+    assert sorted(charged) == ["b", "z"]
+
+
+def test_results_of_every_attempt_survive_a_last_attempt_that_failed_before_its_effect(
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 charges and fails; attempt 2 (a restart), and later a resume, fail
+    before reaching the charge. The charge is recorded with each halt, and the resume
+    that finally gets past it is handed the result: one call in all."""
+    before: list[bool] = []
+    charged: list[int] = []
+
+    def charge(order: int) -> int:
+        charged.append(order)
+        return order * 10
+
+    class Flaky(af.Executor):
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[None]) -> None:
+            if before and before.pop():
+                raise ConnectionError("the database is not reachable yet")
+            receipt = ctx.effect(charge, order, key="charge")
+            if self.id in FAILURES:
+                FAILURES.remove(self.id)
+                raise RuntimeError("failed after the charge")
+            ctx.output(receipt)
+
+    def build() -> af.Workflow:
+        return af.WorkflowBuilder(
+            "flaky", start=Flaky("pay"), restart=af.RestartPolicy(max_restarts=1)
+        ).build()
+
+    path = tmp_path / "s.db"
+    FAILURES.append("pay")
+    before.extend([False, True])  # the restart fails before the charge: the policy gives up
+    with (
+        build() as wf,
+        af.SQLiteStore(path) as store,
+        wf.session("s", store=store) as s,
+        pytest.raises(af.ExecutorFailed),
+    ):
+        s.run(4)
+    before.extend([True, True])  # a resume elsewhere fails before the charge twice
+    with (
+        build() as wf,
+        af.SQLiteStore(path) as store,
+        wf.resume(store, session="s") as s,
+        pytest.raises(af.ExecutorFailed),
+    ):
+        s.run()
+    with build() as wf, af.SQLiteStore(path) as store, wf.resume(store, session="s") as s:
+        assert s.run().outputs == [40]
+    assert charged == [4]
+
+
+def test_a_fork_into_a_session_id_used_before_gets_keys_of_its_own(tmp_path: Path) -> None:
+    store = af.SQLiteStore(tmp_path / "s.db")
+    keys = []
+    with _payments() as wf:
+        with wf.session("s", store=store) as s:
+            s.run(1)
+        for _ in range(2):
+            with wf.resume(store, session="s", as_session="x") as x:
+                keys.append(x.run(2).outputs[0][2])
+            af.delete_session(store, "x")
+    assert keys[0] != keys[1]
+    store.close()
 
 
 def test_an_effect_retried_inside_the_handler_keeps_its_key_and_replays() -> None:
