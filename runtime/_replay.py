@@ -199,7 +199,7 @@ def _replay_run(
             for executor in workflow.executor_ids:
                 replaying.wrap_host(executor, journal.host)
             try:
-                replaying.run()
+                replaying.run(max_supersteps=_stopped_after(start, chain[-1]))
             except RunFailed as exc:
                 failure = exc
     except CheckpointError as exc:
@@ -287,10 +287,28 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Dive
     )
 
 
+def _stopped_after(start: Checkpoint, last: Checkpoint) -> int | None:
+    """How many supersteps the stored run was let run, if it was stopped (cancelled,
+    or at its ``max_supersteps``): the replay stops there too. None: to idle."""
+    if last.kind is not CheckpointKind.HALT or not _stopped(_failure_of(last)):
+        return None
+    ran = last.superstep - start.superstep
+    return ran if ran >= 1 else None
+
+
+def _stopped(failure: RunFailedEvent | None) -> bool:
+    """Whether a halt's failure is none (a cancel) or the superstep limit: the caller
+    stopped the run, its code did not fail."""
+    return failure is None or failure.error_type.rsplit(".", 1)[-1] == "SuperstepLimitExceeded"
+
+
 def _compare_failures(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:
     """Whether two ``halt`` cuts of the same superstep stopped for different reasons
-    (another executor failed, or with another exception type)."""
+    (another executor failed, or with another exception type; a cancel and the
+    superstep limit are the same: the run was stopped there)."""
     old, new = _failure_of(stored), _failure_of(mine)
+    if _stopped(old) and _stopped(new):
+        return None
     if old is None or new is None:
         return None if old is new else _halted_otherwise(session, stored, old, new)
     if (old.executor, old.error_type) == (new.executor, new.error_type):

@@ -269,6 +269,37 @@ def test_a_run_that_failed_replays_identically_only_when_it_fails_the_same_way(
     assert CALLS == []
 
 
+def test_runs_stopped_by_a_cancel_or_the_superstep_limit_replay_identically() -> None:
+    """The replay stops where the stored run was stopped, instead of running on."""
+    running: list[af.Session] = []
+
+    class Loop(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[int]) -> None:
+            if n == 2 and running:
+                running.pop().cancel()
+            if n < 5:
+                ctx.send(n + 1)
+            else:
+                ctx.output(n)
+
+    def build() -> af.Workflow:
+        loop = Loop("loop")
+        return af.WorkflowBuilder("loop", start=loop).add_edge(loop, loop).build()
+
+    store = af.MemoryStore()
+    with build() as wf:
+        with wf.session("limit", store=store) as s, pytest.raises(af.SuperstepLimitExceeded):
+            s.run(0, max_supersteps=3)
+        with wf.session("cancel", store=store) as s:
+            running.append(s)
+            assert s.run(0).status is af.RunStatus.CANCELLED
+    with build() as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+    assert report.runs == 2
+
+
 _CLI_WORKFLOW: list[Callable[[], af.Workflow]] = []
 
 

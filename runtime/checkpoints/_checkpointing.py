@@ -377,7 +377,7 @@ class _Queued(NamedTuple):
 class Restored:
     """A checkpoint read back for resuming: state, snapshots and lineage."""
 
-    __slots__ = ("checkpoint", "completed", "extra", "snapshots", "state")
+    __slots__ = ("_attempted", "checkpoint", "completed", "extra", "snapshots", "state")
 
     def __init__(
         self,
@@ -398,13 +398,22 @@ class Restored:
             for eid, digests in checkpoint.executors.items()
         }
         """Executor -> its snapshot chunks: bytes already in hand, or None (read from the store)."""
+        self._attempted: list[list[Any]] = list(extra.get("effects", ()))
+
+    def same_barrier(self, later: Checkpoint) -> None:
+        """``later``, a cut of the session written after this one at the same barrier
+        (its ``halt``, when this is the cut before the run failed): the results it
+        recorded of the superstep that failed count for this resume too."""
+        if later.superstep == self.checkpoint.superstep and later.id != self.checkpoint.id:
+            self._attempted += decode_runtime(later.runtime).get("effects", [])
 
     def failed_attempt(self) -> FailedAttempt | None:
-        """The effect results of the superstep after this cut, when it is the ``halt``
-        of a run that failed in that superstep after effects (see ``runtime._effects``)."""
+        """The effect results of the superstep after this cut, when a run failed in
+        that superstep after effects: its ``halt`` cut, and every later cut at the same
+        barrier, record them (see ``runtime._effects``)."""
         superstep = self.checkpoint.superstep + 1
         results: dict[str, list[list[Any]]] = {}
-        for executor, step, name, n, result in self.extra.get("effects", ()):
+        for executor, step, name, n, result in self._attempted:
             if step == superstep:
                 results.setdefault(executor, []).append([name, n, result])
         if not results:

@@ -205,6 +205,8 @@ def resume_session(
             head = store.latest(session=source)
             if head is not None and checkpoint_id not in (head.id, head.parent_id):
                 branch = True  # time travel: a new branch of this session
+            elif head is not None:  # the head's parent: a halt holds what the run got
+                restored.same_barrier(head)
             newest = head is not None and _is_head(head, restored.checkpoint)
         # A fork is a new session id: its history starts afresh.
         seq = 0 if as_session is not None else _next_seq(store, target, restored, newest=newest)

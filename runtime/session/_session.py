@@ -431,9 +431,11 @@ class Session:
         if restored is not None:
             driver.state = restored.state
             driver.resume_parts(restored.completed)
-            driver.hand_back(restored.failed_attempt())
         lineage = self._answers.lineage
         driver.request_suffix, driver.origin = lineage.suffix, lineage.origin
+        attempt = restored.failed_attempt() if restored is not None else None
+        if attempt is not None and attempt.scope == lineage.effect_scope(self._id):
+            driver.hand_back(attempt)  # (a fork, with keys of its own, calls anew)
         return driver
 
     def _give_back(self, completed: bool) -> None:

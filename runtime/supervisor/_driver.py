@@ -146,9 +146,13 @@ class Driver:
 
     def hand_back(self, attempt: FailedAttempt | None) -> None:
         """The effect results a failed superstep got before its run halted (another
-        process, maybe): its next attempt gets them instead of calling again, if it runs
-        in the same scope (a fork's keys differ: it calls anew)."""
+        process, maybe): its next attempt gets them instead of calling again, and every
+        cut until it completes records them again. The caller hands back only an
+        attempt of this session's scope (a fork's keys differ: it calls anew)."""
         self._attempts.resume(attempt)
+        if attempt is not None and self._cuts is not None:
+            for executor, made in attempt.results.items():
+                self._journals.attempted(executor, attempt.superstep, made)
 
     def start_hosts(self, initial: dict[str, Chunks] | None = None) -> None:
         """Borrow hosts for every executor (see :meth:`Hosts.start`)."""
@@ -501,6 +505,8 @@ class Driver:
         self._complete_fan_ins(new_inbox)
         state.superstep = superstep
         self._attempts.clear()
+        if cuts is not None:
+            self._journals.settled(superstep)
         emit(ev.SuperstepCompletedEvent(job.run_id, superstep, time.time()))
 
     def _effect_frame_of(self) -> list[Any]:

@@ -5,8 +5,9 @@ the ``ctx.sql`` statements they queued. Both belong to the superstep only once i
 completes: a failed attempt's are never taken (its retry reports them again, the
 runner remembering the effect results). A superstep that fails for good leaves the
 effect results it got, in every executor (:meth:`Journals.attempted`): the run's
-``halt`` cut records them, so a replay finds them and a resume does not call them
-again; if it completes before a cut is written, its reports replace them. They wait here until the next cut is
+``halt`` cut records them, and every later cut at the same barrier (a next run's
+entry cut, say), so a replay finds them and a resume of any of those cuts does not
+call them again; once the superstep completes, its reports hold them instead. They wait here until the next cut is
 written, which commits all of them at once (a policy that checkpoints every third
 superstep commits three supersteps' worth); a cut that fails to be written gives
 them back, so the one after it commits them. Supervisor thread only.
@@ -32,13 +33,11 @@ class Journals:
         """``[executor, superstep, name, n, result]`` per effect, in superstep order."""
         self._statements: list[Statement] = []
         self._attempted: dict[tuple[str, int], list[list[Any]]] = {}
-        """(executor, superstep) -> the results of a superstep that failed for good (a
-        cut not written since: the superstep's report replaces them when it completes)."""
+        """(executor, superstep) -> the results of a superstep that failed for good, until
+        it completes (its reports then hold them)."""
 
     def completed(self, executor: str, superstep: int, report: StepReport) -> None:
         """Take what ``executor``'s report of the completed ``superstep`` made."""
-        if self._attempted:
-            self._attempted.pop((executor, superstep), None)  # the report holds them
         if report.effects:
             self._effects.extend([executor, superstep, *made] for made in report.effects)
         if report.statements:
@@ -48,21 +47,32 @@ class Journals:
             )
 
     def attempted(self, executor: str, superstep: int, made: list[list[Any]]) -> None:
-        """Take the effect results (``[name, n, result]`` each) ``executor`` got in
-        ``superstep``, which failed for good."""
+        """Keep the effect results (``[name, n, result]`` each) ``executor`` got in
+        ``superstep``, which failed for good: every cut until it completes carries them."""
         self._attempted[(executor, superstep)] = made
 
+    def settled(self, superstep: int) -> None:
+        """``superstep`` completed: its reports hold what its failed attempts got."""
+        if self._attempted:
+            self._attempted = {k: v for k, v in self._attempted.items() if k[1] > superstep}
+
     def take(self) -> tuple[list[list[Any]], list[Statement]]:
-        """Everything not yet committed (the caller's cut commits it, or puts it back)."""
+        """Everything not yet committed (the caller's cut commits it, or puts it back),
+        with the results of a superstep that failed, to run again: every cut at its
+        barrier carries them, so a resume of any of those cuts hands them on."""
         effects = self._effects
         for (executor, superstep), made in self._attempted.items():
             effects.extend([executor, superstep, *effect] for effect in made)
         taken = (effects, self._statements)
-        self._effects, self._statements, self._attempted = [], [], {}
+        self._effects, self._statements = [], []
         return taken
 
     def put_back(self, effects: list[list[Any]], statements: list[Statement]) -> None:
-        """Give back what a cut did not commit: it goes first into the next cut."""
+        """Give back what a cut did not commit: it goes first into the next cut (the
+        failed superstep's results are kept apart, and go with every cut anyway)."""
+        attempted = self._attempted
+        if attempted:
+            effects = [e for e in effects if (e[0], e[1]) not in attempted]
         self._effects[:0] = effects
         self._statements[:0] = statements
 

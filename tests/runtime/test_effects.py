@@ -761,6 +761,79 @@ def test_results_of_every_attempt_survive_a_last_attempt_that_failed_before_its_
     assert charged == [4]
 
 
+class _RefusesSteps(af.MemoryStore):
+    """A store that refuses ``step`` cuts while ``refuse`` holds (a disk gone full: the
+    process stops there, as if killed)."""
+
+    refuse = False
+
+    def save_cut(self, cut: Any, blobs: Any, lease: Any = None) -> Any:
+        if self.refuse and cut.kind == "step":
+            raise OSError("disk full")
+        return super().save_cut(cut, blobs, lease)
+
+
+def test_every_cut_at_the_failed_barrier_carries_its_results() -> None:
+    """After the failed run, the next run's entry cut (at the same barrier) is the
+    head; if nothing more is stored, a resume of it is still handed the result."""
+    store = _RefusesSteps()
+    FAILURES.append("pay")
+    with _payments() as wf, wf.session("s", store=store) as s:
+        with pytest.raises(af.ExecutorFailed):
+            s.run(1)
+        store.refuse = True
+        with pytest.raises(af.RunFailed):  # order 1 runs again, then its cut is refused
+            s.run(2)
+    store.refuse = False
+    assert [cp.kind.value for cp in store.list(session="s")] == ["entry", "halt", "entry"]
+    with _payments() as wf, wf.resume(store, session="s") as s:
+        assert sorted(o[0] for o in s.run().outputs) == [1, 2]
+    # order 1's result was recorded: never called again; order 2's was not (its cut
+    # was refused after the call): called again, with its key (the in-flight row)
+    assert CALLS.made.count(1) == 1 and CALLS.made.count(2) == 2
+
+
+def test_a_resume_of_the_cut_before_the_halt_gets_the_results_too(tmp_path: Path) -> None:
+    store = af.SQLiteStore(tmp_path / "s.db")
+    FAILURES.append("sink")  # the superstep after pay's: sink fails, pay's cut is before it
+    with _payments() as wf, wf.session("s", store=store) as s, pytest.raises(af.ExecutorFailed):
+        s.run(3)
+    FAILURES.append("pay")
+    with _payments() as wf, wf.session("t", store=store) as t, pytest.raises(af.ExecutorFailed):
+        t.run(4)
+    [halt] = [cp for cp in store.list(session="t") if cp.kind.value == "halt"]
+    assert halt.parent_id is not None
+    with _payments() as wf, wf.resume(store, session="t", checkpoint_id=halt.parent_id) as t:
+        assert [o[0] for o in t.run().outputs] == [4]
+    assert CALLS.made == [3, 4]
+    store.close()
+
+
+def test_a_failed_halt_write_leaves_no_result_recorded_twice() -> None:
+    class RefusesHalts(af.MemoryStore):
+        refused = False
+
+        def save_cut(self, cut: Any, blobs: Any, lease: Any = None) -> Any:
+            if cut.kind == "halt" and not self.refused:
+                self.refused = True
+                raise OSError("disk full")
+            return super().save_cut(cut, blobs, lease)
+
+    store = RefusesHalts()
+    FAILURES.append("pay")
+    with _payments() as wf, wf.session("s", store=store) as s:
+        with pytest.raises(af.ExecutorFailed):
+            s.run(5)
+        assert [o[0] for o in s.run().outputs] == [5]
+    recorded = [
+        effect[:4]
+        for cp in store.list(session="s")
+        for effect in decode_runtime(cp.runtime).get("effects", [])
+    ]
+    assert recorded == [["pay", 1, "charge", 0]]
+    assert CALLS.made == [5]
+
+
 def test_a_fork_into_a_session_id_used_before_gets_keys_of_its_own(tmp_path: Path) -> None:
     store = af.SQLiteStore(tmp_path / "s.db")
     keys = []
