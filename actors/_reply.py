@@ -50,6 +50,22 @@ class Raised:
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (an answer from another process) without calling the error's
+        ``__init__``: pickle's own way calls it with ``args``, which fails for an
+        exception whose ``__init__`` takes other parameters (``PaymentDeclined(order,
+        reason)``), and the answer would be lost. The type, ``args`` and attributes
+        travel (the results of its effects among them: see ``runtime._effects``)."""
+        error = self.error
+        return (_raised, (type(error), error.args, dict(vars(error))))
+
+
+def _raised(cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any]) -> Raised:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    vars(error).update(attrs)
+    return Raised(error)
+
 
 class ReplyFuture(pykka.Future[Any]):
     """A pykka future that waits on one lock and can call back when it completes.

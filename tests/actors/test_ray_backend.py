@@ -281,25 +281,39 @@ def charge(n: int) -> int:
     return n * 100
 
 
+class PaymentDeclined(Exception):
+    """An exception whose ``__init__`` does not take its message (pickle's own way
+    to rebuild it would fail)."""
+
+    def __init__(self, order: int, reason: str) -> None:
+        super().__init__(f"order {order} declined: {reason}")
+        self.order = order
+
+
 class ChargeThenFail(af.Executor):
     @af.handler
     def on_work(self, work: Work, ctx: af.Context[None]) -> None:
         ctx.effect(charge, work.n, key="charge")
-        raise RuntimeError("the connection dropped after the charge")
+        if work.n == 3:
+            raise RuntimeError("the connection dropped after the charge")
+        raise PaymentDeclined(work.n, "card expired")
 
 
+@pytest.mark.parametrize(("order", "error"), [(3, RuntimeError), (4, PaymentDeclined)])
 def test_a_failed_superstep_records_its_effect_results_from_any_process(
-    backend: af.ActorBackend, tmp_path: Path
+    backend: af.ActorBackend, tmp_path: Path, order: int, error: type[Exception]
 ) -> None:
     """The results of a handler's effects travel back with its failure (pickled, from
-    a worker process), and the run's halt cut records them."""
+    a worker process, whatever the exception's ``__init__`` takes), and the run's halt
+    cut records them."""
     wf = af.WorkflowBuilder("charge", start=ChargeThenFail("c")).build(backend=backend)
     with af.SQLiteStore(tmp_path / "s.db") as store:
-        with wf, wf.session("s", store=store) as s, pytest.raises(af.ExecutorFailed):
-            s.run(Work(3))
+        with wf, wf.session("s", store=store) as s, pytest.raises(af.ExecutorFailed) as failed:
+            s.run(Work(order))
         [halt] = [cp for cp in store.list(session="s") if cp.kind is CheckpointKind.HALT]
+    assert type(failed.value.__cause__) is error, repr(failed.value.__cause__)
     [(executor, superstep, name, n, result)] = decode_runtime(halt.runtime)["effects"]
-    assert (executor, superstep, name, n, decode(result)) == ("c", 1, "charge", 0, 300)
+    assert (executor, superstep, name, n, decode(result)) == ("c", 1, "charge", 0, order * 100)
 
 
 def _leaf(backend: af.ActorBackend | None = None) -> af.Workflow:
