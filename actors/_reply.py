@@ -15,6 +15,7 @@ ten actors ~270 us instead of ~430 us. Semantics are pykka's: ``ask``, ``tell``,
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import sys
 import threading
@@ -51,18 +52,46 @@ class Raised:
         self.error = error
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (an answer from another process) without calling the error's
-        ``__init__``: pickle's own way calls it with ``args``, which fails for an
-        exception whose ``__init__`` takes other parameters (``PaymentDeclined(order,
-        reason)``), and the answer would be lost. The type, ``args`` and attributes
-        travel (the results of its effects among them: see ``runtime._effects``)."""
+        """Pickled (an answer from another process) so that the error always arrives.
+
+        Pickle's own way rebuilds an exception by calling it with ``args``, which fails
+        for one whose ``__init__`` or ``__new__`` takes other parameters
+        (``PaymentDeclined(order, reason)``), and the answer would be lost. Here the
+        type, ``args`` and attributes travel (the results of its effects among them: see
+        ``runtime._effects``) and the error is rebuilt without calling ``__init__``.
+        What does not pickle is left out: an attribute (a lock, say) is dropped, and
+        ``args`` that do not pickle become the error's message."""
         error = self.error
-        return (_raised, (type(error), error.args, dict(vars(error))))
+        args: tuple[Any, ...] = error.args
+        if not _pickles(args):
+            args = (str(error),)
+        attrs = {name: value for name, value in vars(error).items() if _pickles(value)}
+        return (_raised, (type(error), args, attrs, f"{type(error).__qualname__}: {error}"))
 
 
-def _raised(cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any]) -> Raised:
-    error = cls.__new__(cls, *args)
-    error.args = args
+def _pickles(value: object) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any failure means: not this value
+        return False
+    return True
+
+
+def _raised(
+    cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any], said: str
+) -> Raised:
+    """The error of :meth:`Raised.__reduce__`, rebuilt; if its type cannot be made
+    without its own constructor, a ``RuntimeError`` saying what it was (the
+    attributes, and so the results of its effects, still go with it)."""
+    error: BaseException
+    try:
+        error = cls.__new__(cls, *args)
+    except Exception:  # noqa: BLE001 - a __new__ of its own: made without it
+        try:
+            error = BaseException.__new__(cls)
+        except Exception:  # noqa: BLE001 - a type that must be made its own way
+            error, args = RuntimeError(said), (said,)
+    object.__setattr__(error, "args", args)  # (past a __setattr__ of its own: frozen, say)
     vars(error).update(attrs)
     return Raised(error)
 

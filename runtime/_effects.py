@@ -69,9 +69,13 @@ pickling: an exception's ``__dict__`` travels with it from a host in another pro
 
 
 def carry(error: BaseException, made: list[list[Any]]) -> None:
-    """Attach ``made`` (``[name, n, result]`` each) to the exception a step failed with."""
+    """Attach ``made`` (``[name, n, result]`` each) to the exception a step failed with.
+
+    Written into its ``__dict__`` directly: an exception may refuse attributes (a
+    frozen dataclass, its own ``__setattr__``), and the handler's error must reach the
+    supervisor as it was raised."""
     if made:
-        setattr(error, _CARRIED, list(made))
+        vars(error)[_CARRIED] = list(made)
 
 
 def carried(error: BaseException) -> list[list[Any]]:

@@ -1,9 +1,10 @@
 """Replaying stored sessions against the current code (``actorflow replay``).
 
-Each run a store holds starts at an ``entry`` cut (its input queued) or a
-``response`` cut (answers queued). A replay copies that cut and its blobs into a
-scratch :class:`~actorflow.storage.MemoryStore`, resumes it with the current
-workflow, and runs it to idle with every effect answered from the results the
+Each run a store holds starts at an ``entry`` cut (its input queued), a
+``response`` cut (answers queued), or a ``halt`` the session went on from. A
+replay copies that cut and its blobs into a scratch
+:class:`~actorflow.storage.MemoryStore`, resumes it with the current workflow, and
+runs it to idle (or as far as a stopped run went) with every effect answered from the results the
 stored run journaled (the hosts' step requests carry them, see ``_effects``):
 nothing is called, no ``ctx.sql`` statement is committed, and the stored store is
 only read. Every later cut of the stored run (along its lineage, each child the
@@ -148,14 +149,18 @@ def replay(
 
 
 def _runs(cuts: list[Checkpoint]) -> list[tuple[Checkpoint, list[Checkpoint]]]:
-    """Each run of a session: its starting cut and the cuts it wrote after, in order."""
+    """Each run of a session: its starting cut and the cuts it wrote after, in order.
+
+    A run starts at an ``entry`` or ``response`` cut, or at a ``halt``: a session that
+    goes on after a failure or a stop without new input (``session.run()``) writes its
+    next cuts after the halt, with no start cut of their own."""
     children: dict[str, list[Checkpoint]] = {}
     for cp in cuts:  # oldest first: the earliest child leads
         if cp.parent_id is not None:
             children.setdefault(cp.parent_id, []).append(cp)
     runs = []
     for start in cuts:
-        if start.kind not in _STARTS:
+        if start.kind not in _STARTS and start.kind is not CheckpointKind.HALT:
             continue
         chain: list[Checkpoint] = []
         here = start
@@ -192,6 +197,9 @@ def _replay_run(
     for cp in chain:
         for executor, superstep, name, n, result in decode_runtime(cp.runtime).get("effects", []):
             recorded.setdefault((executor, superstep), []).append([name, n, result])
+    stop = _stopped_after(start, chain[-1])
+    if stop == 0:  # stopped before its first superstep: nothing ran, nothing to compare
+        return None
     failure: ActorflowError | None = None
     try:
         with workflow.resume(scratch, session=session) as replaying:
@@ -199,7 +207,7 @@ def _replay_run(
             for executor in workflow.executor_ids:
                 replaying.wrap_host(executor, journal.host)
             try:
-                replaying.run(max_supersteps=_stopped_after(start, chain[-1]))
+                replaying.run(max_supersteps=stop)
             except RunFailed as exc:
                 failure = exc
     except CheckpointError as exc:
@@ -292,8 +300,7 @@ def _stopped_after(start: Checkpoint, last: Checkpoint) -> int | None:
     or at its ``max_supersteps``): the replay stops there too. None: to idle."""
     if last.kind is not CheckpointKind.HALT or not _stopped(_failure_of(last)):
         return None
-    ran = last.superstep - start.superstep
-    return ran if ran >= 1 else None
+    return last.superstep - start.superstep
 
 
 def _stopped(failure: RunFailedEvent | None) -> bool:

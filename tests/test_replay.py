@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import threading
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -298,6 +299,69 @@ def test_runs_stopped_by_a_cancel_or_the_superstep_limit_replay_identically() ->
         report = replay(store, wf)
     assert report.identical, str(report)
     assert report.runs == 2
+
+
+def test_runs_after_a_halt_without_new_input_are_replayed_too() -> None:
+    """A session that goes on after a stop (``run()`` with no input) writes its cuts
+    after the halt: they are a run of their own, compared like any other."""
+
+    def build(factor: int) -> af.Workflow:
+        class Loop(af.Executor):
+            __actorflow_name__ = "tests.Loop"
+
+            @af.handler
+            def on_n(self, n: int, ctx: af.Context[int]) -> None:
+                if n < 4:
+                    ctx.send(n + 1)
+                else:
+                    ctx.output(n * factor)
+
+        loop = Loop("loop")
+        return af.WorkflowBuilder("loop", start=loop).add_edge(loop, loop).build()
+
+    store = af.MemoryStore()
+    with build(1) as wf:
+        with wf.session("s", store=store) as s, pytest.raises(af.SuperstepLimitExceeded):
+            s.run(0, max_supersteps=2)
+        with wf.resume(store, session="s") as s:
+            assert s.run().outputs == [4]
+    with build(1) as wf:
+        same = replay(store, wf)
+    with build(1000) as wf:
+        changed = replay(store, wf)
+    assert same.identical and same.runs == 2, str(same)
+    [found] = changed.divergences
+    assert (found.kind, found.old, found.new) == ("output", 4, 4000), found
+
+
+def test_a_run_cancelled_in_its_first_superstep_replays_identically() -> None:
+    release = threading.Event()
+    running: list[af.Session] = []
+
+    class Slow(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[int]) -> None:
+            if running:
+                running.pop().cancel()
+                release.wait(30)  # still in the handler when the barrier gives up on it
+            if n < 3:
+                ctx.send(n + 1)
+
+    def build() -> af.Workflow:
+        slow = Slow("slow")
+        return af.WorkflowBuilder("slow", start=slow).add_edge(slow, slow).build()
+
+    store = af.MemoryStore()
+    try:
+        with build() as wf, wf.session("s", store=store) as s:
+            running.append(s)
+            assert s.run(1).status is af.RunStatus.CANCELLED
+    finally:
+        release.set()
+    assert [cp.kind.value for cp in store.list(session="s")] == ["entry", "halt"]
+    with build() as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
 
 
 _CLI_WORKFLOW: list[Callable[[], af.Workflow]] = []

@@ -404,8 +404,11 @@ class Restored:
         """``later``, a cut of the session written after this one at the same barrier
         (its ``halt``, when this is the cut before the run failed): the results it
         recorded of the superstep that failed count for this resume too."""
-        if later.superstep == self.checkpoint.superstep and later.id != self.checkpoint.id:
-            self._attempted += decode_runtime(later.runtime).get("effects", [])
+        if later.superstep != self.checkpoint.superstep or later.id == self.checkpoint.id:
+            return
+        extra = decode_runtime(later.runtime)
+        if Lineage.of(extra) == Lineage.of(self.extra):  # (a time-travel branch: its own keys)
+            self._attempted += extra.get("effects", [])
 
     def failed_attempt(self) -> FailedAttempt | None:
         """The effect results of the superstep after this cut, when a run failed in

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,16 +291,31 @@ class PaymentDeclined(Exception):
         self.order = order
 
 
+class Unportable(Exception):
+    """Made by keyword only, and holding what no pickle takes."""
+
+    def __new__(cls, *, order: int) -> Unportable:
+        return super().__new__(cls)
+
+    def __init__(self, *, order: int) -> None:
+        super().__init__(f"order {order}: the lock was held")
+        self.lock = threading.Lock()
+
+
 class ChargeThenFail(af.Executor):
     @af.handler
     def on_work(self, work: Work, ctx: af.Context[None]) -> None:
         ctx.effect(charge, work.n, key="charge")
         if work.n == 3:
             raise RuntimeError("the connection dropped after the charge")
-        raise PaymentDeclined(work.n, "card expired")
+        if work.n == 4:
+            raise PaymentDeclined(work.n, "card expired")
+        raise Unportable(order=work.n)
 
 
-@pytest.mark.parametrize(("order", "error"), [(3, RuntimeError), (4, PaymentDeclined)])
+@pytest.mark.parametrize(
+    ("order", "error"), [(3, RuntimeError), (4, PaymentDeclined), (5, Unportable)]
+)
 def test_a_failed_superstep_records_its_effect_results_from_any_process(
     backend: af.ActorBackend, tmp_path: Path, order: int, error: type[Exception]
 ) -> None:

@@ -809,6 +809,54 @@ def test_a_resume_of_the_cut_before_the_halt_gets_the_results_too(tmp_path: Path
     store.close()
 
 
+def test_a_time_travel_branch_that_failed_hands_nothing_to_the_lineage_it_left(
+    tmp_path: Path,
+) -> None:
+    """A branch (resumed from an older cut) charges and fails: its halt's parent is that
+    cut. Resuming the cut again is another lineage, with its own key: it calls anew."""
+    store = af.SQLiteStore(tmp_path / "s.db")
+    with _payments() as wf, wf.session("s", store=store) as s:
+        first = s.run(1).outputs[0][2]
+    [entry] = [cp for cp in store.list(session="s") if cp.kind.value == "entry"]
+    FAILURES.append("pay")
+    with (
+        _payments() as wf,
+        wf.resume(store, session="s", checkpoint_id=entry.id) as branch,
+        pytest.raises(af.ExecutorFailed),
+    ):
+        branch.run()
+    with _payments() as wf, wf.resume(store, session="s", checkpoint_id=entry.id) as again:
+        [(order, _tags, key)] = again.run().outputs
+    assert order == 1 and key == first  # the cut's own lineage (the branch's head is its child)
+    assert CALLS.made == [1, 1, 1]  # the first run, the branch, and this one: not handed
+    store.close()
+
+
+def test_an_exception_that_refuses_attributes_still_carries_the_results(tmp_path: Path) -> None:
+    @dataclass(frozen=True)
+    class Declined(Exception):
+        order: int
+
+    class Strict(af.Executor):
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[None]) -> None:
+            ctx.effect(CALLS, order, key="charge")
+            raise Declined(order)
+
+    store = af.SQLiteStore(tmp_path / "s.db")
+    workflow = af.WorkflowBuilder("strict", start=Strict("pay")).build()
+    with (
+        workflow as wf,
+        wf.session("s", store=store) as s,
+        pytest.raises(af.ExecutorFailed) as failed,
+    ):
+        s.run(8)
+    assert failed.value.__cause__ == Declined(8)  # the handler's own error, as raised
+    [halt] = [cp for cp in store.list(session="s") if cp.kind.value == "halt"]
+    assert [e[:4] for e in decode_runtime(halt.runtime)["effects"]] == [["pay", 1, "charge", 0]]
+    store.close()
+
+
 def test_a_failed_halt_write_leaves_no_result_recorded_twice() -> None:
     class RefusesHalts(af.MemoryStore):
         refused = False
