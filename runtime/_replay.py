@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actorflow.actors import HostedFactory, HostRef, decode_state
+from actorflow.actors import HostedFactory, HostRef, decode, decode_state
 from actorflow.errors import (
     ActorflowError,
     CheckpointError,
@@ -65,8 +65,10 @@ class Divergence:
     """The superstep whose cut differs (for ``graph``: the stored cut's)."""
     kind: str
     """``state`` (an attribute's value), ``output``, ``graph`` (the workflow's graph
-    changed), ``effect`` (an effect the stored run did not make), ``end`` (the replay
-    stopped, or went on, where the stored run did not) or ``error``."""
+    changed), ``effect`` (an effect the stored run did not make), ``request`` (a
+    request pending after one run and not the other, or asked otherwise: ``attribute``
+    is its id), ``end`` (the replay stopped, or went on, where the stored run did not)
+    or ``error``."""
     executor: str | None = None
     attribute: str | None = None
     old: Any = None
@@ -224,12 +226,13 @@ def _replay_run(
             attribute=unrecorded.effect,
             detail=str(unrecorded),
         )
-    replayed = {(cp.kind, cp.superstep): cp for cp in scratch.list(session=session)}
-    outputs = (_outputs(chain), _outputs(scratch.list(session=session)))
+    written = [cp for cp in scratch.list(session=session) if cp.kind is not CheckpointKind.PARTIAL]
+    replayed = {(cp.kind, cp.superstep): cp for cp in written}
+    outputs = (_outputs(chain), _outputs(written))
     for cp in chain:
         mine = replayed.get((cp.kind, cp.superstep))
         if mine is None:
-            return _ended(session, cp, failure)
+            return _ended(session, cp, failure, written[-1].superstep)
         found = _compare(store, workflow, cp, scratch, mine)
         if found is not None:
             return found
@@ -239,12 +242,11 @@ def _replay_run(
         found = _compare_failures(session, cp, mine)
         if found is not None:
             return found
+        found = _compare_requests(session, cp, mine)
+        if found is not None:
+            return found
     last = chain[-1]
-    extra = [
-        cp
-        for cp in scratch.list(session=session)
-        if cp.superstep > last.superstep and cp.kind is not CheckpointKind.PARTIAL
-    ]
+    extra = [cp for cp in written if cp.superstep > last.superstep]
     if last.kind in (CheckpointKind.FINAL, CheckpointKind.HALT) and extra:
         return Divergence(
             session,
@@ -269,9 +271,10 @@ def _unrecorded(failure: BaseException | None) -> EffectNotRecorded | None:
     return None
 
 
-def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Divergence:
+def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None, went: int) -> Divergence:
     """The replay wrote no cut like the stored ``cp``: it ended, or failed, before it,
-    or (``cp`` the halt of a failed run) it did not fail there."""
+    it went on past it (its last cut at superstep ``went``), or (``cp`` the halt of a
+    failed run) it did not fail there."""
     stored = _failure_of(cp)
     if failure is None and stored is not None:
         return Divergence(
@@ -284,7 +287,12 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Dive
             f"({stored.error_type} in {stored.executor!r}: {stored.error}); the replay did "
             "not fail there",
         )
-    how = "ended before it" if failure is None else f"failed before it ({failure})"
+    if failure is not None:
+        how = f"failed before it ({failure})"
+    elif went > cp.superstep:
+        how = f"did not end there: it went on to superstep {went}"
+    else:
+        how = "ended before it"
     return Divergence(
         session,
         cp.superstep,
@@ -292,6 +300,42 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None) -> Dive
         old=cp.kind.value,
         detail=f"the stored run wrote a {cp.kind.value} cut after superstep {cp.superstep}; "
         f"the replay {how}",
+    )
+
+
+def _compare_requests(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:
+    """The first request pending at one cut and not at the other, or asked otherwise
+    (another executor, value or answer type)."""
+    old = decode_runtime(stored.runtime)["pending"]
+    new = decode_runtime(mine.runtime)["pending"]
+    if old == new:
+        return None
+    request_id = min(i for i in set(old) | set(new) if old.get(i) != new.get(i))
+    before, after = old.get(request_id), new.get(request_id)
+
+    def value(entry: list[Any] | None) -> Any:
+        if entry is None:
+            return None
+        try:
+            return decode(entry[1])
+        except ActorflowError:  # a type the current code no longer has: its bytes
+            return entry[1]
+
+    def asked(entry: list[Any] | None) -> str:
+        if entry is None:
+            return "not asked"
+        return f"asked by {entry[0]!r}: {_show(value(entry))} (answered with {entry[2]})"
+
+    return Divergence(
+        session,
+        stored.superstep,
+        "request",
+        executor=(after or before or [None])[0],
+        attribute=request_id,
+        old=value(before),
+        new=value(after),
+        detail=f"request {request_id!r} pending after superstep {stored.superstep}: "
+        f"{asked(before)} in the stored run, {asked(after)} in the replay",
     )
 
 

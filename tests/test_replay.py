@@ -364,6 +364,60 @@ def test_a_run_cancelled_in_its_first_superstep_replays_identically() -> None:
     assert report.identical, str(report)
 
 
+def test_a_request_no_longer_asked_is_reported() -> None:
+    def build(asks: bool) -> af.Workflow:
+        class Approvals(af.Executor):
+            __actorflow_name__ = "tests.Approvals"
+
+            @af.handler
+            def on_cents(self, cents: int, ctx: af.Context[None]) -> None:
+                if asks:
+                    ctx.request(cents, bool)
+
+            @af.response_handler
+            def on_decision(self, cents: int, ok: bool, ctx: af.Context[None]) -> None:
+                ctx.output(f"{cents}:{ok}")
+
+        return af.WorkflowBuilder("exp", start=Approvals("approvals")).build()
+
+    store = af.MemoryStore()
+    with build(True) as wf, wf.session("s", store=store) as s:
+        [pending] = s.run(250).pending_requests
+        assert s.respond({pending.request_id: True}).outputs == ["250:True"]
+    with build(False) as wf:  # no longer asks for approval
+        report = replay(store, wf)
+    [found] = report.divergences
+    assert (found.kind, found.attribute, found.old, found.new) == (
+        "request",
+        "approvals:1:0",
+        250,
+        None,
+    )
+    assert "not asked in the replay" in found.detail
+
+
+def test_a_run_that_goes_on_past_the_stored_end_says_so() -> None:
+    def build(limit: int) -> af.Workflow:
+        class Loop(af.Executor):
+            __actorflow_name__ = "tests.Loop"
+
+            @af.handler
+            def on_n(self, n: int, ctx: af.Context[int]) -> None:
+                if n < limit:
+                    ctx.send(n + 1)
+
+        loop = Loop("loop")
+        return af.WorkflowBuilder("loop", start=loop).add_edge(loop, loop).build()
+
+    store = af.MemoryStore()
+    with build(3) as wf, wf.session("s", store=store) as s:
+        s.run(0)
+    with build(4) as wf:
+        report = replay(store, wf)
+    [found] = report.divergences
+    assert found.kind == "end" and "went on to superstep 5" in found.detail, found.detail
+
+
 _CLI_WORKFLOW: list[Callable[[], af.Workflow]] = []
 
 
