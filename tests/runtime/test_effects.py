@@ -603,6 +603,15 @@ def test_effects_from_a_context_made_outside_a_superstep_name_the_executor() -> 
 # --- a superstep that fails for good -------------------------------------------------
 
 
+def _fails_for_good(workflow: af.Workflow, path: Path, *given: int) -> None:
+    """Run ``given`` (an input; none: resume the session and go on) in session ``s`` of
+    the SQLite store at ``path``, and expect the run to fail for good."""
+    with workflow as wf, af.SQLiteStore(path) as store:
+        opened = wf.session("s", store=store) if given else wf.resume(store, session="s")
+        with opened as s, pytest.raises(af.ExecutorFailed):
+            s.run(*given)
+
+
 def test_a_run_that_fails_after_an_effect_records_its_result_with_the_halt(
     tmp_path: Path,
 ) -> None:
@@ -639,13 +648,7 @@ def test_a_session_resumed_after_a_failure_gets_the_effect_result_without_callin
     workflow: new hosts, nothing remembered) runs it again without calling again."""
     path = tmp_path / "s.db"
     FAILURES.append("pay")
-    with (
-        _payments() as wf,
-        af.SQLiteStore(path) as store,
-        wf.session("s", store=store) as s,
-        pytest.raises(af.ExecutorFailed),
-    ):
-        s.run(6)
+    _fails_for_good(_payments(), path, 6)
     with _payments() as wf, af.SQLiteStore(path) as store, wf.resume(store, session="s") as s:
         result = s.run()
     assert CALLS.made == [6]
@@ -691,13 +694,7 @@ def test_a_failed_superstep_records_the_effects_of_the_executors_that_completed_
     builder, charged = _siblings(failing)
     path = tmp_path / "s.db"
     FAILURES.append(failing)
-    with (
-        builder.build() as wf,
-        af.SQLiteStore(path) as store,
-        wf.session("s", store=store) as s,
-        pytest.raises(af.ExecutorFailed),
-    ):
-        s.run(1)
+    _fails_for_good(builder.build(), path, 1)
     assert sorted(charged) == ["b", "z"]
     with af.SQLiteStore(path) as store, builder.build() as wf:
         FAILURES.append(failing)
@@ -741,21 +738,9 @@ def test_results_of_every_attempt_survive_a_last_attempt_that_failed_before_its_
     path = tmp_path / "s.db"
     FAILURES.append("pay")
     before.extend([False, True])  # the restart fails before the charge: the policy gives up
-    with (
-        build() as wf,
-        af.SQLiteStore(path) as store,
-        wf.session("s", store=store) as s,
-        pytest.raises(af.ExecutorFailed),
-    ):
-        s.run(4)
+    _fails_for_good(build(), path, 4)
     before.extend([True, True])  # a resume elsewhere fails before the charge twice
-    with (
-        build() as wf,
-        af.SQLiteStore(path) as store,
-        wf.resume(store, session="s") as s,
-        pytest.raises(af.ExecutorFailed),
-    ):
-        s.run()
+    _fails_for_good(build(), path)
     with build() as wf, af.SQLiteStore(path) as store, wf.resume(store, session="s") as s:
         assert s.run().outputs == [40]
     assert charged == [4]
