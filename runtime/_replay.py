@@ -360,11 +360,14 @@ def _compare_failures(session: str, stored: Checkpoint, mine: Checkpoint) -> Div
     old, new = _failure_of(stored), _failure_of(mine)
     if _stopped(old) and _stopped(new):
         return None
-    if old is None or new is None:
-        return None if old is new else _halted_otherwise(session, stored, old, new)
-    if (old.executor, old.error_type) == (new.executor, new.error_type):
+    if _why(old) == _why(new):
         return None
     return _halted_otherwise(session, stored, old, new)
+
+
+def _why(failure: RunFailedEvent | None) -> tuple[str | None, str] | None:
+    """What two halts' failures are compared by: the executor and the exception type."""
+    return None if failure is None else (failure.executor, failure.error_type)
 
 
 def _halted_otherwise(
