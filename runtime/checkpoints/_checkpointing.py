@@ -429,11 +429,11 @@ class FailedAttempt(NamedTuple):
     """What a failed superstep's attempt got from its effects, recorded with its halt."""
 
     scope: str
-    """The session id and lineage tag it ran in: its results are the answers to the
-    same keys only in that scope (a fork or another session calls again)."""
+    """The effect scope it ran in (session id, origin, lineage tag): its results answer
+    the same keys only in that scope (a fork or another session calls again)."""
     superstep: int
     results: dict[str, list[list[Any]]]
-    """Executor -> ``[name, n, result]`` of each effect its last attempt got."""
+    """Executor -> ``[name, n, result]`` of each effect its attempts got."""
 
 
 def load_for_resume(
