@@ -279,9 +279,11 @@ class _NestedEffects:
 
     Inner effect keys are scoped by the parent's scope (two parent sessions never
     share one); the inner run's results are recorded with the parent's superstep,
-    named ``<sub-workflow>/<executor>@<inner superstep>/<name>``; and when the parent
-    is replayed, the inner run gets those recorded results, so a replay calls nothing
-    inside a sub-workflow either. ``ctx.sql`` is refused inside (the inner run's store
+    named ``<sub-workflow>/<executor>@<inner superstep>/<name>`` (an inner run that
+    failed too: its halt holds them); when the parent is replayed, the inner run gets
+    those recorded results, so a replay calls nothing inside a sub-workflow either; and
+    when the parent's superstep runs again (a restart, a resume), the inner run is
+    handed the results the parent remembers, so nothing is called twice. ``ctx.sql`` is refused inside (the inner run's store
     is private to the delivery).
     """
 
