@@ -301,23 +301,30 @@ def test_runs_stopped_by_a_cancel_or_the_superstep_limit_replay_identically() ->
     assert report.runs == 2
 
 
+def _counting_loop(limit: int, factor: int | None = None) -> af.Workflow:
+    """One executor sending ``n + 1`` to itself up to ``limit``; there it outputs
+    ``limit * factor`` (nothing without a factor)."""
+
+    class Loop(af.Executor):
+        __actorflow_name__ = "tests.Loop"
+
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[int]) -> None:
+            if n < limit:
+                ctx.send(n + 1)
+            elif factor is not None:
+                ctx.output(n * factor)
+
+    loop = Loop("loop")
+    return af.WorkflowBuilder("loop", start=loop).add_edge(loop, loop).build()
+
+
 def test_runs_after_a_halt_without_new_input_are_replayed_too() -> None:
     """A session that goes on after a stop (``run()`` with no input) writes its cuts
     after the halt: they are a run of their own, compared like any other."""
 
     def build(factor: int) -> af.Workflow:
-        class Loop(af.Executor):
-            __actorflow_name__ = "tests.Loop"
-
-            @af.handler
-            def on_n(self, n: int, ctx: af.Context[int]) -> None:
-                if n < 4:
-                    ctx.send(n + 1)
-                else:
-                    ctx.output(n * factor)
-
-        loop = Loop("loop")
-        return af.WorkflowBuilder("loop", start=loop).add_edge(loop, loop).build()
+        return _counting_loop(4, factor)
 
     store = af.MemoryStore()
     with build(1) as wf:
@@ -398,16 +405,7 @@ def test_a_request_no_longer_asked_is_reported() -> None:
 
 def test_a_run_that_goes_on_past_the_stored_end_says_so() -> None:
     def build(limit: int) -> af.Workflow:
-        class Loop(af.Executor):
-            __actorflow_name__ = "tests.Loop"
-
-            @af.handler
-            def on_n(self, n: int, ctx: af.Context[int]) -> None:
-                if n < limit:
-                    ctx.send(n + 1)
-
-        loop = Loop("loop")
-        return af.WorkflowBuilder("loop", start=loop).add_edge(loop, loop).build()
+        return _counting_loop(limit)
 
     store = af.MemoryStore()
     with build(3) as wf, wf.session("s", store=store) as s:
