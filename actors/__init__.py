@@ -22,7 +22,7 @@ from ._backend import (
     group_wait,
 )
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
-from ._reply import LeanActor, ReplyFuture, ReplyTimeout
+from ._reply import LeanActor, ReplyFuture, ReplyTimeout, rebuilt_error
 from .codec import (
     check_state,
     decode,
@@ -73,6 +73,7 @@ __all__ = [
     "is_registered",
     "main_module_name",
     "message",
+    "rebuilt_error",
     "stable_name",
     "state_names",
     "to_json",

@@ -26,7 +26,7 @@ from typing import Any
 
 import pykka
 
-__all__ = ["LeanActor", "Raised", "ReplyFuture", "ReplyTimeout"]
+__all__ = ["LeanActor", "Raised", "ReplyFuture", "ReplyTimeout", "rebuilt_error"]
 
 _PENDING: Any = object()
 
@@ -80,9 +80,17 @@ def _pickles(value: object) -> bool:
 def _raised(
     cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any], said: str
 ) -> Raised:
-    """The error of :meth:`Raised.__reduce__`, rebuilt; if its type cannot be made
-    without its own constructor, a ``RuntimeError`` saying what it was (the
-    attributes, and so the results of its effects, still go with it)."""
+    """The error of :meth:`Raised.__reduce__`, rebuilt (see :func:`rebuilt_error`)."""
+    return Raised(rebuilt_error(cls, args, attrs, said))
+
+
+def rebuilt_error(
+    cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any], said: str
+) -> BaseException:
+    """An exception of type ``cls`` with ``args`` and attributes ``attrs``, made without
+    calling its ``__init__`` (which may take other parameters than its ``args``); if
+    the type cannot be made without its own constructor, a ``RuntimeError`` saying
+    ``said`` (the attributes still go with it)."""
     error: BaseException
     try:
         error = cls.__new__(cls, *args)
@@ -93,7 +101,7 @@ def _raised(
             error, args = RuntimeError(said), (said,)
     object.__setattr__(error, "args", args)  # (past a __setattr__ of its own: frozen, say)
     vars(error).update(attrs)
-    return Raised(error)
+    return error
 
 
 class ReplyFuture(pykka.Future[Any]):

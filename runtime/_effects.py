@@ -22,8 +22,12 @@ Results are looked up, in order, in:
   (``remembered``: the results a failed superstep's halt cut recorded, when a resume
   in another process runs it again): not called again.
 
-An effect that raises records nothing and uses up nothing: the handler's retry of it
-is the same effect (same occurrence, same key). An attempt that fails takes its
+An effect that raises uses up nothing: the handler's retry of it is the same effect
+(same occurrence, same key). Its raise is journaled as a pseudo-effect of its own
+(:func:`raised_name`: the exception's type, ``args`` and attributes, never its
+traceback), so a replay raises it again at the same call, where the stored run's
+handler caught it; it rides every path a result does (a failed attempt's, a halt's,
+a sub-workflow's) without a field of its own. An attempt that fails takes its
 results with its exception (:func:`carry`, all the host knows for the superstep), so
 the supervisor hands them to the next attempt (a fresh host too) and records a
 superstep that fails for good with them (see ``supervisor._attempts``).
@@ -38,10 +42,19 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from actorflow.actors import HostedFactory, HostFuture, HostProxy, HostRef, decode, encode
+from actorflow.actors import (
+    HostedFactory,
+    HostFuture,
+    HostProxy,
+    HostRef,
+    decode,
+    encode,
+    rebuilt_error,
+)
 from actorflow.errors import EffectNotRecorded, EncodeError, StatementRefused
 from actorflow.storage import SqlValue
 
@@ -57,6 +70,8 @@ __all__ = [
     "carried",
     "carry",
     "check_statement",
+    "raised_name",
+    "raised_place",
 ]
 
 EffectMemory = dict[tuple[str, int], bytes | EncodeError]
@@ -66,6 +81,62 @@ result, or why that could not be recorded (raised again, never called again)."""
 _CARRIED: Final = "_af_effects"
 """The attribute of a failed attempt's exception that holds its effects (it survives
 pickling: an exception's ``__dict__`` travels with it from a host in another process)."""
+
+
+_RAISED: Final = "\x00raised\x00"
+
+
+def raised_name(name: str, n: int) -> str:
+    """The name the raises of occurrence ``n`` of effect ``name`` are journaled under
+    (each raise its own occurrence of that name, in the order they happened)."""
+    return f"{name}{_RAISED}{n}"
+
+
+def raised_place(name: str) -> tuple[str, int] | None:
+    """The effect name and occurrence a journaled raise's name stands for; None for a
+    result's name."""
+    effect, marker, n = name.rpartition(_RAISED)
+    return (effect, int(n)) if marker and n.isdigit() else None
+
+
+_SAID: Final = 1000
+"""How much of a raised error's message a raise record keeps."""
+
+
+def _raise_record(error: Exception) -> bytes:
+    """What a replay needs to raise ``error`` again: its type's module and qualified
+    name, ``args`` and attributes (what does not encode is left out: ``args``
+    then become its message), and its message."""
+    cls = type(error)
+    args: tuple[Any, ...] = error.args if _encodes(error.args) else (str(error)[:_SAID],)
+    attrs = {
+        name: value
+        for name, value in getattr(error, "__dict__", {}).items()
+        if name != _CARRIED and _encodes(value)
+    }
+    said = f"{cls.__qualname__}: {error}"[:_SAID]
+    return encode([cls.__module__, cls.__qualname__, args, attrs, said])
+
+
+def _encodes(value: object) -> bool:
+    try:
+        encode(value)
+    except EncodeError:
+        return False
+    return True
+
+
+def _loaded_error_type(module: str, qualname: str) -> type[BaseException] | None:
+    """The exception class ``module.qualname`` of a module this process has loaded
+    (never imports: the names come from a store); None if there is none."""
+    found: object = sys.modules.get(module)
+    for part in qualname.split("."):
+        if found is None or part == "<locals>":
+            return None
+        found = getattr(found, part, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
+    return None
 
 
 def carry(error: BaseException, made: list[list[Any]]) -> None:
@@ -131,6 +202,7 @@ class EffectJournal:
 
     __slots__ = (
         "_counts",
+        "_raises",
         "dialect",
         "executor",
         "fencing",
@@ -170,6 +242,9 @@ class EffectJournal:
         self.statements: list[list[Any]] = []
         """``[sql, params]`` of each ``ctx.sql`` call, in call order."""
         self._counts: dict[str, int] = {}
+        self._raises: dict[tuple[str, int], int] = {}
+        """How many times each (name, n) raised in this attempt (or was raised again
+        from the record, in a replay)."""
 
     def key(self, name: str) -> str:
         """The idempotency key of the next effect named ``name``: the same on every attempt
@@ -184,7 +259,11 @@ class EffectJournal:
         n = self._counts.get(name, 0)
         found = self._find(name, n)
         if found is None:
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self._journal_raise(name, n, exc)
+                raise
             if inspect.isawaitable(result):
                 if inspect.iscoroutine(result):
                     result.close()  # never run: nothing was called
@@ -207,9 +286,13 @@ class EffectJournal:
         n = self._counts.get(name, 0)
         found = self._find(name, n)
         if found is None:
-            result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                self._journal_raise(name, n, exc)
+                raise
             found = self._record(name, n, result)
         self._counts[name] = n + 1
         return decode(found)
@@ -240,6 +323,7 @@ class EffectJournal:
         """The result of occurrence ``n`` of ``name`` if it was recorded or remembered;
         None when it must be called."""
         if self.recorded is not None:
+            self._raise_recorded(name, n)
             found = self.recorded.get((name, n))
             if found is None:
                 raise EffectNotRecorded(
@@ -260,6 +344,38 @@ class EffectJournal:
         if remembered is not None:
             self.made.append([name, n, remembered])
         return remembered
+
+    def _journal_raise(self, name: str, n: int, error: Exception) -> None:
+        """Journal that occurrence ``n`` of ``name`` raised ``error`` (see the module
+        docstring): under :func:`raised_name`, as that name's next occurrence."""
+        k = self._raises.get((name, n), 0)
+        self._raises[(name, n)] = k + 1
+        self.made.append([raised_name(name, n), k, _raise_record(error)])
+
+    def _raise_recorded(self, name: str, n: int) -> None:
+        """In a replay, raise what occurrence ``n`` of ``name`` raised next in the
+        stored run, if it raised again there; else return."""
+        assert self.recorded is not None
+        k = self._raises.get((name, n), 0)
+        place = (raised_name(name, n), k)
+        record = self.recorded.get(place)
+        if record is None:
+            return
+        self._raises[(name, n)] = k + 1
+        self.made.append([*place, record])
+        module, qualname, args, attrs, said = decode(record)
+        cls = _loaded_error_type(module, qualname)
+        if cls is None:
+            raise EffectNotRecorded(
+                f"executor {self.executor!r}: effect {name!r} (occurrence {n}) in superstep "
+                f"{self.superstep} raised {module}.{qualname} in the stored run ({said}), "
+                "which the replay cannot raise again: no loaded module has that class; "
+                "define the exception class at module level in a module the workflow imports",
+                executor=self.executor,
+                superstep=self.superstep,
+                effect=name,
+            )
+        raise rebuilt_error(cls, tuple(args), attrs, said)
 
     def _record(self, name: str, n: int, result: object) -> bytes:
         try:

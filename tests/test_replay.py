@@ -17,6 +17,7 @@ import pytest
 
 import actorflow as af
 from actorflow.cli import main
+from actorflow.cli._describe import describe_runtime
 from actorflow.testing import replay
 
 pytestmark = pytest.mark.timeout(120)
@@ -268,6 +269,142 @@ def test_a_run_that_failed_replays_identically_only_when_it_fails_the_same_way(
     ), found
     assert "ValueError" in found.detail and "KeyError" in found.detail
     assert CALLS == []
+
+
+class Declined(Exception):
+    """An API's refusal, built from other parameters than its message."""
+
+    def __init__(self, order: str, reason: str) -> None:
+        super().__init__(f"order {order} declined: {reason}")
+        self.order = order
+        self.reason = reason
+
+
+DECLINES: list[int] = []
+"""How many more calls of ``charge`` are declined (the test sets it)."""
+
+
+def charge(amount: int) -> str:
+    CALLS.append(amount)
+    if DECLINES and DECLINES[0] > 0:
+        DECLINES[0] -= 1
+        raise Declined(f"o{amount}", "insufficient funds")
+    return f"receipt {amount}"
+
+
+def _paying(catches: type[BaseException], retries: int) -> af.Workflow:
+    """Charges each amount; a decline is noted and tried again, ``retries`` times."""
+
+    class Pay(af.Executor):
+        __actorflow_name__ = "shop.Pay"
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.declined: list[str] = []
+
+        @af.handler
+        def on_amount(self, amount: int, ctx: af.Context[None]) -> None:
+            for _ in range(retries + 1):
+                try:
+                    ctx.output(ctx.effect(charge, amount))
+                    return
+                except catches as exc:
+                    self.declined.append(getattr(exc, "reason", str(exc)))
+            ctx.output("given up")
+
+    return af.WorkflowBuilder("pay", start=Pay("pay")).build()
+
+
+@pytest.mark.parametrize("declines", [1, 2, 5])
+def test_an_effect_that_raised_and_was_caught_replays_as_it_raised(declines: int) -> None:
+    """The stored run's raises are recorded: the replay raises them again, in order,
+    where they were raised (the same type, args and attributes), calling nothing."""
+    store = af.MemoryStore()
+    DECLINES[:] = [declines]
+    with _paying(Declined, retries=2) as wf, wf.session("s", store=store) as s:
+        first = s.run(7).outputs
+        second = s.run(8).outputs
+    assert first == (["given up"] if declines > 2 else ["receipt 7"])
+    assert second == ["receipt 8"]
+    CALLS.clear()
+    DECLINES[:] = [0]  # the outside world has changed since: the replay must not ask it
+    with _paying(Declined, retries=2) as wf:
+        report = replay(store, wf)
+    assert report.identical and report.runs == 2, str(report)
+    assert CALLS == []
+    [cut] = [cp for cp in store.list(session="s") if cp.kind.value == "step" and cp.superstep == 1]
+    shown = describe_runtime(cut.runtime)["effects"]
+    raised = [e for e in shown if "raised" in e]
+    assert len(raised) == min(declines, 3)  # each raise the handler caught, in order
+    assert raised[0] == {
+        "executor": "pay",
+        "superstep": 1,
+        "effect": "charge",
+        "n": 0,
+        "raised": "Declined: order o7 declined: insufficient funds",
+    }
+
+
+def test_a_raise_caught_inside_a_sub_workflow_replays_as_it_raised() -> None:
+    def build() -> tuple[af.Workflow, af.Workflow]:
+        inner = _paying(Declined, retries=1)
+        sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+        return af.WorkflowBuilder("outer", start=sub).build(), inner
+
+    store = af.MemoryStore()
+    DECLINES[:] = [1]
+    outer, inner = build()
+    with outer as wf, inner, wf.session("s", store=store) as s:
+        assert s.run(7).outputs == ["receipt 7"]
+    CALLS.clear()
+    outer, inner = build()
+    with outer as wf, inner:
+        report = replay(store, wf)
+    assert report.identical and report.runs == 1, str(report)
+    assert CALLS == []
+
+
+def test_code_that_no_longer_catches_a_recorded_raise_diverges() -> None:
+    store = af.MemoryStore()
+    DECLINES[:] = [1]
+    with _paying(Declined, retries=1) as wf, wf.session("s", store=store) as s:
+        assert s.run(7).outputs == ["receipt 7"]
+    CALLS.clear()
+    with _paying(KeyError, retries=1) as wf:
+        report = replay(store, wf)
+    [found] = report.divergences
+    assert found.kind == "error" and "Declined" in found.detail, found
+    assert CALLS == []
+
+
+def test_a_recorded_raise_of_a_type_the_code_no_longer_has_is_reported() -> None:
+    class Gone(Exception):
+        pass
+
+    def refuse() -> None:
+        raise Gone("no")
+
+    def build() -> af.Workflow:
+        class Ask(af.Executor):
+            __actorflow_name__ = "shop.Ask"
+
+            @af.handler
+            def on_item(self, item: int, ctx: af.Context[None]) -> None:
+                try:
+                    ctx.effect(refuse, key="refuse")
+                except Gone as exc:
+                    ctx.output(type(exc).__name__)
+
+        return af.WorkflowBuilder("ask", start=Ask("ask")).build()
+
+    store = af.MemoryStore()
+    with build() as wf, wf.session("s", store=store) as s:
+        assert s.run(1).outputs == ["Gone"]
+    with build() as wf:
+        report = replay(store, wf)
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.attribute) == ("effect", "ask", "refuse"), found
+    assert "Gone" in found.detail and "module level" in found.detail, found.detail
 
 
 def test_runs_stopped_by_a_cancel_or_the_superstep_limit_replay_identically() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from actorflow.actors import decode, decode_state
 from actorflow.errors import ActorflowError
-from actorflow.runtime import check_runtime_bytes
+from actorflow.runtime import check_runtime_bytes, raised_place
 from actorflow.storage import Checkpoint, CheckpointStore
 
 __all__ = ["describe_checkpoint", "describe_runtime"]
@@ -87,11 +87,29 @@ def describe_runtime(runtime: bytes) -> dict[str, Any]:
     described = {"superstep": body["superstep"], "inbox": inbox, "fan_in": fan_in}
     described["pending"] = pending
     if "effects" in body:  # journaled effect results this cut commits
-        described["effects"] = [
-            {"executor": e, "superstep": step, "effect": name, "n": n, "result": _value(result)}
-            for e, step, name, n, result in body["effects"]
-        ]
+        described["effects"] = [_effect(*entry) for entry in body["effects"]]
     return described
+
+
+def _effect(executor: str, superstep: int, name: str, n: int, result: bytes) -> dict[str, Any]:
+    """One journaled effect: its result, or (a raise the handler caught) what it raised."""
+    raised = raised_place(name)
+    if raised is None:
+        return {
+            "executor": executor,
+            "superstep": superstep,
+            "effect": name,
+            "n": n,
+            "result": _value(result),
+        }
+    said = _value(result)
+    return {
+        "executor": executor,
+        "superstep": superstep,
+        "effect": raised[0],
+        "n": raised[1],
+        "raised": said[-1] if type(said) is list and said else said,
+    }
 
 
 def _value(payload: Any) -> Any:
