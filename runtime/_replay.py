@@ -11,7 +11,8 @@ only read. Every later cut of the stored run (along its lineage, each child the
 earliest written) is then compared with the replay's cut of the same kind and
 superstep: each executor's state (digests first; decoded attribute by attribute
 where they differ, the stored state brought to the current ``state_version`` as a
-resume would) and the outputs of the run. The first difference of each session is
+resume would; a sub-workflow's by its inner executors' attributes) and the outputs of
+the run. The first difference of each session is
 reported; a graph that changed is reported as such.
 """
 
@@ -447,17 +448,33 @@ def _compare(
 
 
 def _nested_content(state: dict[str, Any]) -> dict[str, Any]:
-    """A sub-workflow's state with its nested record reduced to what the inner run
-    decided (superstep, kind, states, in-flight work): its id and times differ per run."""
+    """A sub-workflow's state as what its inner run decided, attribute by attribute:
+    ``<inner executor>.<attribute>`` for each inner executor's state (nested ones
+    likewise, their paths joined), and ``(inner run)`` for its superstep, kind and work
+    in flight. The nested record's id, times and lineage differ per run, and its
+    blobs are named by digest: neither says what differs."""
     record = state.get(NESTED_RECORD)
     if not isinstance(record, bytes):
         return state
-    nested = decode_checkpoint(record)
+    try:
+        nested = decode_checkpoint(record)
+    except ActorflowError:  # an inner executor's own attribute of that name
+        return state
+    blobs = {k: v for k, v in state.items() if k != NESTED_RECORD and type(v) is bytes}
+    content = {k: v for k, v in state.items() if k != NESTED_RECORD and k not in blobs}
     runtime = decode_runtime(nested.runtime)
     runtime.pop("lineage", None)
     runtime.pop("lineages", None)
-    content = (nested.superstep, nested.kind.value, nested.executors, runtime)
-    return {**state, NESTED_RECORD: content}
+    content["(inner run)"] = (nested.superstep, nested.kind.value, runtime)
+    for executor, digests in sorted(nested.executors.items()):
+        try:
+            inner = _nested_content(decode_state([blobs[d] for d in digests]))
+        except (KeyError, ActorflowError):  # a blob missing, or a type the code lacks
+            content[executor] = list(digests)
+            continue
+        for attribute, value in inner.items():
+            content[f"{executor}.{attribute}"] = value
+    return content
 
 
 def _outputs(cuts: Iterable[Checkpoint]) -> list[tuple[int, str, Any]]:

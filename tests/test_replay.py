@@ -364,6 +364,51 @@ def test_a_raise_caught_inside_a_sub_workflow_replays_as_it_raised() -> None:
     assert CALLS == []
 
 
+def _nested_twice(factor: int) -> tuple[af.Workflow, ...]:
+    """outer > top (sub-workflow) > mid > sub (sub-workflow) > inner: adds item x factor."""
+
+    class Inner(af.Executor):
+        __actorflow_name__ = "shop.Inner"
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.total = 0
+            self.checkpoint = b"an attribute of this name, not a nested record"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[None]) -> None:
+            self.total += item * factor
+            ctx.output(item)
+
+    inner = af.WorkflowBuilder("inner", start=Inner("inner")).build()
+    sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+    mid = af.WorkflowBuilder("mid", start=sub).build()
+    top = af.WorkflowExecutor(mid, "top", outputs="output")
+    return af.WorkflowBuilder("outer", start=top).build(), mid, inner
+
+
+def test_a_state_change_inside_nested_sub_workflows_names_the_inner_attribute() -> None:
+    store = af.MemoryStore()
+    outer, *inner = _nested_twice(1)
+    with outer as wf, inner[0], inner[1], wf.session("s", store=store) as s:
+        assert s.run(3).outputs == [3]
+    outer, *inner = _nested_twice(1)
+    with outer as wf, inner[0], inner[1]:
+        same = replay(store, wf)
+    outer, *inner = _nested_twice(2)
+    with outer as wf, inner[0], inner[1]:
+        other = replay(store, wf)
+    assert same.identical, str(same)
+    [found] = other.divergences
+    assert (found.kind, found.executor, found.attribute, found.old, found.new) == (
+        "state",
+        "top",
+        "sub.inner.total",
+        3,
+        6,
+    ), found
+
+
 def test_code_that_no_longer_catches_a_recorded_raise_diverges() -> None:
     store = af.MemoryStore()
     DECLINES[:] = [1]
