@@ -104,13 +104,13 @@ class Restarts:
         """Whether to restart ``executor`` after ``error``: (policy, attempt), or why not."""
         policy = self._overrides.get(executor, self._default)
         if policy is None or not restorable or not isinstance(error, policy.retry_on):
-            return "no restart policy covers this error"
+            return f"no restart policy covers {executor!r} for this error"
         tracker = self._trackers.setdefault(executor, RestartTracker(policy))
         attempt = tracker.allow(now)
         if attempt is None:
             return (
-                f"it was restarted {policy.max_restarts} time(s) within {policy.within_seconds} s "
-                "and the restart policy allows no more"
+                f"{executor!r} was restarted {policy.max_restarts} time(s) within "
+                f"{policy.within_seconds} s and the restart policy allows no more"
             )
         return policy, attempt
 

@@ -452,6 +452,38 @@ def test_a_recorded_raise_of_a_type_the_code_no_longer_has_is_reported() -> None
     assert "Gone" in found.detail and "module level" in found.detail, found.detail
 
 
+def test_a_sub_workflow_that_fails_otherwise_inside_diverges(tmp_path: Path) -> None:
+    def build(error: type[Exception]) -> tuple[af.Workflow, af.Workflow]:
+        inner = _failing(error)
+        sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+        return af.WorkflowBuilder("outer", start=sub).build(), inner
+
+    store = af.MemoryStore()
+    outer, inner = build(ValueError)
+    with (
+        outer as wf,
+        inner,
+        wf.session("s", store=store) as s,
+        pytest.raises(af.ExecutorFailed) as failed,
+    ):
+        s.run(30)
+    assert (failed.value.executor, failed.value.error_type) == ("sub", "ValueError")
+    reports = []
+    for error in (ValueError, KeyError):
+        outer, inner = build(error)
+        with outer as wf, inner:
+            reports.append(replay(store, wf))
+    same, other = reports
+    assert same.identical, str(same)
+    [found] = other.divergences
+    assert (found.kind, found.executor, found.old, found.new) == (
+        "error",
+        "sub",
+        "ValueError",
+        "KeyError",
+    ), found
+
+
 def test_runs_stopped_by_a_cancel_or_the_superstep_limit_replay_identically() -> None:
     """The replay stops where the stored run was stopped, instead of running on."""
     running: list[af.Session] = []

@@ -44,7 +44,7 @@ from ._barrier import Interrupted, Outcome, TimedOut, collect, wait_released
 from ._cuts import CutWriter, Parts
 from ._drops import report_drops
 from ._express import Chain
-from ._failures import StepFailure, qualname
+from ._failures import StepFailure, error_type_of, qualname
 from ._history import HistoryLog
 from ._hosts import Hosts, HostWrapper
 from ._job import Payload, RunJob
@@ -302,7 +302,7 @@ class Driver:
                     state.superstep,
                     time.time(),
                     getattr(exc, "executor", None),
-                    qualname(type(cause)),
+                    error_type_of(cause),
                     str(exc),
                 ),
                 write=not isinstance(exc, CheckpointWriteFailed),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import traceback
 
-__all__ = ["StepFailure", "qualname", "short_traceback"]
+from actorflow.errors import RunFailed
+
+__all__ = ["StepFailure", "error_type_of", "qualname", "short_traceback"]
 
 TRACEBACK_FRAMES = 6
 """Frames kept of a failure's traceback in the session's history (the innermost)."""
@@ -18,6 +20,16 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep
 def qualname(tp: type) -> str:
     """A type's name for events and messages (module-qualified unless builtin)."""
     return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+
+
+def error_type_of(error: BaseException) -> str:
+    """The qualified name of the exception type a handler's ``error`` stands for: its
+    own, or, when a run the handler ran failed (a sub-workflow's inner run), the type
+    that run failed with: the one a caller of the parent run wants to know."""
+    inner = getattr(error, "error_type", None)
+    if isinstance(error, RunFailed) and isinstance(inner, str) and inner:
+        return inner
+    return qualname(type(error))
 
 
 class StepFailure(Exception):

@@ -26,7 +26,7 @@ from actorflow.runtime._pace import unpaced
 from actorflow.runtime._policy import RestartPolicy, Restarts
 
 from ._barrier import TimedOut
-from ._failures import StepFailure, qualname, short_traceback
+from ._failures import StepFailure, error_type_of, qualname, short_traceback
 from ._hosts import Hosts
 from ._job import RunJob
 from ._last_good import LastGood
@@ -72,6 +72,7 @@ class Recovery:
             RunCancelled: the run was cancelled during the backoff.
         """
         target, error = failure.executor, failure.error
+        error_type = error_type_of(error)
         now = time.time()
         job.emit(
             ev.ExecutorFailedEvent(
@@ -79,7 +80,7 @@ class Recovery:
                 superstep,
                 now,
                 target,
-                qualname(type(error)),
+                error_type,
                 str(error),
                 short_traceback(error),
             )
@@ -92,11 +93,14 @@ class Recovery:
                 failed = _DroppedRunFailure
             elif isinstance(error, UnroutableMessage):
                 failed = _UnroutableRunFailure
+            said = f"{error_type}: {error}"
+            if error_type != qualname(type(error)):
+                said = f"a run it ran failed ({error})"
             raise failed(
                 f"executor {target!r} failed in superstep {superstep} of run {job.run_id}: "
-                f"{qualname(type(error))}: {error}; {decision}",
+                f"{said}; {decision}",
                 executor=target,
-                error_type=qualname(type(error)),
+                error_type=error_type,
                 run_id=job.run_id,
                 superstep=superstep,
             ) from error

@@ -475,3 +475,7 @@ def test_child_failing_past_every_policy_fails_the_parent_naming_both() -> None:
     assert info.value.executor == "sub"
     cause = info.value.__cause__
     assert isinstance(cause, af.ExecutorFailed) and cause.executor == "flaky"
+    # The original exception's type, and each policy's refusal once, naming its executor.
+    assert info.value.error_type == cause.error_type != "actorflow.errors.ExecutorFailed"
+    message = str(info.value)
+    assert "covers 'flaky'" in message and "covers 'sub'" in message, message
