@@ -1,7 +1,8 @@
 """Replaying stored sessions against the current code (``actorflow replay``).
 
 Each run a store holds starts at an ``entry`` cut (its input queued), a
-``response`` cut (answers queued), or a ``halt`` the session went on from. A
+``response`` cut (answers queued), a ``halt`` the session went on from, or (time
+travel, a fork into a new id) any cut a branch went on from (see ``_runs``). A
 replay copies that cut and its blobs into a scratch
 :class:`~actorflow.storage.MemoryStore`, resumes it with the current workflow, and
 runs it to idle (or as far as a stopped run went) with every effect answered from the results the
@@ -137,7 +138,7 @@ def replay(
                 )
             continue
         report.sessions += 1
-        for start, chain in _runs(cuts):
+        for start, chain in _runs(store, cuts):
             report.runs += 1
             found = _replay_run(store, workflow, start, chain, dialect)
             if found is not None:
@@ -151,33 +152,48 @@ def replay(
     return report
 
 
-def _runs(cuts: list[Checkpoint]) -> list[tuple[Checkpoint, list[Checkpoint]]]:
-    """Each run of a session: its starting cut and the cuts it wrote after, in order.
+def _runs(
+    store: CheckpointStore, cuts: list[Checkpoint]
+) -> list[tuple[Checkpoint, list[Checkpoint]]]:
+    """Each run of a session: the cut it started from and the cuts it wrote, in order.
 
     A run starts at an ``entry`` or ``response`` cut, or at a ``halt``: a session that
     goes on after a failure or a stop without new input (``session.run()``) writes its
-    next cuts after the halt, with no start cut of their own."""
+    next cuts after the halt, with no start cut of their own. It is followed along the
+    earliest child of each cut. A later child of any cut is a branch (time travel to
+    that cut), and a cut whose parent is another session's is a fork
+    (``as_session=``): each is a run from that parent."""
     children: dict[str, list[Checkpoint]] = {}
     for cp in cuts:  # oldest first: the earliest child leads
         if cp.parent_id is not None:
             children.setdefault(cp.parent_id, []).append(cp)
-    runs = []
-    for start in cuts:
-        if start.kind not in _STARTS and start.kind is not CheckpointKind.HALT:
-            continue
-        chain: list[Checkpoint] = []
-        here = start
-        while True:
-            following = [c for c in children.get(here.id, []) if c.kind not in _NOT_FOLLOWED]
-            if not following:
+
+    def following(cp: Checkpoint) -> list[Checkpoint]:
+        return [c for c in children.get(cp.id, []) if c.kind not in _NOT_FOLLOWED]
+
+    def chain(head: Checkpoint) -> list[Checkpoint]:
+        found = [head]
+        while found[-1].kind not in (CheckpointKind.FINAL, CheckpointKind.HALT):
+            after = following(found[-1])
+            if not after:
                 break
-            here = following[0]
-            chain.append(here)
-            if here.kind in (CheckpointKind.FINAL, CheckpointKind.HALT):
-                break
-        if chain:
-            runs.append((start, chain))
-    return runs
+            found.append(after[0])
+        return found
+
+    ours = {cp.id for cp in cuts}
+    order = {cp.id: index for index, cp in enumerate(cuts)}
+    runs: list[tuple[Checkpoint, Checkpoint]] = []
+    for cp in cuts:
+        heads = following(cp)
+        starts = cp.kind in _STARTS or cp.kind is CheckpointKind.HALT
+        runs += [(cp, head) for head in (heads if starts else heads[1:])]
+        if cp.parent_id is not None and cp.parent_id not in ours and cp.kind not in _NOT_FOLLOWED:
+            try:
+                runs.append((store.load(cp.parent_id), cp))
+            except CheckpointNotFound:  # the forked-from session is gone: nothing to start from
+                pass
+    runs.sort(key=lambda run: order[run[1].id])
+    return [(start, chain(head)) for start, head in runs]
 
 
 def _replay_run(
@@ -188,7 +204,7 @@ def _replay_run(
     dialect: str | None,
 ) -> Divergence | None:
     """Replay one run; its first divergence, or None."""
-    session = start.session
+    session = chain[0].session  # a fork's: its start is the forked session's cut
     if start.graph_signature != workflow.signature:
         try:
             load_for_resume(store, workflow._spec, session=None, checkpoint_id=start.id)
@@ -205,7 +221,7 @@ def _replay_run(
         return None
     failure: ActorflowError | None = None
     try:
-        with workflow.resume(scratch, session=session) as replaying:
+        with workflow.resume(scratch, session=start.session) as replaying:
             journal = _Journal(recorded, dialect)
             for executor in workflow.executor_ids:
                 replaying.wrap_host(executor, journal.host)
@@ -227,7 +243,9 @@ def _replay_run(
             attribute=unrecorded.effect,
             detail=str(unrecorded),
         )
-    written = [cp for cp in scratch.list(session=session) if cp.kind is not CheckpointKind.PARTIAL]
+    written = [
+        cp for cp in scratch.list(session=start.session) if cp.kind is not CheckpointKind.PARTIAL
+    ]
     replayed = {(cp.kind, cp.superstep): cp for cp in written}
     outputs = (_outputs(chain), _outputs(written))
     for cp in chain:

@@ -617,6 +617,69 @@ def test_a_request_no_longer_asked_is_reported() -> None:
     assert "not asked in the replay" in found.detail
 
 
+DRAWS: list[int] = []
+
+
+def draw() -> int:
+    return DRAWS[0]
+
+
+def _drawing(bonus_for: int | None) -> af.Workflow:
+    """Adds a drawn number each superstep for 4 supersteps, then outputs the total
+    (plus 1 for each draw of ``bonus_for``: a change only that number shows)."""
+
+    class Draws(af.Executor):
+        __actorflow_name__ = "tests.Draws"
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.total = 0
+
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[int]) -> None:
+            drawn = ctx.effect(draw, key="draw")
+            self.total += drawn + (drawn == bonus_for)
+            if n < 4:
+                ctx.send(n + 1)
+            else:
+                ctx.output(self.total)
+
+    loop = Draws("loop")
+    return af.WorkflowBuilder("draws", start=loop).add_edge(loop, loop).build()
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_a_branch_from_the_middle_of_a_run_is_replayed_too(fork: bool) -> None:
+    """Time travel (or a fork into a new id) continues a cut in the middle of a run: the
+    branch is a run of its own, compared like any other."""
+    store = af.MemoryStore()
+    DRAWS[:] = [1]
+    with _drawing(None) as wf:
+        with wf.session("s", store=store) as s:
+            assert s.run(1).outputs == [4]
+        [middle] = [
+            c for c in store.list(session="s") if c.kind.value == "step" and c.superstep == 2
+        ]
+        DRAWS[:] = [5]
+        into = "t" if fork else None
+        with wf.resume(store, session="s", checkpoint_id=middle.id, as_session=into) as branch:
+            assert branch.run().outputs == [12]  # 1 + 1, then 5 + 5
+    DRAWS[:] = [0]
+    with _drawing(None) as wf:
+        same = replay(store, wf)
+    with _drawing(5) as wf:
+        other = replay(store, wf)
+    assert same.identical and same.runs == 2, str(same)
+    [found] = other.divergences
+    assert (found.session, found.kind, found.attribute, found.old, found.new) == (
+        "t" if fork else "s",
+        "state",
+        "total",
+        7,
+        8,
+    ), found
+
+
 def test_a_run_that_goes_on_past_the_stored_end_says_so() -> None:
     def build(limit: int) -> af.Workflow:
         return _counting_loop(limit)
