@@ -99,23 +99,34 @@ def raised_place(name: str) -> tuple[str, int] | None:
     return (effect, int(n)) if marker and n.isdigit() else None
 
 
-_SAID: Final = 1000
+_SAID: Final = 500
 """How much of a raised error's message a raise record keeps."""
+_RECORD_BYTES: Final = 16 * 1024
+"""A raise record larger than this keeps only the error's type and message: a raise is
+journaled with the checkpoint, and an error may carry a whole response body."""
+_RAISES_KEPT: Final = 50
+"""Raises journaled per effect occurrence in one attempt: a handler polling an effect
+until it succeeds would otherwise grow its checkpoint by one record per poll. A
+replay raises these, then returns the result."""
 
 
 def _raise_record(error: Exception) -> bytes:
     """What a replay needs to raise ``error`` again: its type's module and qualified
-    name, ``args`` and attributes (what does not encode is left out: ``args``
-    then become its message), and its message."""
+    name, ``args`` and attributes (what does not encode is left out; ``args`` None:
+    its message is its only argument), and its message (the first ``_SAID``
+    characters)."""
     cls = type(error)
-    args: tuple[Any, ...] = error.args if _encodes(error.args) else (str(error)[:_SAID],)
+    args = error.args if _encodes(error.args) else None
     attrs = {
         name: value
         for name, value in getattr(error, "__dict__", {}).items()
         if name != _CARRIED and _encodes(value)
     }
-    said = f"{cls.__qualname__}: {error}"[:_SAID]
-    return encode([cls.__module__, cls.__qualname__, args, attrs, said])
+    said = str(error)[:_SAID]
+    record = encode([cls.__module__, cls.__qualname__, args, attrs, said])
+    if len(record) > _RECORD_BYTES:
+        record = encode([cls.__module__, cls.__qualname__, None, {}, said])
+    return record
 
 
 def _encodes(value: object) -> bool:
@@ -347,10 +358,12 @@ class EffectJournal:
 
     def _journal_raise(self, name: str, n: int, error: Exception) -> None:
         """Journal that occurrence ``n`` of ``name`` raised ``error`` (see the module
-        docstring): under :func:`raised_name`, as that name's next occurrence."""
+        docstring): under :func:`raised_name`, as that name's next occurrence (the
+        first ``_RAISES_KEPT`` of them)."""
         k = self._raises.get((name, n), 0)
-        self._raises[(name, n)] = k + 1
-        self.made.append([raised_name(name, n), k, _raise_record(error)])
+        if k < _RAISES_KEPT:
+            self._raises[(name, n)] = k + 1
+            self.made.append([raised_name(name, n), k, _raise_record(error)])
 
     def _raise_recorded(self, name: str, n: int) -> None:
         """In a replay, raise what occurrence ``n`` of ``name`` raised next in the
@@ -368,14 +381,15 @@ class EffectJournal:
         if cls is None:
             raise EffectNotRecorded(
                 f"executor {self.executor!r}: effect {name!r} (occurrence {n}) in superstep "
-                f"{self.superstep} raised {module}.{qualname} in the stored run ({said}), "
+                f"{self.superstep} raised {module}.{qualname} in the stored run ({said!r}), "
                 "which the replay cannot raise again: no loaded module has that class; "
                 "define the exception class at module level in a module the workflow imports",
                 executor=self.executor,
                 superstep=self.superstep,
                 effect=name,
             )
-        raise rebuilt_error(cls, tuple(args), attrs, said)
+        args = (said,) if args is None else tuple(args)
+        raise rebuilt_error(cls, args, attrs, f"{qualname}: {said}")
 
     def _record(self, name: str, n: int, result: object) -> bytes:
         try:

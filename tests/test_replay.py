@@ -409,6 +409,44 @@ def test_a_state_change_inside_nested_sub_workflows_names_the_inner_attribute() 
     ), found
 
 
+class NotReady(Exception):
+    pass
+
+
+def poll(body: str) -> str:
+    """Not ready the first 300 calls: each raise carries a large body."""
+    CALLS.append(0)
+    if len(CALLS) <= 300:
+        raise NotReady(body)
+    return "ready"
+
+
+def test_a_polled_effect_journals_a_bounded_record_and_still_replays() -> None:
+    class Poller(af.Executor):
+        __actorflow_name__ = "tests.Poller"
+
+        @af.handler
+        def on_job(self, job: str, ctx: af.Context[None]) -> None:
+            while True:
+                try:
+                    ctx.output(ctx.effect(poll, "x" * 100_000))
+                    return
+                except NotReady:
+                    pass
+
+    store = af.MemoryStore()
+    CALLS.clear()
+    with af.WorkflowBuilder("poll", start=Poller("poller")).build() as wf:
+        with wf.session("s", store=store) as s:
+            assert s.run("job").outputs == ["ready"]
+        [cut] = [cp for cp in store.list(session="s") if cp.kind.value == "step"]
+        assert len(cut.runtime) < 50_000  # not 300 bodies of 100 kB
+        CALLS.clear()
+        report = replay(store, wf)
+    assert report.identical, str(report)
+    assert CALLS == []
+
+
 def test_code_that_no_longer_catches_a_recorded_raise_diverges() -> None:
     store = af.MemoryStore()
     DECLINES[:] = [1]

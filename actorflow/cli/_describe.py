@@ -102,13 +102,15 @@ def _effect(executor: str, superstep: int, name: str, n: int, result: bytes) -> 
             "n": n,
             "result": _value(result),
         }
-    said = _value(result)
+    record = _value(result)  # [module, qualname, args, attributes, message]
+    if type(record) is list and len(record) == 5:
+        record = f"{record[1]}: {record[4]}"
     return {
         "executor": executor,
         "superstep": superstep,
         "effect": raised[0],
         "n": raised[1],
-        "raised": said[-1] if type(said) is list and said else said,
+        "raised": record,
     }
 
 
