@@ -122,7 +122,10 @@ def _raise_record(error: Exception) -> bytes:
         for name, value in getattr(error, "__dict__", {}).items()
         if name != _CARRIED and _encodes(value)
     }
-    said = str(error)[:_SAID]
+    try:
+        said = str(error)[:_SAID]
+    except Exception:  # noqa: BLE001 - the handler must still get its own error
+        said = f"<{cls.__qualname__} whose str() raised>"
     record = encode([cls.__module__, cls.__qualname__, args, attrs, said])
     if len(record) > _RECORD_BYTES:
         record = encode([cls.__module__, cls.__qualname__, None, {}, said])
@@ -132,7 +135,7 @@ def _raise_record(error: Exception) -> bytes:
 def _encodes(value: object) -> bool:
     try:
         encode(value)
-    except EncodeError:
+    except Exception:  # noqa: BLE001 - any failure means: not this value
         return False
     return True
 
