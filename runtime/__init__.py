@@ -81,6 +81,7 @@ __all__ = [
 # modules): importable from the package so no one reaches into its private modules,
 # but not in __all__: not the public API.
 # isort: split
+from ._effects import arguments_of as arguments_of
 from ._effects import raised_place as raised_place
 from ._history import KINDS as KINDS
 from ._history import event_of as event_of

@@ -27,7 +27,10 @@ An effect that raises uses up nothing: the handler's retry of it is the same eff
 (:func:`raised_name`: the exception's type, ``args`` and attributes, never its
 traceback), so a replay raises it again at the same call, where the stored run's
 handler caught it; it rides every path a result does (a failed attempt's, a halt's,
-a sub-workflow's) without a field of its own. An attempt that fails takes its
+a sub-workflow's) without a field of its own. So do the arguments of each effect's
+first call, as a digest (:func:`arguments_name`): a replay compares them with its
+own, so new code that calls an effect with other arguments is not passed by the
+stored result. An attempt that fails takes its
 results with its exception (:func:`carry`, all the host knows for the superstep), so
 the supervisor hands them to the next attempt (a fresh host too) and records a
 superstep that fails for good with them (see ``supervisor._attempts``).
@@ -67,6 +70,8 @@ __all__ = [
     "EffectJournal",
     "EffectMemory",
     "SqlValue",
+    "arguments_name",
+    "arguments_of",
     "carried",
     "carry",
     "check_statement",
@@ -97,6 +102,40 @@ def raised_place(name: str) -> tuple[str, int] | None:
     result's name."""
     effect, marker, n = name.rpartition(_RAISED)
     return (effect, int(n)) if marker and n.isdigit() else None
+
+
+_ARGUMENTS: Final = "\x00arguments"
+
+
+def arguments_name(name: str) -> str:
+    """The name the arguments of effect ``name`` are journaled under (with its
+    occurrence, as a digest: never the values, which may be a card number)."""
+    return name + _ARGUMENTS
+
+
+def arguments_of(name: str) -> str | None:
+    """The effect name a journaled arguments digest's name stands for; None for
+    another name."""
+    return name[: -len(_ARGUMENTS)] if name.endswith(_ARGUMENTS) else None
+
+
+def _arguments_digest(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bytes | None:
+    """A digest of the arguments ``fn`` is called with, bound to its parameters (so
+    passing one by position or by keyword is the same call, and a default counts as
+    passed); None when they do not encode (a client passed to the effect)."""
+    value: object = [list(args), kwargs]
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        value = bound.arguments
+    except (TypeError, ValueError):  # no signature, or arguments fn will refuse
+        pass
+    try:
+        return hashlib.sha256(encode(value)).digest()[:16]
+    except Exception:  # noqa: BLE001 - any failure means: not these arguments
+        return None
 
 
 _SAID: Final = 500
@@ -271,6 +310,7 @@ class EffectJournal:
     def call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """The result of the next effect named ``name``: recorded, remembered, or called."""
         n = self._counts.get(name, 0)
+        self._journal_arguments(name, n, fn, args, kwargs)
         found = self._find(name, n)
         if found is None:
             try:
@@ -298,6 +338,7 @@ class EffectJournal:
         """:meth:`call` for a coroutine function (awaited only when it must be called);
         a plain function's result is recorded as it is."""
         n = self._counts.get(name, 0)
+        self._journal_arguments(name, n, fn, args, kwargs)
         found = self._find(name, n)
         if found is None:
             try:
@@ -358,6 +399,23 @@ class EffectJournal:
         if remembered is not None:
             self.made.append([name, n, remembered])
         return remembered
+
+    def _journal_arguments(
+        self,
+        name: str,
+        n: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Journal the digest of the arguments of occurrence ``n`` of ``name``, at its
+        first call (a retry after a raise may pass others: the call that counts for a
+        replay is the one the handler made first)."""
+        if (name, n) in self._raises:
+            return
+        digest = _arguments_digest(fn, args, kwargs)
+        if digest is not None:
+            self.made.append([arguments_name(name), n, digest])
 
     def _journal_raise(self, name: str, n: int, error: Exception) -> None:
         """Journal that occurrence ``n`` of ``name`` raised ``error`` (see the module

@@ -42,7 +42,7 @@ from actorflow.storage import (
     sql_dialect,
 )
 
-from ._effects import EffectFrame, EffectFrameHost
+from ._effects import EffectFrame, EffectFrameHost, arguments_of
 from ._events import OutputEvent, RunFailedEvent
 from ._history import event_of
 from ._subworkflow import NESTED_RECORD, WorkflowExecutor
@@ -252,6 +252,9 @@ def _replay_run(
         mine = replayed.get((cp.kind, cp.superstep))
         if mine is None:
             return _ended(session, cp, failure, written[-1].superstep)
+        found = _compare_arguments(session, cp, mine)  # a cause of what differs next
+        if found is not None:
+            return found
         found = _compare(store, workflow, cp, scratch, mine)
         if found is not None:
             return found
@@ -320,6 +323,38 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None, went: i
         detail=f"the stored run wrote a {cp.kind.value} cut after superstep {cp.superstep}; "
         f"the replay {how}",
     )
+
+
+def _compare_arguments(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:
+    """The first effect both cuts journaled the arguments of, called with other
+    arguments (compared by digest; cuts written before arguments were journaled have
+    none, and compare nothing)."""
+
+    def digests(cp: Checkpoint) -> dict[tuple[str, int, str, int], bytes]:
+        found = {}
+        for executor, superstep, name, n, digest in decode_runtime(cp.runtime).get("effects", []):
+            effect = arguments_of(name)
+            if effect is not None:
+                found[(executor, superstep, effect, n)] = digest
+        return found
+
+    old, new = digests(stored), digests(mine)
+    for place in sorted(old.keys() & new.keys()):
+        if old[place] != new[place]:
+            executor, superstep, effect, n = place
+            return Divergence(
+                session,
+                superstep,
+                "effect",
+                executor=executor,
+                attribute=effect,
+                old=old[place].hex(),
+                new=new[place].hex(),
+                detail=f"executor {executor!r} called effect {effect!r} (occurrence {n}) in "
+                f"superstep {superstep} with other arguments than the stored run did (the "
+                "replay was handed the stored result all the same)",
+            )
+    return None
 
 
 def _compare_requests(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:

@@ -230,6 +230,54 @@ def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: 
     assert CALLS == []
 
 
+def test_an_effect_called_with_other_arguments_is_reported(tmp_path: Path) -> None:
+    _record(tmp_path / "s.db").close()
+    old_cart, audit = _old_classes()
+
+    class Cart(old_cart):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            # The same key, another argument: the stored result would hide the change.
+            self.total += ctx.effect(price, item * 2, key="price")
+            self.items.append(item)
+            ctx.send(self.total)
+
+    CALLS.clear()
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
+        report = replay(store, wf, ["s1"])
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.attribute, found.superstep) == (
+        "effect",
+        "cart",
+        "price",
+        1,
+    ), found
+    assert "other arguments" in found.detail, found.detail
+    assert CALLS == []
+
+
+def test_arguments_passed_by_keyword_instead_of_by_position_replay_identically(
+    tmp_path: Path,
+) -> None:
+    _record(tmp_path / "s.db").close()
+    old_cart, audit = _old_classes()
+
+    class Cart(old_cart):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            self.total += ctx.effect(price, item=item, key="price")
+            self.items.append(item)
+            ctx.send(self.total)
+
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
+        report = replay(store, wf)
+    assert report.identical and report.sessions == 3, str(report)
+
+
 def _failing(error: type[Exception]) -> af.Workflow:
     """One executor that charges, then fails with ``error`` on a large item."""
 
@@ -336,6 +384,8 @@ def test_an_effect_that_raised_and_was_caught_replays_as_it_raised(declines: int
     shown = describe_runtime(cut.runtime)["effects"]
     raised = [e for e in shown if "raised" in e]
     assert len(raised) == min(declines, 3)  # each raise the handler caught, in order
+    [called] = [e for e in shown if "arguments" in e]  # of the first call: one digest
+    assert (called["effect"], called["n"], len(called["arguments"])) == ("charge", 0, 32)
     assert raised[0] == {
         "executor": "pay",
         "superstep": 1,

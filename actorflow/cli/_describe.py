@@ -12,7 +12,7 @@ from typing import Any
 
 from actorflow.actors import decode, decode_state
 from actorflow.errors import ActorflowError
-from actorflow.runtime import check_runtime_bytes, raised_place
+from actorflow.runtime import arguments_of, check_runtime_bytes, raised_place
 from actorflow.storage import Checkpoint, CheckpointStore
 
 __all__ = ["describe_checkpoint", "describe_runtime"]
@@ -92,8 +92,18 @@ def describe_runtime(runtime: bytes) -> dict[str, Any]:
 
 
 def _effect(executor: str, superstep: int, name: str, n: int, result: bytes) -> dict[str, Any]:
-    """One journaled effect: its result, or (a raise the handler caught) what it raised."""
+    """One journaled effect: its result, the digest of its arguments, or (a raise the
+    handler caught) what it raised."""
     raised = raised_place(name)
+    called = arguments_of(name)
+    if called is not None:
+        return {
+            "executor": executor,
+            "superstep": superstep,
+            "effect": called,
+            "n": n,
+            "arguments": result.hex() if isinstance(result, bytes) else _size(result),
+        }
     if raised is None:
         return {
             "executor": executor,

@@ -17,8 +17,8 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode, decode_state
-from actorflow.runtime.checkpoints import decode_runtime
 from actorflow.storage import CheckpointKind
+from tests.support.effects import journaled_results
 from tests.support.forks import in_child
 from tests.support.pg import Durable
 
@@ -328,7 +328,7 @@ def test_a_failed_superstep_records_its_effect_results_from_any_process(
             s.run(Work(order))
         [halt] = [cp for cp in store.list(session="s") if cp.kind is CheckpointKind.HALT]
     assert type(failed.value.__cause__) is error, repr(failed.value.__cause__)
-    [(executor, superstep, name, n, result)] = decode_runtime(halt.runtime)["effects"]
+    [(executor, superstep, name, n, result)] = journaled_results(halt)
     assert (executor, superstep, name, n, decode(result)) == ("c", 1, "charge", 0, order * 100)
 
 

@@ -20,9 +20,9 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import decode
-from actorflow.runtime.checkpoints import decode_runtime
 from actorflow.testing import replay
 from tests.support import outbox, pg
+from tests.support.effects import journaled_results
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,7 +120,7 @@ def test_the_checkpoint_that_commits_a_superstep_records_its_effects(tmp_path: P
     with _payments() as wf, wf.session("s", store=store) as s:
         s.run(3)
     [step_one] = [cp for cp in store.list(session="s") if cp.superstep == 1]
-    [(executor, superstep, name, n, result)] = decode_runtime(step_one.runtime)["effects"]
+    [(executor, superstep, name, n, result)] = journaled_results(step_one)
     assert (executor, superstep, name, n) == ("pay", 1, "charge", 0)
     assert decode(result) == Receipt(3, ["paid"])
     store.close()
@@ -553,7 +553,7 @@ def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recor
     assert (order_a, order_b) == (5, 5)
     assert key_a != key_b  # the same sub-workflow id in two parent sessions: two keys
     [cut] = [cp for cp in store.list(session="a") if cp.kind.value == "step" and cp.superstep == 2]
-    [(executor, superstep, name, n, _)] = decode_runtime(cut.runtime)["effects"]
+    [(executor, superstep, name, n, _)] = journaled_results(cut)
     assert (executor, superstep, name, n) == ("sub", 2, "sub/inner@1/charge", 0)
     CALLS.made.clear()
     parent, inner = _nested()
@@ -623,7 +623,7 @@ def test_a_run_that_fails_after_an_effect_records_its_result_with_the_halt(
     with _payments() as wf, wf.session("s", store=store) as s, pytest.raises(af.ExecutorFailed):
         s.run(5)
     [halt] = [cp for cp in store.list(session="s") if cp.kind.value == "halt"]
-    [(executor, superstep, name, n, result)] = decode_runtime(halt.runtime)["effects"]
+    [(executor, superstep, name, n, result)] = journaled_results(halt)
     assert (executor, superstep, name, n) == ("pay", 1, "charge", 0)
     assert decode(result) == Receipt(5, ["paid"])
 
@@ -838,7 +838,7 @@ def test_an_exception_that_refuses_attributes_still_carries_the_results(tmp_path
         s.run(8)
     assert failed.value.__cause__ == Declined(8)  # the handler's own error, as raised
     [halt] = [cp for cp in store.list(session="s") if cp.kind.value == "halt"]
-    assert [e[:4] for e in decode_runtime(halt.runtime)["effects"]] == [["pay", 1, "charge", 0]]
+    assert [e[:4] for e in journaled_results(halt)] == [["pay", 1, "charge", 0]]
     store.close()
 
 
@@ -858,11 +858,7 @@ def test_a_failed_halt_write_leaves_no_result_recorded_twice() -> None:
         with pytest.raises(af.ExecutorFailed):
             s.run(5)
         assert [o[0] for o in s.run().outputs] == [5]
-    recorded = [
-        effect[:4]
-        for cp in store.list(session="s")
-        for effect in decode_runtime(cp.runtime).get("effects", [])
-    ]
+    recorded = [effect[:4] for cp in store.list(session="s") for effect in journaled_results(cp)]
     assert recorded == [["pay", 1, "charge", 0]]
     assert CALLS.made == [5]
 
