@@ -30,7 +30,8 @@ handler caught it; it rides every path a result does (a failed attempt's, a halt
 a sub-workflow's) without a field of its own. So do the arguments of each effect's
 first call, as a digest (:func:`arguments_name`): a replay compares them with its
 own, so new code that calls an effect with other arguments is not passed by the
-stored result. An attempt that fails takes its
+stored result; and of each ``ctx.sql`` statement (under :data:`STATEMENTS`). An
+attempt that fails takes its
 results with its exception (:func:`carry`, all the host knows for the superstep), so
 the supervisor hands them to the next attempt (a fresh host too) and records a
 superstep that fails for good with them (see ``supervisor._attempts``).
@@ -65,6 +66,7 @@ from ._wire import StepRequest
 
 __all__ = [
     "NO_FRAME",
+    "STATEMENTS",
     "EffectFrame",
     "EffectFrameHost",
     "EffectJournal",
@@ -133,9 +135,19 @@ def _arguments_digest(
     except (TypeError, ValueError):  # no signature, or arguments fn will refuse
         pass
     try:
-        return hashlib.sha256(encode(value)).digest()[:16]
+        return _digest(value)
     except Exception:  # noqa: BLE001 - any failure means: not these arguments
         return None
+
+
+def _digest(value: object) -> bytes:
+    """What a journal keeps of a value it must compare and never show: 16 bytes."""
+    return hashlib.sha256(encode(value)).digest()[:16]
+
+
+STATEMENTS: Final = "\x00sql"
+"""The name each ``ctx.sql`` statement's digest is journaled under; its occurrence is
+its place among the executor's statements of the superstep."""
 
 
 _SAID: Final = 500
@@ -255,6 +267,7 @@ class EffectJournal:
 
     __slots__ = (
         "_counts",
+        "_queued",
         "_raises",
         "dialect",
         "executor",
@@ -291,10 +304,13 @@ class EffectJournal:
         self.fencing = fencing
         """The session lease's fencing token, None without a lease."""
         self.made: list[list[Any]] = []
-        """``[name, n, result]`` of each effect of this attempt, in call order."""
+        """``[name, n, result]`` of each effect of this attempt, in call order (and the
+        raises, argument digests and statement digests journaled beside them)."""
         self.statements: list[list[Any]] = []
         """``[sql, params]`` of each ``ctx.sql`` call, in call order."""
         self._counts: dict[str, int] = {}
+        self._queued = 0
+        """``ctx.sql`` statements queued in this attempt (a replay's too)."""
         self._raises: dict[tuple[str, int], int] = {}
         """How many times each (name, n) raised in this attempt (or was raised again
         from the record, in a replay)."""
@@ -371,6 +387,8 @@ class EffectJournal:
                 "with one of them, or make the write a ctx.effect with an idempotency key"
             )
         check_statement(self.executor, statement, params)
+        self.made.append([STATEMENTS, self._queued, _digest([statement, list(params)])])
+        self._queued += 1
         if self.recorded is None:  # a replay checks the statement, and commits nothing
             self.statements.append([statement, list(params)])
 

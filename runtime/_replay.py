@@ -42,7 +42,7 @@ from actorflow.storage import (
     sql_dialect,
 )
 
-from ._effects import EffectFrame, EffectFrameHost, arguments_of
+from ._effects import STATEMENTS, EffectFrame, EffectFrameHost, arguments_of, raised_place
 from ._events import OutputEvent, RunFailedEvent
 from ._history import event_of
 from ._subworkflow import NESTED_RECORD, WorkflowExecutor
@@ -67,7 +67,9 @@ class Divergence:
     """The superstep whose cut differs (for ``graph``: the stored cut's)."""
     kind: str
     """``state`` (an attribute's value), ``output``, ``graph`` (the workflow's graph
-    changed), ``effect`` (an effect the stored run did not make), ``request`` (a
+    changed), ``effect`` (an effect the stored run did not make, one it made that
+    the replay did not, one called with other arguments, or a changed ``ctx.sql``
+    statement: ``attribute`` is the effect's name), ``request`` (a
     request pending after one run and not the other, or asked otherwise: ``attribute``
     is its id), ``end`` (the replay stopped, or went on, where the stored run did not)
     or ``error``."""
@@ -252,7 +254,7 @@ def _replay_run(
         mine = replayed.get((cp.kind, cp.superstep))
         if mine is None:
             return _ended(session, cp, failure, written[-1].superstep)
-        found = _compare_arguments(session, cp, mine)  # a cause of what differs next
+        found = _compare_journals(session, cp, mine)  # a cause of what differs next
         if found is not None:
             return found
         found = _compare(store, workflow, cp, scratch, mine)
@@ -325,35 +327,62 @@ def _ended(session: str, cp: Checkpoint, failure: ActorflowError | None, went: i
     )
 
 
-def _compare_arguments(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:
-    """The first effect both cuts journaled the arguments of, called with other
-    arguments (compared by digest; cuts written before arguments were journaled have
-    none, and compare nothing)."""
+def _compare_journals(session: str, stored: Checkpoint, mine: Checkpoint) -> Divergence | None:
+    """The first effect the stored cut journals and the replay's does not (no longer
+    made), or made with other arguments (by digest), or the first ``ctx.sql``
+    statement of an executor's superstep that differs (by digest).
 
-    def digests(cp: Checkpoint) -> dict[tuple[str, int, str, int], bytes]:
-        found = {}
-        for executor, superstep, name, n, digest in decode_runtime(cp.runtime).get("effects", []):
-            effect = arguments_of(name)
-            if effect is not None:
-                found[(executor, superstep, effect, n)] = digest
-        return found
+    Cuts written before arguments and statements were journaled have no digests:
+    arguments are compared where both cuts have them, statements where the stored cut
+    has some."""
 
-    old, new = digests(stored), digests(mine)
-    for place in sorted(old.keys() & new.keys()):
-        if old[place] != new[place]:
-            executor, superstep, effect, n = place
-            return Divergence(
-                session,
-                superstep,
-                "effect",
-                executor=executor,
-                attribute=effect,
-                old=old[place].hex(),
-                new=new[place].hex(),
-                detail=f"executor {executor!r} called effect {effect!r} (occurrence {n}) in "
-                f"superstep {superstep} with other arguments than the stored run did (the "
-                "replay was handed the stored result all the same)",
+    def journaled(cp: Checkpoint) -> dict[tuple[str, int, str, int], bytes]:
+        entries = decode_runtime(cp.runtime).get("effects", [])
+        return {(e, step, name, n): value for e, step, name, n, value in entries}
+
+    old, new = journaled(stored), journaled(mine)
+    stated = {(e, step) for e, step, name, _ in old if name == STATEMENTS}
+    for place in sorted(old.keys() | new.keys()):
+        executor, superstep, name, n = place
+        before, after = old.get(place), new.get(place)
+        if before == after:
+            continue
+        called = arguments_of(name)
+        if name == STATEMENTS:
+            if (executor, superstep) not in stated:
+                continue
+            name = "ctx.sql"
+            how = "queued another" if before and after else "queued a new one"
+            detail = (
+                f"executor {executor!r}, ctx.sql statement {n} of superstep {superstep}: the "
+                f"replay {'did not queue it' if after is None else how}"
             )
+        elif called is not None:
+            if before is None or after is None:
+                continue
+            name = called
+            detail = (
+                f"executor {executor!r} called effect {called!r} (occurrence {n}) in superstep "
+                f"{superstep} with other arguments than the stored run did (the replay was "
+                "handed the stored result all the same)"
+            )
+        elif after is None and raised_place(name) is None:
+            detail = (
+                f"executor {executor!r} made effect {name!r} (occurrence {n}) in superstep "
+                f"{superstep} in the stored run; the replay no longer made it"
+            )
+        else:
+            continue
+        return Divergence(
+            session,
+            superstep,
+            "effect",
+            executor=executor,
+            attribute=name,
+            old=before.hex() if called is not None and before else None,
+            new=after.hex() if called is not None and after else None,
+            detail=detail,
+        )
     return None
 
 

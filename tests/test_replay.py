@@ -278,6 +278,78 @@ def test_arguments_passed_by_keyword_instead_of_by_position_replay_identically(
     assert report.identical and report.sessions == 3, str(report)
 
 
+def test_an_effect_no_longer_made_is_reported(tmp_path: Path) -> None:
+    """A deploy that stops charging: the state (the item list) does not show it."""
+    _record(tmp_path / "s.db").close()
+    old_cart, audit = _old_classes()
+
+    class Cart(old_cart):  # type: ignore[valid-type,misc]
+        __actorflow_name__ = "shop.Cart"
+
+        @af.handler
+        def on_item(self, item: int, ctx: af.Context[int]) -> None:
+            self.total += item * 10  # no longer asks the price service
+            self.items.append(item)
+            ctx.send(self.total)
+
+    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
+        report = replay(store, wf, ["s0"])
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.attribute, found.superstep) == (
+        "effect",
+        "cart",
+        "price",
+        1,
+    ), found
+    assert "no longer made it" in found.detail, found.detail
+
+
+def _booking(statement: str) -> af.Workflow:
+    class Book(af.Executor):
+        __actorflow_name__ = "shop.Book"
+
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[None]) -> None:
+            ctx.sql(statement, [order])
+            ctx.output(order)
+
+    return af.WorkflowBuilder("book", start=Book("book")).build()
+
+
+@pytest.mark.parametrize(
+    ("statement", "same"),
+    [
+        ("INSERT INTO ledger VALUES (?)", True),
+        ("INSERT INTO ledger VALUES (? + 1)", False),
+        ("INSERT INTO ledger VALUES (?) ON CONFLICT DO NOTHING", False),
+    ],
+)
+def test_a_changed_ctx_sql_statement_is_reported(
+    statement: str, same: bool, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        db.execute("CREATE TABLE ledger (n INTEGER)")
+    with af.SQLiteStore(tmp_path / "s.db") as store:
+        with _booking("INSERT INTO ledger VALUES (?)") as wf, wf.session("s", store=store) as s:
+            assert s.run(7).outputs == [7]
+        with _booking(statement) as wf:
+            report = replay(store, wf)
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        assert db.execute("SELECT n FROM ledger").fetchall() == [(7,)]  # the replay wrote none
+    assert report.identical is same, str(report)
+    if not same:
+        [found] = report.divergences
+        assert (found.kind, found.executor, found.attribute, found.superstep) == (
+            "effect",
+            "book",
+            "ctx.sql",
+            1,
+        ), found
+        assert "ctx.sql statement 0 of superstep 1" in found.detail, found.detail
+
+
 def _failing(error: type[Exception]) -> af.Workflow:
     """One executor that charges, then fails with ``error`` on a large item."""
 
