@@ -142,7 +142,30 @@ def _arguments_digest(
 
 def _digest(value: object) -> bytes:
     """What a journal keeps of a value it must compare and never show: 16 bytes."""
-    return hashlib.sha256(encode(value)).digest()[:16]
+    return hashlib.sha256(encode(_canonical(value))).digest()[:16]
+
+
+def _canonical(value: object) -> object:
+    """``value`` with its dicts and sets in sorted order, where their keys sort: two
+    equal values built in another order (a dict filled from a set, whose order
+    changes with the process's hash seed) get one digest."""
+    if isinstance(value, list | tuple) and type(value) in (list, tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, dict) and type(value) is dict:
+        items = [(key, _canonical(item)) for key, item in value.items()]
+        try:
+            items.sort(key=lambda pair: pair[0])
+        except TypeError:  # keys that do not sort: as they come
+            pass
+        return ["dict", items]
+    if isinstance(value, set | frozenset) and type(value) in (set, frozenset):
+        members: list[Any] = [_canonical(item) for item in value]
+        try:
+            members.sort()
+        except TypeError:
+            pass
+        return ["set", members]
+    return value
 
 
 STATEMENTS: Final = "\x00sql"

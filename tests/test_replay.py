@@ -278,6 +278,38 @@ def test_arguments_passed_by_keyword_instead_of_by_position_replay_identically(
     assert report.identical and report.sessions == 3, str(report)
 
 
+def quote(lines: dict[str, int], tags: set[str]) -> int:
+    return sum(lines.values()) + len(tags)
+
+
+def _quoting(names: list[str]) -> af.Workflow:
+    """Asks for a quote of ``names`` (a dict and a set built in that order)."""
+
+    class Quote(af.Executor):
+        __actorflow_name__ = "shop.Quote"
+
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            lines = dict.fromkeys(names, n)
+            ctx.output(ctx.effect(quote, lines, set(names)))
+
+    return af.WorkflowBuilder("quote", start=Quote("quote")).build()
+
+
+def test_equal_arguments_built_in_another_order_replay_identically() -> None:
+    store = af.MemoryStore()
+    names = [f"item-{i}" for i in range(20)]
+    with _quoting(names) as wf, wf.session("s", store=store) as s:
+        assert s.run(2).outputs == [60]
+    with _quoting(names[::-1]) as wf:
+        same = replay(store, wf)
+    with _quoting(names[1:]) as wf:
+        other = replay(store, wf)
+    assert same.identical, str(same)
+    [found] = other.divergences
+    assert "other arguments" in found.detail, found
+
+
 def test_an_effect_no_longer_made_is_reported(tmp_path: Path) -> None:
     """A deploy that stops charging: the state (the item list) does not show it."""
     _record(tmp_path / "s.db").close()
