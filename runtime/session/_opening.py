@@ -19,10 +19,11 @@ the head of a lineage nobody else can extend meanwhile. Then:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Literal
 
 from actorflow.actors import HostPool
-from actorflow.errors import CheckpointNotFound, SessionExists
+from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, SessionExists
 from actorflow.runtime._history import read_entries
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
 from actorflow.runtime.checkpoints import Lineage, Restored, load_for_resume
@@ -202,10 +203,12 @@ def resume_session(
         branch = False
         newest = True
         if as_session is None and checkpoint_id is not None:
-            head = store.latest(session=source)
-            if head is not None and checkpoint_id not in (head.id, head.parent_id):
+            head = _head_or_damaged(store, source)
+            if head is None:  # the newest record is damaged: this is the way on from it
+                branch = True
+            elif checkpoint_id not in (head.id, head.parent_id):
                 branch = True  # time travel: a new branch of this session
-            elif head is not None:  # the head's parent: a halt holds what the run got
+            else:  # the head's parent: a halt holds what the run got
                 restored.same_barrier(head)
             newest = head is not None and _is_head(head, restored.checkpoint)
         # A fork is a new session id: its history starts afresh.
@@ -227,6 +230,15 @@ def resume_session(
         raise
 
 
+def _head_or_damaged(store: CheckpointStore, session: str) -> Checkpoint | None:
+    """The session's newest record, or None when it fails its integrity check: what a
+    resume of an older cut, the way on that the damage's error names, is told then."""
+    try:
+        return store.latest(session=session)
+    except CheckpointCorrupt:
+        return None
+
+
 def _is_head(head: Checkpoint, cut: Checkpoint) -> bool:
     """Whether ``cut`` is the session's newest cut (``head`` the newest record)."""
     return head.id == cut.id or (head.kind is CheckpointKind.PARTIAL and head.parent_id == cut.id)
@@ -246,8 +258,30 @@ def _next_seq(
     start = known if isinstance(known, int) else 0
     if newest and isinstance(known, int):
         return known
-    entries = read_entries(store, session, start)
+    try:
+        entries = read_entries(store, session, start)
+    except CheckpointCorrupt:
+        # A damaged record (resuming an older cut is the way on from it): number past
+        # every entry that can be read. The damaged record's own are never read while
+        # it is stored (its session's history raises), and go when it is deleted.
+        return max(
+            (e.seq + 1 for cp in _readable(store, session) for e in cp.history), default=start
+        )
     return entries[-1].seq + 1 if entries else start
+
+
+def _readable(store: CheckpointStore, session: str) -> Iterator[Checkpoint]:
+    """The records of ``session`` that decode, read one by one around damaged ones."""
+    every = getattr(store, "ids", None)  # the built-in stores list damaged records too
+    if not callable(every):
+        return
+    for checkpoint_id in every():
+        try:
+            cp = store.load(checkpoint_id)
+        except CheckpointCorrupt:
+            continue
+        if cp.session == session:
+            yield cp
 
 
 def open_private(

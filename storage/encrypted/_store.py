@@ -131,6 +131,16 @@ class EncryptedStore(StoreWrapper):
         found = self._inner.latest(workflow=workflow, session=session)
         return None if found is None else self._open(found)
 
+    def ids(self) -> builtins.list[str]:
+        """Every record's id, damaged or not, as the inner store lists them (the
+        built-in stores do; records keep their ids when sealed); with an inner store
+        that cannot, the ids of the records it can read. What a resume that met
+        damage reads around it by."""
+        every = getattr(self._inner, "ids", None)
+        if callable(every):
+            return list(every())
+        return [cp.id for cp in self._readable()]
+
     def history(self, checkpoint_id: str) -> builtins.list[Checkpoint]:
         """The lineage, opened, newest first (see :meth:`CheckpointStore.history`)."""
         return [self._open(cp) for cp in self._inner.history(checkpoint_id)]

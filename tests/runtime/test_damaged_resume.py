@@ -3,7 +3,9 @@ and how to resume from it."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,52 @@ def test_no_intact_checkpoint_says_so(tmp_path: Path) -> None:
         wf.resume(store, session="s")
     assert "no checkpoint of session 's' is intact" in str(failed.value)
     assert "restore the store from a backup" in str(failed.value)
+
+
+def _damage_newest_record(path: Path) -> None:
+    """Flip one byte of the newest record (bit rot): it fails its integrity check."""
+    db = sqlite3.connect(path)
+    try:
+        [(rowid, record)] = db.execute(
+            "SELECT rowid, record FROM checkpoints ORDER BY rowid DESC LIMIT 1"
+        ).fetchall()
+        damaged = bytearray(record)
+        damaged[100] ^= 1
+        db.execute("UPDATE checkpoints SET record = ? WHERE rowid = ?", (bytes(damaged), rowid))
+        db.commit()
+    finally:
+        db.close()
+
+
+def _plain(path: Path) -> af.CheckpointStore:
+    return af.SQLiteStore(path)
+
+
+def _sealed(path: Path) -> af.CheckpointStore:
+    from actorflow.storage import EncryptedStore
+
+    return EncryptedStore(af.SQLiteStore(path), keys={"k": b"k" * 32})
+
+
+@pytest.mark.parametrize("opened", [_plain, _sealed])
+def test_the_way_on_from_a_damaged_newest_record_works(
+    opened: Callable[[Path], af.CheckpointStore], tmp_path: Path
+) -> None:
+    """The call the message names resumes, though the damaged record is still the
+    session's newest; its history numbers go on past every entry that can be read."""
+    path = tmp_path / "runs.db"
+    with opened(path) as store, _build() as wf, wf.session("s", store=store) as s:
+        for n in (1, 2, 3):
+            s.run(n)
+        readable = [e.seq for cp in store.list(session="s")[:-1] for e in cp.history]
+    _damage_newest_record(path)
+    with opened(path) as store, _build() as wf:
+        with pytest.raises(af.CheckpointCorrupt) as failed:
+            wf.resume(store, session="s")
+        [intact] = re.findall(r"checkpoint_id='([^']+)'", str(failed.value))
+        with wf.resume(store, session="s", checkpoint_id=intact) as s:
+            assert s.run(4).outputs == [1 + 2 + 3 + 4]
+        [damaged] = [line.split()[1].rstrip(":") for line in store.verify()]
+        store.delete(damaged)
+        numbers = [e.seq for e in store.session_history("s")]
+    assert numbers == sorted(set(numbers)) and numbers[-1] > max(readable)
