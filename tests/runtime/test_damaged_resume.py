@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import actorflow as af
+from actorflow.storage import EncryptedStore
 
 
 class Sum(af.Executor):
@@ -102,19 +103,17 @@ def _damage_newest_record(path: Path) -> None:
         db.close()
 
 
-def _plain(path: Path) -> af.CheckpointStore:
+def _plain(path: Path) -> af.SQLiteStore | EncryptedStore:
     return af.SQLiteStore(path)
 
 
-def _sealed(path: Path) -> af.CheckpointStore:
-    from actorflow.storage import EncryptedStore
-
+def _sealed(path: Path) -> af.SQLiteStore | EncryptedStore:
     return EncryptedStore(af.SQLiteStore(path), keys={"k": b"k" * 32})
 
 
 @pytest.mark.parametrize("opened", [_plain, _sealed])
 def test_the_way_on_from_a_damaged_newest_record_works(
-    opened: Callable[[Path], af.CheckpointStore], tmp_path: Path
+    opened: Callable[[Path], af.SQLiteStore | EncryptedStore], tmp_path: Path
 ) -> None:
     """The call the message names resumes, though the damaged record is still the
     session's newest; its history numbers go on past every entry that can be read."""
