@@ -37,6 +37,7 @@ from .sqlite import SQLiteStore
 # package so no one reaches into its private modules, but not in __all__: they are
 # not part of the public API.
 # isort: split
+from ._common import check_session_id as check_session_id
 from ._cut import EMPTY_METADATA as EMPTY_METADATA
 from ._cut import Cut as Cut
 from ._cut import ExecutorDigests as ExecutorDigests

@@ -129,6 +129,26 @@ def store_closed(store: object) -> StoreClosed:
     )
 
 
+def check_session_id(value: object, name: str = "the session id") -> None:
+    """ValueError unless ``value`` is a non-empty string that can be stored as text
+    (UTF-8): another value would be written as a record no store reads back as it
+    was, or, where a store takes None for "every session", act on every session."""
+    if isinstance(value, str) and value:
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{name} {value!r} cannot be stored as text (it holds a lone surrogate, "
+                "as a str decoded with errors='surrogateescape' may); decode the id "
+                "properly, or pass another one"
+            ) from None
+        return
+    fix = "; pass a string"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fix = f"; pass {str(value)!r} if that is the id meant"
+    raise ValueError(f"{name} must be a non-empty string, got {value!r}{fix}")
+
+
 def check_keep(keep: int) -> None:
     """Raise ValueError unless ``keep`` is a non-negative int."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:

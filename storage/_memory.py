@@ -15,6 +15,7 @@ from ._common import (
     already_stored,
     check_cutoff,
     check_keep,
+    check_session_id,
     checked_blobs,
     dangling,
     decode_stored,
@@ -308,6 +309,7 @@ class MemoryStore:
 
     def session_history(self, session: str, *, since: int = 0) -> builtins.list[HistoryEntry]:
         """The session's history entries from ``since`` (see CheckpointStore.session_history)."""
+        check_session_id(session, "session")
         return session_history(self.list(session=session), since)
 
     def sessions(self) -> builtins.list[str]:
@@ -326,6 +328,7 @@ class MemoryStore:
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
+        check_session_id(session, "session")
         check_keep(keep)
         with self._lock:
             self._check_open()

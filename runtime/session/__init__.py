@@ -17,7 +17,6 @@ from ._off_loop import open_off_loop
 from ._opening import (
     IfExists,
     check_open_options,
-    check_session_id,
     open_private,
     open_session,
     resume_session,
@@ -33,7 +32,6 @@ __all__ = [
     "IfExists",
     "Session",
     "check_open_options",
-    "check_session_id",
     "delete_session",
     "open_off_loop",
     "open_private",

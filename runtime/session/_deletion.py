@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from actorflow.errors import SessionOwned
-from actorflow.storage import CheckpointStore
+from actorflow.storage import CheckpointStore, check_session_id
 
-from ._opening import check_session_id
 from ._ownership import DEFAULT_LEASE_TTL, acquire
 
 __all__ = ["delete_session"]

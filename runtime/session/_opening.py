@@ -27,7 +27,7 @@ from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, SessionExist
 from actorflow.runtime._history import read_entries
 from actorflow.runtime._policy import CheckpointPolicy, RestartPolicy
 from actorflow.runtime.checkpoints import Lineage, Restored, load_for_resume
-from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
+from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore, check_session_id
 
 from ._engine import Engine
 from ._ownership import Ownership, acquire, check_lease_options
@@ -39,18 +39,6 @@ IfExists = Literal["error", "resume", "fresh"]
 """What ``wf.session(id, store=...)`` does when ``id`` already has checkpoints."""
 
 _IF_EXISTS = ("error", "resume", "fresh")
-
-
-def check_session_id(value: object, name: str = "the session id") -> None:
-    """ValueError unless ``value`` is a non-empty string: ids are stored as text, so
-    another type would be written as a record no store can read back as it was."""
-    if isinstance(value, str) and value:
-        return
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        fix = f"; pass {str(value)!r} if that is the id meant"
-    else:
-        fix = "; pass a string, or None for a new id"
-    raise ValueError(f"{name} must be a non-empty string, got {value!r}{fix}")
 
 
 def check_open_options(

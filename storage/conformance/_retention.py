@@ -197,6 +197,22 @@ class RetentionTests(KitBase):
             store.prune_older_than(cutoff, whole_sessions=True)
         assert store.list() == kept
 
+    @pytest.mark.parametrize("session", [None, "", 7, "\udc80"])
+    def test_a_session_argument_that_is_no_session_id_is_refused(
+        self, store: CheckpointStore, session: Any
+    ) -> None:
+        """``prune(session, keep)`` and ``session_history(session)`` take one session's
+        id: None (what ``list`` takes for "every session") or another non-id raises
+        ValueError, and nothing of any session is deleted."""
+        now = time.time()
+        kept = [save_aged(store, 3 * DAY, now=now, session=name) for name in ("a", "b")]
+        kept.append(save_aged(store, 2 * DAY, now=now, session="a", parent=kept[0]))
+        with pytest.raises(ValueError, match="session"):
+            store.prune(session, 1)
+        with pytest.raises(ValueError, match="session"):
+            store.session_history(session)
+        assert sorted(cp.id for cp in store.list()) == sorted(cp.id for cp in kept)
+
     def test_prune_older_than_racing_saves_orphans_nothing(self, store: CheckpointStore) -> None:
         """Removal by age running beside saves that reuse its blobs never strands one of them."""
         shared = b"contended by age"

@@ -29,6 +29,7 @@ from actorflow.storage._common import (
     already_stored,
     check_cutoff,
     check_keep,
+    check_session_id,
     checked_blobs,
     dangling,
     decode_stored,
@@ -317,6 +318,7 @@ class FileStore:
 
     def session_history(self, session: str, *, since: int = 0) -> builtins.list[HistoryEntry]:
         """The session's history entries from ``since`` (see CheckpointStore.session_history)."""
+        check_session_id(session, "session")
         return session_history(self.list(session=session), since)
 
     def sessions(self) -> builtins.list[str]:
@@ -337,6 +339,7 @@ class FileStore:
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
+        check_session_id(session, "session")
         check_keep(keep)
         self._check_open()
         with self._lock.held(exclusive=True) as lock:

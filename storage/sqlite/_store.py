@@ -26,6 +26,7 @@ from actorflow.storage._common import (
     already_stored,
     check_cutoff,
     check_keep,
+    check_session_id,
     checked_blobs,
     dangling,
     idle_sessions,
@@ -379,6 +380,7 @@ class SQLiteStore:
 
     def session_history(self, session: str, *, since: int = 0) -> builtins.list[HistoryEntry]:
         """The session's history entries from ``since`` (see CheckpointStore.session_history)."""
+        check_session_id(session, "session")
         return session_history(self.list(session=session), since)
 
     def sessions(self) -> builtins.list[str]:
@@ -409,6 +411,7 @@ class SQLiteStore:
 
     def prune(self, session: str, keep: int) -> int:
         """Keep the newest ``keep`` cuts of ``session`` (see CheckpointStore.prune)."""
+        check_session_id(session, "session")
         check_keep(keep)
         with self._connections.write() as db:
             rows = db.execute(
