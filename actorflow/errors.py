@@ -37,6 +37,7 @@ class's other bases::
         CheckpointError: storing or restoring a checkpoint failed
             CheckpointNotFound
             CheckpointCorrupt
+                CheckpointSealed
             UnsupportedFormat
             GraphMismatch
             CheckpointWriteFailed (also RunFailed)
@@ -73,6 +74,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointNotFound",
+    "CheckpointSealed",
     "CheckpointWriteFailed",
     "CodecError",
     "DecodeError",
@@ -435,6 +437,13 @@ class CheckpointCorrupt(CheckpointError):
     checkpoint and the ``wf.resume(store, session=..., checkpoint_id=...)`` call
     that resumes from it.
     """
+
+
+class CheckpointSealed(CheckpointCorrupt):
+    """A record an ``EncryptedStore`` sealed was read without its keys: the store was
+    opened plain (``SQLiteStore(path)``) on encrypted data. Nothing is damaged; open
+    it as ``EncryptedStore(SQLiteStore(path), keys=...)`` with the keys it was
+    written with."""
 
 
 class UnsupportedFormat(CheckpointError):

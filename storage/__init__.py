@@ -54,6 +54,7 @@ from ._statements import StatementSaver as StatementSaver
 from ._statements import sql_dialect as sql_dialect
 from ._statements import statement_failed as statement_failed
 from ._statements import statement_saver as statement_saver
+from .encrypted import is_sealed as is_sealed
 from .file import FILESTORE_MARKER as FILESTORE_MARKER
 
 if TYPE_CHECKING:

@@ -16,7 +16,13 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from actorflow.errors import CheckpointCorrupt, CheckpointError, CheckpointNotFound, GraphMismatch
+from actorflow.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointNotFound,
+    CheckpointSealed,
+    GraphMismatch,
+)
 from actorflow.runtime._graph import GraphSpec, explain_mismatch
 from actorflow.runtime._pace import PACE, unpaced
 from actorflow.runtime._policy import CheckpointPolicy, Durability
@@ -455,7 +461,7 @@ def load_for_resume(
     try:
         return _load_for_resume(store, spec, session=session, checkpoint_id=checkpoint_id)
     except CheckpointCorrupt as exc:
-        if session is None:
+        if session is None or isinstance(exc, CheckpointSealed):  # sealed: nothing damaged
             raise
         raise CheckpointCorrupt(f"{exc}; {_way_out(store, spec.name, session)}") from exc
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import msgpack
 
-from actorflow.errors import CheckpointCorrupt
+from actorflow.errors import CheckpointCorrupt, CheckpointSealed
 from actorflow.runtime._wire import pack, pack_map_header
+from actorflow.storage import is_sealed
 
 __all__ = [
     "Delivery",
@@ -188,6 +189,12 @@ def decode_runtime(data: bytes) -> dict[str, Any]:
         CheckpointCorrupt: anything else (plain msgpack only: an ext type, a
             pickle or a wrong shape is refused).
     """
+    if is_sealed(data):
+        raise CheckpointSealed(
+            "the checkpoint was sealed by an EncryptedStore and is read without its keys: "
+            "nothing is damaged; open the store as EncryptedStore(<this store>, keys=...) "
+            "with the keys it was written with"
+        )
     try:
         body = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
     except Exception as exc:

@@ -32,10 +32,18 @@ from actorflow.errors import CheckpointCorrupt
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["Keyring"]
+__all__ = ["Keyring", "is_sealed"]
 
 _MAGIC = b"\xafE1"
 _NONCE = 12
+
+
+def is_sealed(data: bytes) -> bool:
+    """Whether ``data`` is a value a :class:`Keyring` sealed (it starts with the mark no
+    plain record field starts with: a runtime record is a msgpack map)."""
+    return data[: len(_MAGIC)] == _MAGIC
+
+
 _TAG = 16
 _KEY_SIZES = (16, 24, 32)
 _SALT = b"actorflow.encrypted.v1"

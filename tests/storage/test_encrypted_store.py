@@ -59,6 +59,32 @@ def test_a_wrong_key_is_corrupt_never_garbage() -> None:
     assert any(checkpoint.id in p for p in wrong.verify())
 
 
+def test_a_sealed_store_opened_plain_says_so_not_that_it_is_damaged(tmp_path: Path) -> None:
+    """Opened without its keys, encrypted data is refused as sealed (nothing to start
+    afresh from, nothing to restore): the message says how to open it."""
+
+    class Count(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            ctx.output(n)
+
+    path = tmp_path / "s.db"
+    with af.WorkflowBuilder("count", start=Count("c")).build() as wf:
+        with (
+            EncryptedStore(SQLiteStore(path), keys={"k": OLD}) as store,
+            wf.session("s", store=store) as s,
+        ):
+            s.run(1)
+        with SQLiteStore(path) as plain, pytest.raises(af.CheckpointSealed) as refused:
+            wf.resume(plain, session="s")
+        assert "EncryptedStore(" in str(refused.value) and "afresh" not in str(refused.value)
+        with (
+            EncryptedStore(SQLiteStore(path), keys={"k": OLD}) as store,
+            wf.resume(store, session="s") as s,
+        ):
+            assert s.run(2).outputs == [2]
+
+
 def _replace_record(factory: MemoryStoreFactory, checkpoint_id: str, **changes: object) -> None:
     """Re-encode the inner record with ``changes``: a tamper its frame digest cannot see."""
 
