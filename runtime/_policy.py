@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,6 +31,14 @@ class Backoff:
     jitter: float = 0.0
     """Fraction of the delay added at random (0.1 = up to +10%)."""
 
+    def __post_init__(self) -> None:
+        for name in ("initial", "maximum", "multiplier", "jitter"):
+            _check_number(f"Backoff.{name}", getattr(self, name), least=0.0)
+        if self.multiplier < 1:
+            raise ValueError(
+                f"Backoff.multiplier must be >= 1 (delays never shrink), got {self.multiplier!r}"
+            )
+
     def delay(self, attempt: int) -> float:
         """Seconds to wait before restart number ``attempt`` (1-based)."""
         base = min(self.maximum, self.initial * self.multiplier ** max(attempt - 1, 0))
@@ -55,8 +64,45 @@ class RestartPolicy:
     """Exception types that trigger a restart; others fail the run at once."""
 
     def __post_init__(self) -> None:
-        if self.max_restarts < 0 or self.within_seconds <= 0:
-            raise ValueError("RestartPolicy needs max_restarts >= 0 and within_seconds > 0")
+        _check_count("RestartPolicy.max_restarts", self.max_restarts, least=0)
+        window = self.within_seconds
+        if isinstance(window, bool) or not isinstance(window, int | float) or not window > 0:
+            raise ValueError(
+                "RestartPolicy.within_seconds must be a number of seconds > 0 (math.inf: "
+                f"restarts counted for the whole run), got {window!r}"
+            )
+        if not isinstance(self.backoff, Backoff):
+            raise TypeError(f"RestartPolicy.backoff must be a Backoff, got {self.backoff!r}")
+        retry_on: object = self.retry_on
+        if isinstance(retry_on, type):  # one type: what isinstance() takes as well
+            retry_on = (retry_on,)
+            object.__setattr__(self, "retry_on", retry_on)
+        if not (
+            type(retry_on) is tuple
+            and retry_on
+            and all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on)
+        ):
+            raise TypeError(
+                "RestartPolicy.retry_on must be a non-empty tuple of exception types, e.g. "
+                f"(ConnectionError, TimeoutError), got {retry_on!r}"
+            )
+
+
+def _check_count(name: str, value: object, *, least: int) -> None:
+    """ValueError unless ``value`` is a whole number (not a bool) >= ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+
+
+def _check_number(name: str, value: object, *, least: float) -> None:
+    """ValueError unless ``value`` is a finite real number (not a bool) >= ``least``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < least
+    ):
+        raise ValueError(f"{name} must be a finite number >= {least:g}, got {value!r}")
 
 
 class RestartTracker:
@@ -145,5 +191,13 @@ class CheckpointPolicy:
     """Whether supersteps wait for the write."""
 
     def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ValueError(f"CheckpointPolicy.every must be >= 1, got {self.every}")
+        _check_count("CheckpointPolicy.every", self.every, least=1)
+        if not isinstance(self.on_idle_only, bool):
+            raise TypeError(
+                f"CheckpointPolicy.on_idle_only must be True or False, got {self.on_idle_only!r}"
+            )
+        if not isinstance(self.durability, Durability):
+            raise TypeError(
+                "CheckpointPolicy.durability must be Durability.SYNC or Durability.ASYNC, got "
+                f"{self.durability!r}"
+            )

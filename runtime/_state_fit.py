@@ -66,9 +66,10 @@ _HOW = (
 def version_of(cls: type[Executor]) -> int:
     """The class's declared ``state_version`` (1 when it declares none)."""
     version = getattr(cls, "state_version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 1 << 63:
         raise StateMigrationError(
-            f"{stable_name(cls)}.state_version must be an int >= 1, got {version!r}"
+            f"{stable_name(cls)}.state_version must be an int from 1 to 2**63 - 1 (it is "
+            f"stored as a 64-bit number), got {version!r}"
         )
     return version
 
@@ -172,12 +173,18 @@ def check_names(
     lacking = sorted(name for name in program.state_names if name not in names)
     if lacking:
         current = version_of(program.cls)
+        fix = _HOW.format(next=current + 1)
+        if stored < current and overrides(program.cls, "migrate"):  # it ran, and missed them
+            fix = (
+                f"make {stable_name(program.cls)}.migrate() set them when it brings a "
+                f"version-{stored} state to version {current}"
+            )
         raise migration_error(
             program,
             stored,
             current,
             f"its stored state lacks attribute(s) {', '.join(lacking)} that the current class has",
-            _HOW.format(next=current + 1),
+            fix,
             where=where,
         )
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from actorflow.actors import decode_state, encode_state
-from actorflow.errors import DecodeError
+from actorflow.errors import DecodeError, EncodeError
 from actorflow.runtime._runner import ExecutorProgram
 from actorflow.runtime._state_fit import (
     fits_unread,
@@ -96,7 +96,18 @@ def prepare_snapshots(
         state = _decoded(program, chunks, where)
         if stored != current:
             state = _migrated(program, state, stored, current, where)
-            encoded = encode_state(state)
+            try:
+                encoded = encode_state(state)
+            except EncodeError as exc:
+                raise migration_error(
+                    program,
+                    stored,
+                    current,
+                    f"migrate() returned a state that cannot be stored: {exc}",
+                    "return built-in values or @actorflow.message types from migrate(), as "
+                    "the executor's own attributes must be",
+                    where=where,
+                ) from exc
             snapshots[eid] = [(hashlib.sha256(c).hexdigest(), c) for c in encoded]
             migrated.add(eid)
         _check_restores(program, state, stored, where)

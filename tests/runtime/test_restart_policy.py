@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -108,3 +110,34 @@ def test_policies_refuse_nonsense() -> None:
         af.RestartPolicy(within_seconds=0)
     with pytest.raises(ValueError, match="every"):
         af.CheckpointPolicy(every=0)
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        # every=1.5 would checkpoint every 3rd superstep; on_idle_only="no" only when idle
+        (lambda: af.CheckpointPolicy(every=1.5), "every"),  # type: ignore[arg-type]
+        (lambda: af.CheckpointPolicy(every=None), "every"),  # type: ignore[arg-type]
+        (lambda: af.CheckpointPolicy(on_idle_only="no"), "on_idle_only"),  # type: ignore[arg-type]
+        (lambda: af.CheckpointPolicy(durability="bogus"), "durability"),  # type: ignore[arg-type]
+        (lambda: af.RestartPolicy(max_restarts=1.5), "max_restarts"),  # type: ignore[arg-type]
+        (lambda: af.RestartPolicy(within_seconds=math.nan), "within_seconds"),
+        (lambda: af.RestartPolicy(retry_on=[KeyError]), "retry_on"),  # type: ignore[arg-type]
+        (lambda: af.RestartPolicy(retry_on=()), "retry_on"),
+        (lambda: af.RestartPolicy(backoff=0.5), "backoff"),  # type: ignore[arg-type]
+        (lambda: af.Backoff(initial=-1), "initial"),
+        (lambda: af.Backoff(maximum=math.inf), "maximum"),
+        (lambda: af.Backoff(multiplier=0.5), "multiplier"),
+        (lambda: af.Backoff(jitter=math.nan), "jitter"),
+    ],
+)
+def test_policy_fields_of_the_wrong_kind_are_refused_naming_the_field(
+    make: Callable[[], object], named: str
+) -> None:
+    with pytest.raises((ValueError, TypeError), match=named):
+        make()
+
+
+def test_a_restart_window_may_be_the_whole_run_and_one_type_is_a_tuple_of_one() -> None:
+    policy = af.RestartPolicy(within_seconds=math.inf, retry_on=KeyError)  # type: ignore[arg-type]
+    assert policy.retry_on == (KeyError,)

@@ -84,6 +84,27 @@ class TallyBrokenMigrate(TallyV2):
         raise KeyError("amounts_v0")
 
 
+class TallyMigrateForgets(TallyV2):
+    __actorflow_name__ = "tests.Tally"
+
+    @classmethod
+    def migrate(cls, state: dict[str, Any], from_version: int) -> dict[str, Any]:
+        return state  # forgets to add total
+
+
+class TallyMigrateUnstorable(TallyV2):
+    __actorflow_name__ = "tests.Tally"
+
+    @classmethod
+    def migrate(cls, state: dict[str, Any], from_version: int) -> dict[str, Any]:
+        return {**state, "total": sum(state["amounts"]), "cache": object()}
+
+
+class TallyHugeVersion(TallyV2):
+    __actorflow_name__ = "tests.Tally"
+    state_version: ClassVar[int] = 1 << 64
+
+
 class TallyDefaults(TallyV2):
     """The documented alternative: restore() fills in defaults, no version bump."""
 
@@ -127,6 +148,8 @@ def test_resume_migrates_an_older_snapshot(old_session: af.SQLiteStore) -> None:
         (TallyV2Unversioned, r"lacks attribute\(s\) total.*stored state version 1, current "),
         (TallyV3NoMigrate, "no migrate"),
         (TallyBrokenMigrate, "migrate.. raised KeyError"),
+        (TallyMigrateForgets, r"lacks attribute\(s\) total.*make tests.Tally.migrate\(\) set"),
+        (TallyMigrateUnstorable, r"migrate\(\) returned a state that cannot be stored.*cache"),
     ],
 )
 def test_an_unrestorable_snapshot_fails_the_resume(
@@ -188,3 +211,11 @@ def test_nested_states_are_checked_and_migrated(tmp_path: Path) -> None:
     with inner, outer, outer.resume(store, session="n") as s:
         assert s.run(6).outputs == [10]
     store.close()
+
+
+def test_a_state_version_past_64_bits_is_refused_naming_the_range(
+    old_session: af.SQLiteStore,
+) -> None:
+    with build(TallyHugeVersion) as wf, pytest.raises(af.StateMigrationError, match=r"2\*\*63"):
+        wf.resume(old_session, session="t")
+    old_session.close()
