@@ -125,6 +125,11 @@ class WorkflowExecutor(Executor):
         timeout: float | None = None,
     ) -> None:
         super().__init__(id, timeout=timeout)
+        if not isinstance(workflow, Workflow):
+            raise TypeError(
+                f"WorkflowExecutor {id!r} runs a built workflow (WorkflowBuilder(...).build()), "
+                f"got {type(workflow).__name__} {workflow!r:.60}"
+            )
         if outputs not in ("send", "output"):
             raise ValueError(f"WorkflowExecutor {id!r}: outputs must be 'send' or 'output'")
         self._af_code = _Inner(workflow, outputs)

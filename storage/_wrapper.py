@@ -87,6 +87,11 @@ class StoreWrapper:
     """
 
     def __init__(self, inner: CheckpointStore, *, close_inner: bool = True) -> None:
+        if not isinstance(inner, CheckpointStore):
+            raise TypeError(
+                f"{type(self).__name__} wraps a checkpoint store (SQLiteStore(path), say), "
+                f"got {inner!r}"
+            )
         self._inner = inner
         self._close_inner = close_inner
         self._inner_lock_wait = _takes_keyword(inner.acquire_lease, "lock_wait")

@@ -78,6 +78,11 @@ class Keyring:
             raise ImportError(
                 "EncryptedStore needs the cryptography package: pip install 'actorflow[encryption]'"
             ) from None
+        if not isinstance(keys, Mapping):
+            raise TypeError(
+                "EncryptedStore(keys=...) takes a mapping of key id to key, "
+                f"{{'2026-01': os.urandom(32)}}, got {type(keys).__name__}"
+            )
         if not keys:
             raise ValueError("an EncryptedStore needs at least one key")
         self._invalid = InvalidTag

@@ -479,3 +479,9 @@ def test_child_failing_past_every_policy_fails_the_parent_naming_both() -> None:
     assert info.value.error_type == cause.error_type != "actorflow.errors.ExecutorFailed"
     message = str(info.value)
     assert "covers 'flaky'" in message and "covers 'sub'" in message, message
+
+
+@pytest.mark.parametrize("inner", [None, "inner", 3])
+def test_a_sub_workflow_of_something_else_than_a_workflow_is_refused_at_once(inner: Any) -> None:
+    with pytest.raises(TypeError, match="'sub' runs a built workflow"):
+        af.WorkflowExecutor(inner, "sub")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -315,3 +316,19 @@ class _Add(af.Executor):
     def on_number(self, value: int, ctx: af.Context[None]) -> None:
         self.total += value
         ctx.output(self.total)
+
+
+@pytest.mark.parametrize(
+    ("inner", "keys", "said"),
+    [
+        (None, {"k": OLD}, "wraps a checkpoint store"),
+        ("runs.db", {"k": OLD}, "wraps a checkpoint store"),
+        (MemoryStore(), [("k", OLD)], "takes a mapping of key id to key"),
+        (MemoryStore(), None, "takes a mapping of key id to key"),
+    ],
+)
+def test_a_store_or_keys_of_the_wrong_kind_are_refused_saying_what_it_takes(
+    inner: Any, keys: Any, said: str
+) -> None:
+    with pytest.raises(TypeError, match=said):
+        EncryptedStore(inner, keys=keys)
