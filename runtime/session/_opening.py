@@ -182,11 +182,12 @@ def resume_session(
                 raise _exists(as_session, head, store, fork=True)
         restored = load_for_resume(store, engine.spec, session=source, checkpoint_id=checkpoint_id)
         if restored.checkpoint.session != source:
+            owner = restored.checkpoint.session
             raise ValueError(
-                f"checkpoint {restored.checkpoint.id} belongs to session "
-                f"{restored.checkpoint.session!r}, not {source!r}; to continue it under "
-                f"another id, pass as_session={source!r} and session="
-                f"{restored.checkpoint.session!r}"
+                f"checkpoint {restored.checkpoint.id} belongs to session {owner!r}, not "
+                f"{source!r}; to continue it, pass session={owner!r}; to continue it under "
+                f"an id of its own, pass session={owner!r} and as_session=<an id no session "
+                "has yet>"
             )
         branch = False
         newest = True
@@ -334,7 +335,8 @@ def _exists(
     where += f"superstep {head.superstep})"
     if fork:
         return SessionExists(
-            f"cannot fork into {where}; a fork needs a new session id: pass another as_session="
+            f"cannot fork into session {session_id!r}: {where}; a fork needs a new session "
+            "id: pass another as_session="
         )
     return SessionExists(
         f"{where}; wf.session() would start a second lineage under the same id. To continue "

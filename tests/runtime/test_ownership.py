@@ -352,6 +352,12 @@ def test_fork_into_a_new_session_leaves_the_original_untouched(store: Checkpoint
             wf.resume(store, session="s1", as_session="s1-retry")
         with pytest.raises(ValueError, match="new session id"):
             wf.resume(store, session="s1", as_session="s1")
+        # Another session's checkpoint: the advice names the calls that take it.
+        with pytest.raises(ValueError, match="belongs to session 's1'") as foreign:
+            wf.resume(store, session="s1-retry", checkpoint_id=paused)
+        assert "pass session='s1';" in str(foreign.value)
+        with wf.resume(store, session="s1", checkpoint_id=paused, as_session="s1-again") as f:
+            assert f.respond({"desk:1:0": True}).outputs == [[1, True]]
         assert store.current_lease("s1-retry") is None
 
 
