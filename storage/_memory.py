@@ -289,9 +289,10 @@ class MemoryStore:
         kind: CheckpointKind | None = None,
     ) -> builtins.list[Checkpoint]:
         """Matching records, oldest first (see CheckpointStore.list)."""
+        wanted = None if kind is None else CheckpointKind(kind)  # ValueError, as every store
         with self._lock:
             self._check_open()
-            ids = self._matching(workflow, session, kind)
+            ids = self._matching(workflow, session, wanted)
             records = [(i, self._record(i)) for i in ids]
         return [decode_stored(i, r) for i, r in records]
 

@@ -162,6 +162,8 @@ class ContractTests(KitBase):
                     ]
                     got = store.list(workflow=workflow, session=session, kind=kind)
                     assert [cp.id for cp in got] == expected
+        with pytest.raises(ValueError, match="bogus"):  # not "no record of that kind"
+            store.list(kind="bogus")  # type: ignore[arg-type]
 
     def test_latest_none_when_empty(self, store: CheckpointStore) -> None:
         """latest() on an empty store, or with no match, is None."""
