@@ -18,7 +18,7 @@ import pytest
 import actorflow as af
 from actorflow.cli import main
 from actorflow.cli._describe import describe_runtime
-from actorflow.testing import replay
+from actorflow.testing import ReplayReport, replay
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -203,8 +203,12 @@ def test_a_graph_change_is_reported_as_such(tmp_path: Path) -> None:
     assert "audit2" in found.detail
 
 
-def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: Path) -> None:
-    _record(tmp_path / "s.db").close()
+def _replay_changed_cart(
+    path: Path, charged: Callable[[af.Context[int], int], int], sessions: list[str] | None = None
+) -> ReplayReport:
+    """Record the cart sessions with the old code, then replay them with a cart that
+    adds ``charged(ctx, item)`` for an item (the old one: its ``price`` effect)."""
+    _record(path).close()
     old_cart, audit = _old_classes()
 
     class Cart(old_cart):  # type: ignore[valid-type,misc]
@@ -212,14 +216,21 @@ def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: 
 
         @af.handler
         def on_item(self, item: int, ctx: af.Context[int]) -> None:
-            self.total += ctx.effect(price, item, key="price")
-            self.total += ctx.effect(price, item, key="tax")  # new: calls the outside world
+            self.total += charged(ctx, item)
             self.items.append(item)
             ctx.send(self.total)
 
     CALLS.clear()
-    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
-        report = replay(store, wf, ["s0"])
+    with af.SQLiteStore(path) as store, _workflow(Cart, audit) as wf:
+        return replay(store, wf, sessions)
+
+
+def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: Path) -> None:
+    def charged(ctx: af.Context[int], item: int) -> int:
+        price_ = ctx.effect(price, item, key="price")
+        return price_ + ctx.effect(price, item, key="tax")  # new: calls the outside world
+
+    report = _replay_changed_cart(tmp_path / "s.db", charged, ["s0"])
     [found] = report.divergences
     assert (found.kind, found.executor, found.attribute, found.superstep) == (
         "effect",
@@ -231,22 +242,10 @@ def test_an_effect_the_stored_run_did_not_make_is_reported_not_called(tmp_path: 
 
 
 def test_an_effect_called_with_other_arguments_is_reported(tmp_path: Path) -> None:
-    _record(tmp_path / "s.db").close()
-    old_cart, audit = _old_classes()
-
-    class Cart(old_cart):  # type: ignore[valid-type,misc]
-        __actorflow_name__ = "shop.Cart"
-
-        @af.handler
-        def on_item(self, item: int, ctx: af.Context[int]) -> None:
-            # The same key, another argument: the stored result would hide the change.
-            self.total += ctx.effect(price, item * 2, key="price")
-            self.items.append(item)
-            ctx.send(self.total)
-
-    CALLS.clear()
-    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
-        report = replay(store, wf, ["s1"])
+    # The same key, another argument: the stored result would hide the change.
+    report = _replay_changed_cart(
+        tmp_path / "s.db", lambda ctx, item: ctx.effect(price, item * 2, key="price"), ["s1"]
+    )
     [found] = report.divergences
     assert (found.kind, found.executor, found.attribute, found.superstep) == (
         "effect",
@@ -261,21 +260,24 @@ def test_an_effect_called_with_other_arguments_is_reported(tmp_path: Path) -> No
 def test_arguments_passed_by_keyword_instead_of_by_position_replay_identically(
     tmp_path: Path,
 ) -> None:
-    _record(tmp_path / "s.db").close()
-    old_cart, audit = _old_classes()
-
-    class Cart(old_cart):  # type: ignore[valid-type,misc]
-        __actorflow_name__ = "shop.Cart"
-
-        @af.handler
-        def on_item(self, item: int, ctx: af.Context[int]) -> None:
-            self.total += ctx.effect(price, item=item, key="price")
-            self.items.append(item)
-            ctx.send(self.total)
-
-    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
-        report = replay(store, wf)
+    report = _replay_changed_cart(
+        tmp_path / "s.db", lambda ctx, item: ctx.effect(price, item=item, key="price")
+    )
     assert report.identical and report.sessions == 3, str(report)
+
+
+def test_an_effect_no_longer_made_is_reported(tmp_path: Path) -> None:
+    """A deploy that stops charging (no longer asks the price service): the state does
+    not show it."""
+    report = _replay_changed_cart(tmp_path / "s.db", lambda ctx, item: item * 10, ["s0"])
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.attribute, found.superstep) == (
+        "effect",
+        "cart",
+        "price",
+        1,
+    ), found
+    assert "no longer made it" in found.detail, found.detail
 
 
 def quote(lines: dict[str, int], tags: set[str]) -> int:
@@ -308,32 +310,6 @@ def test_equal_arguments_built_in_another_order_replay_identically() -> None:
     assert same.identical, str(same)
     [found] = other.divergences
     assert "other arguments" in found.detail, found
-
-
-def test_an_effect_no_longer_made_is_reported(tmp_path: Path) -> None:
-    """A deploy that stops charging: the state (the item list) does not show it."""
-    _record(tmp_path / "s.db").close()
-    old_cart, audit = _old_classes()
-
-    class Cart(old_cart):  # type: ignore[valid-type,misc]
-        __actorflow_name__ = "shop.Cart"
-
-        @af.handler
-        def on_item(self, item: int, ctx: af.Context[int]) -> None:
-            self.total += item * 10  # no longer asks the price service
-            self.items.append(item)
-            ctx.send(self.total)
-
-    with af.SQLiteStore(tmp_path / "s.db") as store, _workflow(Cart, audit) as wf:
-        report = replay(store, wf, ["s0"])
-    [found] = report.divergences
-    assert (found.kind, found.executor, found.attribute, found.superstep) == (
-        "effect",
-        "cart",
-        "price",
-        1,
-    ), found
-    assert "no longer made it" in found.detail, found.detail
 
 
 def _booking(statement: str) -> af.Workflow:
