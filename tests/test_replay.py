@@ -8,6 +8,7 @@ import hashlib
 import io
 import random
 import threading
+import time
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -264,6 +265,39 @@ def test_arguments_passed_by_keyword_instead_of_by_position_replay_identically(
         tmp_path / "s.db", lambda ctx, item: ctx.effect(price, item=item, key="price")
     )
     assert report.identical and report.sessions == 3, str(report)
+
+
+SENT: list[float] = []
+
+
+def send(to: str, at: float) -> str:
+    SENT.append(at)
+    return f"sent to {to}"
+
+
+@pytest.mark.parametrize("journaled", [False, True])
+def test_an_argument_read_from_the_clock_diverges_unless_an_effect_gives_it(
+    journaled: bool,
+) -> None:
+    """The documented way to pass a time to an effect: through ``ctx.effect(time.time)``,
+    whose result the replay is handed; read directly, it differs in every replay."""
+
+    class Mailer(af.Executor):
+        __actorflow_name__ = "shop.Mailer"
+
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[None]) -> None:
+            at = ctx.effect(time.time) if journaled else time.time()
+            ctx.output(ctx.effect(send, "ops@example.com", at))
+
+    store = af.MemoryStore()
+    with af.WorkflowBuilder("mail", start=Mailer("mailer")).build() as wf:
+        with wf.session("s", store=store) as s:
+            assert s.run(1).outputs == ["sent to ops@example.com"]
+        report = replay(store, wf)
+    assert report.identical is journaled, str(report)
+    assert len(SENT) == 1  # the replay sent nothing
+    SENT.clear()
 
 
 def test_an_effect_no_longer_made_is_reported(tmp_path: Path) -> None:
