@@ -22,7 +22,7 @@ from ._backend import (
     group_wait,
 )
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
-from ._reply import LeanActor, ReplyFuture, ReplyTimeout, rebuilt_error
+from ._reply import LeanActor, ReplyFuture, ReplyTimeout, error_parts, rebuilt_error, said_by
 from .codec import (
     check_state,
     decode,
@@ -67,6 +67,7 @@ __all__ = [
     "encode",
     "encode_state",
     "entry_named",
+    "error_parts",
     "from_json",
     "group_wait",
     "has_registered_subclass",
@@ -74,6 +75,7 @@ __all__ = [
     "main_module_name",
     "message",
     "rebuilt_error",
+    "said_by",
     "stable_name",
     "state_names",
     "to_json",

@@ -26,7 +26,15 @@ from typing import Any
 
 import pykka
 
-__all__ = ["LeanActor", "Raised", "ReplyFuture", "ReplyTimeout", "rebuilt_error"]
+__all__ = [
+    "LeanActor",
+    "Raised",
+    "ReplyFuture",
+    "ReplyTimeout",
+    "error_parts",
+    "rebuilt_error",
+    "said_by",
+]
 
 _PENDING: Any = object()
 
@@ -62,11 +70,13 @@ class Raised:
         What does not pickle is left out: an attribute (a lock, say) is dropped, and
         ``args`` that do not pickle become the error's message."""
         error = self.error
-        args: tuple[Any, ...] = error.args
-        if not _pickles(args):
-            args = (str(error),)
-        attrs = {name: value for name, value in vars(error).items() if _pickles(value)}
-        return (_raised, (type(error), args, attrs, f"{type(error).__qualname__}: {error}"))
+        args, attrs = error_parts(error, _pickles)
+        if args is None:
+            args = (said_by(error),)
+        return (
+            _raised,
+            (type(error), args, attrs, f"{type(error).__qualname__}: {said_by(error)}"),
+        )
 
 
 def _pickles(value: object) -> bool:
@@ -84,13 +94,57 @@ def _raised(
     return Raised(rebuilt_error(cls, args, attrs, said))
 
 
+def error_parts(
+    error: BaseException, keeps: Callable[[object], bool]
+) -> tuple[tuple[Any, ...] | None, dict[str, Any]]:
+    """What :func:`rebuilt_error` needs to make ``error`` again: the arguments it was
+    made with (``args``, or what its type's ``__reduce__`` gives, which holds more for
+    some built-in types: an ``OSError``'s file name), None if they are not all kept;
+    and its attributes, from its ``__dict__`` and its slots, each if ``keeps`` it."""
+    args: tuple[Any, ...] = error.args
+    try:
+        reduced = error.__reduce__()
+        if reduced[0] is type(error) and type(reduced[1]) is tuple:
+            args = reduced[1]
+    except Exception:  # noqa: BLE001 - a __reduce__ of its own that fails: its args
+        pass
+    attrs = {name: value for name, value in vars(error).items() if keeps(value)}
+    for name in _slot_names(type(error)):
+        value = getattr(error, name, _PENDING)
+        if value is not _PENDING and keeps(value):
+            attrs[name] = value
+    return (args if keeps(args) else None), attrs
+
+
+def said_by(error: BaseException) -> str:
+    """``str(error)``, or a stand-in if its ``__str__`` raises: an error whose message
+    fails must still arrive as itself."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - any failure: the stand-in
+        return f"<{type(error).__qualname__} whose str() raised>"
+
+
+def _slot_names(cls: type) -> list[str]:
+    names: list[str] = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for name in [slots] if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and name not in names:
+                names.append(name)
+    return names
+
+
 def rebuilt_error(
     cls: type[BaseException], args: tuple[Any, ...], attrs: dict[str, Any], said: str
 ) -> BaseException:
-    """An exception of type ``cls`` with ``args`` and attributes ``attrs``, made without
-    calling its ``__init__`` (which may take other parameters than its ``args``); if
-    the type cannot be made without its own constructor, a ``RuntimeError`` saying
-    ``said`` (the attributes still go with it)."""
+    """An exception of type ``cls`` made with ``args`` and given attributes ``attrs``,
+    without calling an ``__init__`` of its own (which may take other parameters than
+    its ``args``, and is code a stored name must not run); a built-in type's
+    ``__init__`` is called, as it is what fills an ``OSError``'s ``filename`` or a
+    ``StopIteration``'s ``value`` from the arguments. If the type cannot be made
+    without its own constructor, a ``RuntimeError`` saying ``said`` (the attributes
+    still go with it)."""
     error: BaseException
     try:
         error = cls.__new__(cls, *args)
@@ -99,8 +153,21 @@ def rebuilt_error(
             error = BaseException.__new__(cls)
         except Exception:  # noqa: BLE001 - a type that must be made its own way
             error, args = RuntimeError(said), (said,)
-    object.__setattr__(error, "args", args)  # (past a __setattr__ of its own: frozen, say)
-    vars(error).update(attrs)
+    init = next(klass for klass in type(error).__mro__ if "__init__" in klass.__dict__)
+    try:
+        if init.__module__ != "builtins":
+            raise TypeError  # an __init__ of its own: not run
+        init.__init__(error, *args)  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - arguments its __init__ refuses: set as they are
+        object.__setattr__(error, "args", args)  # (past a __setattr__ of its own: frozen)
+    slots = _slot_names(type(error))
+    for name, value in attrs.items():
+        try:
+            if name not in slots:
+                raise AttributeError(name)
+            object.__setattr__(error, name, value)
+        except Exception:  # noqa: BLE001 - not a slot (or a read-only one): its __dict__
+            vars(error)[name] = value
     return error
 
 

@@ -43,6 +43,8 @@ one deduplicates a call that was in flight when a process died.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import inspect
 import re
@@ -57,7 +59,11 @@ from actorflow.actors import (
     HostRef,
     decode,
     encode,
+    error_parts,
+    main_module_name,
     rebuilt_error,
+    said_by,
+    stable_name,
 )
 from actorflow.errors import EffectNotRecorded, EncodeError, StatementRefused
 from actorflow.storage import SqlValue
@@ -126,7 +132,11 @@ def _arguments_digest(
 ) -> bytes | None:
     """A digest of the arguments ``fn`` is called with, bound to its parameters (so
     passing one by position or by keyword is the same call, and a default counts as
-    passed); None when they do not encode (a client passed to the effect)."""
+    passed; a ``functools.partial``'s own arguments count too); None when they do not
+    encode (a client passed to the effect)."""
+    while isinstance(fn, functools.partial):
+        args, kwargs = (*fn.args, *args), {**fn.keywords, **kwargs}
+        fn = fn.func
     value: object = [list(args), kwargs]
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -146,26 +156,32 @@ def _digest(value: object) -> bytes:
 
 
 def _canonical(value: object) -> object:
-    """``value`` with its dicts and sets in sorted order, where their keys sort: two
-    equal values built in another order (a dict filled from a set, whose order
-    changes with the process's hash seed) get one digest."""
+    """``value`` with its dicts and sets in one order, whatever order they were built
+    in (a dict filled from a set, whose order changes with the process's hash seed),
+    down through lists, tuples and message fields: two equal values get one digest.
+    Keys and members are sorted, or, where they do not sort (a set of ints and
+    strs), ordered by their encoding, which every encodable value has."""
     if isinstance(value, list | tuple) and type(value) in (list, tuple):
         return [_canonical(item) for item in value]
     if isinstance(value, dict) and type(value) is dict:
         items = [(key, _canonical(item)) for key, item in value.items()]
-        try:
-            items.sort(key=lambda pair: pair[0])
-        except TypeError:  # keys that do not sort: as they come
-            pass
-        return ["dict", items]
+        return ["dict", _in_one_order(items, key=lambda pair: pair[0])]
     if isinstance(value, set | frozenset) and type(value) in (set, frozenset):
-        members: list[Any] = [_canonical(item) for item in value]
-        try:
-            members.sort()
-        except TypeError:
-            pass
-        return ["set", members]
+        return ["set", _in_one_order([_canonical(item) for item in value], key=lambda m: m)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+        return ["message", stable_name(type(value)), _canonical(fields)]
     return value
+
+
+def _in_one_order(items: list[Any], key: Callable[[Any], Any]) -> list[Any]:
+    """``items`` sorted by ``key``: naturally if the keys are all strs, or all numbers
+    (a total order), else by their encoding (mixed types do not compare, and sets
+    compare as subsets, which orders nothing)."""
+    kinds = {type(key(item)) for item in items}
+    if kinds <= {str} or kinds <= {int, float, bool}:
+        return sorted(items, key=key)
+    return sorted(items, key=lambda item: encode(_canonical(key(item))))
 
 
 STATEMENTS: Final = "\x00sql"
@@ -185,24 +201,22 @@ replay raises these, then returns the result."""
 
 
 def _raise_record(error: Exception) -> bytes:
-    """What a replay needs to raise ``error`` again: its type's module and qualified
-    name, ``args`` and attributes (what does not encode is left out; ``args`` None:
-    its message is its only argument), and its message (the first ``_SAID``
-    characters)."""
+    """What a replay needs to raise ``error`` again: its type's module (``__main__``
+    under the name it is imported by, as a message type's is) and qualified name, the
+    arguments it was made with and its attributes (what does not encode is left out;
+    arguments None: its message is its only argument), and its message (the first
+    ``_SAID`` characters, with what UTF-8 cannot carry escaped)."""
     cls = type(error)
-    args = error.args if _encodes(error.args) else None
-    attrs = {
-        name: value
-        for name, value in getattr(error, "__dict__", {}).items()
-        if name != _CARRIED and _encodes(value)
-    }
+    module = main_module_name() if cls.__module__ == "__main__" else cls.__module__
+    said = said_by(error)[:_SAID].encode("utf-8", "backslashreplace").decode("utf-8")
     try:
-        said = str(error)[:_SAID]
+        args, attrs = error_parts(error, _encodes)
+        attrs.pop(_CARRIED, None)
+        record = encode([module, cls.__qualname__, args, attrs, said])
     except Exception:  # noqa: BLE001 - the handler must still get its own error
-        said = f"<{cls.__qualname__} whose str() raised>"
-    record = encode([cls.__module__, cls.__qualname__, args, attrs, said])
-    if len(record) > _RECORD_BYTES:
-        record = encode([cls.__module__, cls.__qualname__, None, {}, said])
+        record = b""
+    if not record or len(record) > _RECORD_BYTES:
+        record = encode([module, cls.__qualname__, None, {}, said])
     return record
 
 
@@ -216,14 +230,20 @@ def _encodes(value: object) -> bool:
 
 def _loaded_error_type(module: str, qualname: str) -> type[BaseException] | None:
     """The exception class ``module.qualname`` of a module this process has loaded
-    (never imports: the names come from a store); None if there is none."""
-    found: object = sys.modules.get(module)
-    for part in qualname.split("."):
-        if found is None or part == "<locals>":
-            return None
-        found = getattr(found, part, None)
-    if isinstance(found, type) and issubclass(found, BaseException):
-        return found
+    (never imports: the names come from a store; the script's own module is also
+    found as ``__main__``); None if there is none."""
+    places = [sys.modules.get(module)]
+    if module in (main_module_name(), "__main__"):
+        places.append(sys.modules.get("__main__"))
+    for place in places:
+        found: object = place
+        for part in qualname.split("."):
+            if found is None or part == "<locals>":
+                found = None
+                break
+            found = getattr(found, part, None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return found
     return None
 
 
@@ -465,7 +485,11 @@ class EffectJournal:
         k = self._raises.get((name, n), 0)
         if k < _RAISES_KEPT:
             self._raises[(name, n)] = k + 1
-            self.made.append([raised_name(name, n), k, _raise_record(error)])
+            try:
+                record = _raise_record(error)
+            except Exception:  # noqa: BLE001 - never instead of the handler's own error
+                return
+            self.made.append([raised_name(name, n), k, record])
 
     def _raise_recorded(self, name: str, n: int) -> None:
         """In a replay, raise what occurrence ``n`` of ``name`` raised next in the
@@ -474,10 +498,16 @@ class EffectJournal:
         k = self._raises.get((name, n), 0)
         place = (raised_name(name, n), k)
         record = self.recorded.get(place)
+        if record is None and k >= _RAISES_KEPT and (name, n) not in self.recorded:
+            # Raised more often than a journal keeps and never returned: it raised
+            # again each time, as far as the record knows; the last kept raise again.
+            record = self.recorded.get((raised_name(name, n), _RAISES_KEPT - 1))
+            place = (raised_name(name, n), _RAISES_KEPT - 1)
         if record is None:
             return
         self._raises[(name, n)] = k + 1
-        self.made.append([*place, record])
+        if k < _RAISES_KEPT:
+            self.made.append([*place, record])
         module, qualname, args, attrs, said = decode(record)
         cls = _loaded_error_type(module, qualname)
         if cls is None:

@@ -93,6 +93,9 @@ class ReplayReport:
     sessions: int = 0
     runs: int = 0
     divergences: list[Divergence] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Runs that could not be replayed, each with why (a fork whose source session was
+    deleted: its starting cut is gone). Not divergences: nothing was compared."""
 
     @property
     def identical(self) -> bool:
@@ -101,12 +104,16 @@ class ReplayReport:
 
     def __str__(self) -> str:
         if self.identical:
-            return f"{self.sessions} session(s), {self.runs} run(s): all replay identically"
-        lines = [
-            f"{self.sessions} session(s), {self.runs} run(s): "
-            f"{len(self.divergences)} session(s) diverge"
-        ]
+            lines = [f"{self.sessions} session(s), {self.runs} run(s): all replay identically"]
+        else:
+            lines = [
+                f"{self.sessions} session(s), {self.runs} run(s): "
+                f"{len(self.divergences)} session(s) diverge"
+            ]
         lines += [f"  {d}" for d in self.divergences]
+        if self.skipped:
+            lines.append(f"  {len(self.skipped)} run(s) not replayed:")
+            lines += [f"    {why}" for why in self.skipped]
         return "\n".join(lines)
 
 
@@ -140,7 +147,7 @@ def replay(
                 )
             continue
         report.sessions += 1
-        for start, chain in _runs(store, cuts):
+        for start, chain in _runs(store, cuts, report.skipped):
             report.runs += 1
             found = _replay_run(store, workflow, start, chain, dialect)
             if found is not None:
@@ -155,7 +162,7 @@ def replay(
 
 
 def _runs(
-    store: CheckpointStore, cuts: list[Checkpoint]
+    store: CheckpointStore, cuts: list[Checkpoint], skipped: list[str]
 ) -> list[tuple[Checkpoint, list[Checkpoint]]]:
     """Each run of a session: the cut it started from and the cuts it wrote, in order.
 
@@ -164,7 +171,8 @@ def _runs(
     next cuts after the halt, with no start cut of their own. It is followed along the
     earliest child of each cut. A later child of any cut is a branch (time travel to
     that cut), and a cut whose parent is another session's is a fork
-    (``as_session=``): each is a run from that parent."""
+    (``as_session=``): each is a run from that parent. A fork whose parent is gone
+    (its session deleted) has nothing to start from: it is added to ``skipped``."""
     children: dict[str, list[Checkpoint]] = {}
     for cp in cuts:  # oldest first: the earliest child leads
         if cp.parent_id is not None:
@@ -192,8 +200,12 @@ def _runs(
         if cp.parent_id is not None and cp.parent_id not in ours and cp.kind not in _NOT_FOLLOWED:
             try:
                 runs.append((store.load(cp.parent_id), cp))
-            except CheckpointNotFound:  # the forked-from session is gone: nothing to start from
-                pass
+            except CheckpointNotFound:
+                skipped.append(
+                    f"session {cp.session!r}, superstep {cp.superstep}: forked from checkpoint "
+                    f"{cp.parent_id}, which the store no longer holds (its session was "
+                    "deleted or pruned), so the run has no state to start from"
+                )
     runs.sort(key=lambda run: order[run[1].id])
     return [(start, chain(head)) for start, head in runs]
 
@@ -366,7 +378,14 @@ def _compare_journals(session: str, stored: Checkpoint, mine: Checkpoint) -> Div
                 f"{superstep} with other arguments than the stored run did (the replay was "
                 "handed the stored result all the same)"
             )
-        elif after is None and raised_place(name) is None:
+        elif after is None and (raised := raised_place(name)) is not None:
+            name, occurrence = raised
+            detail = (
+                f"executor {executor!r} called effect {name!r} (occurrence {occurrence}) in "
+                f"superstep {superstep} in the stored run, where it raised (time {n + 1}); "
+                "the replay no longer made that call"
+            )
+        elif after is None:
             detail = (
                 f"executor {executor!r} made effect {name!r} (occurrence {n}) in superstep "
                 f"{superstep} in the stored run; the replay no longer made it"

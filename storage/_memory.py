@@ -13,6 +13,7 @@ from actorflow.errors import CheckpointCorrupt, CheckpointNotFound, UnsupportedF
 from ._common import (
     age_plan,
     already_stored,
+    check_checkpoint_id,
     check_cutoff,
     check_keep,
     check_session_id,
@@ -259,6 +260,7 @@ class MemoryStore:
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        check_checkpoint_id(checkpoint_id)
         with self._lock:
             self._check_open()
             record = self._record(checkpoint_id) if checkpoint_id in self._index else None
@@ -321,6 +323,7 @@ class MemoryStore:
 
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record and collect the blobs nothing else references."""
+        check_checkpoint_id(checkpoint_id)
         with self._lock:
             self._check_open()
             if checkpoint_id not in self._index:

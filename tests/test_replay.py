@@ -4,9 +4,13 @@ replay by another (the same ``__actorflow_name__``, as after a deploy)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -654,6 +658,249 @@ def test_a_recorded_raise_of_a_type_the_code_no_longer_has_is_reported() -> None
     assert "Gone" in found.detail and "module level" in found.detail, found.detail
 
 
+def _giving_up(tries: int, calls: bool = True) -> af.Workflow:
+    """Charges 7, trying ``tries`` times; ``calls`` False: gives up without calling."""
+
+    class Pay(af.Executor):
+        __actorflow_name__ = "shop.Pay"
+
+        def __init__(self, executor_id: str) -> None:
+            super().__init__(executor_id)
+            self.declined = 0
+
+        @af.handler
+        def on_amount(self, amount: int, ctx: af.Context[None]) -> None:
+            for _ in range(tries):
+                self.declined += 1
+                if calls:
+                    try:
+                        ctx.output(ctx.effect(charge, amount))
+                        return
+                    except Declined:
+                        pass
+            ctx.output("given up")
+
+    return af.WorkflowBuilder("pay", start=Pay("pay")).build()
+
+
+def test_an_effect_raising_more_often_than_journaled_replays_as_it_gave_up() -> None:
+    """Only the first raises of a call are journaled; a replay that asks again past
+    them, where the stored run never got a result, raises the last one again."""
+    store = af.MemoryStore()
+    DECLINES[:] = [1000]
+    with _giving_up(80) as wf, wf.session("s", store=store) as s:
+        assert s.run(7).outputs == ["given up"]
+    CALLS.clear()
+    with _giving_up(80) as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+    assert CALLS == []
+
+
+def test_an_effect_that_only_raised_and_is_no_longer_called_diverges() -> None:
+    """The stored run's call raised (and was caught): no result is journaled, but the
+    call was made, and new code that no longer makes it is a divergence."""
+    store = af.MemoryStore()
+    DECLINES[:] = [1000]
+    with _giving_up(1) as wf, wf.session("s", store=store) as s:
+        assert s.run(7).outputs == ["given up"]
+    with _giving_up(1, calls=False) as wf:
+        report = replay(store, wf)
+    [found] = report.divergences
+    assert (found.kind, found.executor, found.attribute) == ("effect", "pay", "charge"), found
+    assert "raised" in found.detail and "no longer made that call" in found.detail
+
+
+def refuse_oddly(amount: int) -> None:
+    """Raises an error whose message and attribute hold a lone surrogate (bytes
+    decoded with ``surrogateescape``, say), which UTF-8 cannot carry."""
+    raise Declined(f"o{amount}", "bad name \udcff")
+
+
+def test_an_error_that_cannot_be_journaled_as_it_is_still_reaches_the_handler() -> None:
+    class Pay(af.Executor):
+        __actorflow_name__ = "shop.PayOddly"
+
+        @af.handler
+        def on_amount(self, amount: int, ctx: af.Context[None]) -> None:
+            try:
+                ctx.effect(refuse_oddly, amount)
+            except Declined as exc:
+                ctx.output(f"caught {type(exc).__name__}: {str(exc)!a}")
+
+    def build() -> af.Workflow:
+        return af.WorkflowBuilder("pay", start=Pay("pay")).build()
+
+    store = af.MemoryStore()
+    with build() as wf, wf.session("s", store=store) as s:
+        assert s.run(7).outputs == ["caught Declined: 'order o7 declined: bad name \\udcff'"]
+    with build() as wf:
+        report = replay(store, wf)
+    # The replay raises it again with what encodes: its message, escaped.
+    [found] = report.divergences
+    assert found.kind == "output" and "name \\\\udcff" in str(found.new), found
+
+
+def read_config(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def test_a_built_in_error_replays_with_what_its_arguments_gave_it(tmp_path: Path) -> None:
+    """An ``OSError``'s file name is not among its ``args``: it is journaled all the
+    same, and the replayed error says it."""
+
+    class Load(af.Executor):
+        __actorflow_name__ = "shop.Load"
+
+        @af.handler
+        def on_path(self, path: str, ctx: af.Context[None]) -> None:
+            try:
+                ctx.output(ctx.effect(read_config, path))
+            except FileNotFoundError as exc:
+                ctx.output([exc.errno, exc.filename, str(exc)])
+
+    def build() -> af.Workflow:
+        return af.WorkflowBuilder("load", start=Load("load")).build()
+
+    store = af.MemoryStore()
+    missing = str(tmp_path / "absent.toml")
+    with build() as wf, wf.session("s", store=store) as s:
+        [said] = s.run(missing).outputs
+    assert said[1] == missing and missing in said[2]
+    with build() as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+
+
+def charge_order(order: dict[str, int], fee: int = 0) -> int:
+    return sum(order.values()) + fee
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_the_arguments_bound_in_a_partial_are_compared(changed: bool) -> None:
+    def build(fee: int) -> af.Workflow:
+        class Bill(af.Executor):
+            __actorflow_name__ = "shop.Bill"
+
+            @af.handler
+            def on_order(self, order: dict[str, int], ctx: af.Context[None]) -> None:
+                ctx.output(ctx.effect(functools.partial(charge_order, {**order, "fee": fee})))
+
+        return af.WorkflowBuilder("bill", start=Bill("bill")).build()
+
+    store = af.MemoryStore()
+    with build(1) as wf, wf.session("s", store=store) as s:
+        assert s.run({"a": 2}).outputs == [3]
+    with build(5 if changed else 1) as wf:
+        report = replay(store, wf)
+    assert report.identical is not changed, str(report)
+    if changed:
+        assert "other arguments" in report.divergences[0].detail
+
+
+_DIGEST_SCRIPT = """
+from dataclasses import dataclass
+
+from actorflow import message
+from actorflow.runtime._effects import _arguments_digest
+
+@message
+@dataclass
+class Order:
+    tags: set[str]
+    lines: dict[str, int]
+
+def fn(a, b, order):
+    pass
+
+names = [f"n{i}" for i in range(30)]
+mixed = {1, "a", b"b", 2.5, (1, "x"), None, frozenset({1, 2}), frozenset({3})}
+order = Order(tags=set(names), lines=dict.fromkeys(set(names), 1))
+print(_arguments_digest(fn, (mixed, {k: 1 for k in mixed if k is not None}, order), {}).hex())
+"""
+
+
+def test_an_arguments_digest_does_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
+    """Sets of mixed types, and sets and dicts inside a message, come out in another
+    order with another hash seed: the digest must not."""
+    script = tmp_path / "digest.py"
+    script.write_text(_DIGEST_SCRIPT)
+    digests = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1 and len(next(iter(digests))) == 32, digests
+
+
+_MAIN_SCRIPT = """
+import sys
+import actorflow as af
+
+
+class Refused(Exception):
+    pass
+
+
+def ask(item):
+    raise Refused(f"no {item}")
+
+
+class Ask(af.Executor):
+    __actorflow_name__ = "shop.AskMain"
+
+    @af.handler
+    def on_item(self, item: int, ctx: af.Context[None]) -> None:
+        try:
+            ctx.effect(ask, item)
+        except Refused as exc:
+            ctx.output(str(exc))
+
+
+def build():
+    return af.WorkflowBuilder("ask", start=Ask("ask")).build()
+
+
+if __name__ == "__main__":
+    with af.SQLiteStore(sys.argv[1]) as store, build() as wf, wf.session("s", store=store) as s:
+        print(s.run(3).outputs)
+"""
+
+
+def test_an_error_class_of_the_script_replays_through_the_command(tmp_path: Path) -> None:
+    """A run made by ``python app.py`` raised an error class of ``__main__``; the
+    command imports the script as ``app``, and finds the class there."""
+    (tmp_path / "askapp.py").write_text(_MAIN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    run = subprocess.run(
+        [sys.executable, "askapp.py", "s.db"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert run.stdout.strip() == "['no 3']", run
+    done = subprocess.run(
+        [sys.executable, "-m", "actorflow", "replay", "s.db", "--workflow", "askapp:build"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and "all replay identically" in done.stdout, done
+
+
 def test_a_sub_workflow_that_fails_otherwise_inside_diverges(tmp_path: Path) -> None:
     def build(error: type[Exception]) -> tuple[af.Workflow, af.Workflow]:
         inner = _failing(error)
@@ -880,6 +1127,26 @@ def test_a_branch_from_the_middle_of_a_run_is_replayed_too(fork: bool) -> None:
         7,
         8,
     ), found
+
+
+def test_a_fork_whose_source_session_was_deleted_is_reported_as_not_replayed() -> None:
+    store = af.MemoryStore()
+    DRAWS[:] = [1]
+    with _drawing(None) as wf:
+        with wf.session("s", store=store) as s:
+            assert s.run(1).outputs == [4]
+        [middle] = [
+            c for c in store.list(session="s") if c.kind.value == "step" and c.superstep == 2
+        ]
+        with wf.resume(store, session="s", checkpoint_id=middle.id, as_session="t") as branch:
+            branch.run()
+        for cut in store.list(session="s"):
+            store.delete(cut.id)
+        report = replay(store, wf, ["t"])
+    assert report.identical and report.runs == 0, str(report)
+    [why] = report.skipped
+    assert "session 't'" in why and middle.id in why and "no longer holds" in why
+    assert "1 run(s) not replayed" in str(report)
 
 
 def test_a_run_that_goes_on_past_the_stored_end_says_so() -> None:

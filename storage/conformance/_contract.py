@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from typing import Any
 
 import pytest
 
@@ -372,6 +373,19 @@ class ContractTests(KitBase):
         assert store.has_blobs(digests) == set()
         assert store.sessions() == []
         assert store.verify() == []
+
+    @pytest.mark.parametrize("checkpoint_id", [None, 7, b"an-id", ["a-checkpoint-id"]])
+    def test_a_checkpoint_argument_that_is_no_checkpoint_id_is_refused(
+        self, store: CheckpointStore, checkpoint_id: Any
+    ) -> None:
+        """``load`` and ``delete`` take one checkpoint's id: anything else (a list of
+        ids, say) raises ValueError saying so, and nothing is deleted."""
+        kept = save_new(store, session="s")
+        with pytest.raises(ValueError, match="one checkpoint id"):
+            store.delete(checkpoint_id)
+        with pytest.raises(ValueError, match="one checkpoint id"):
+            store.load(checkpoint_id)
+        assert store.list() == [kept]
 
     def test_second_handle_sees_saves(
         self, store: CheckpointStore, store_factory: StoreFactory

@@ -27,6 +27,7 @@ from actorflow.errors import (
 from actorflow.storage._common import (
     age_plan,
     already_stored,
+    check_checkpoint_id,
     check_cutoff,
     check_keep,
     check_session_id,
@@ -269,8 +270,9 @@ class FileStore:
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
         self._check_open()
-        if not isinstance(checkpoint_id, str) or not _SAFE_ID.fullmatch(checkpoint_id):
-            raise not_found(str(checkpoint_id))
+        check_checkpoint_id(checkpoint_id)
+        if not _SAFE_ID.fullmatch(checkpoint_id):
+            raise not_found(checkpoint_id)
         return self._read(checkpoint_id)
 
     def load_blob(self, digest: str) -> bytes:
@@ -329,8 +331,9 @@ class FileStore:
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record (damaged or not) and collect unreferenced blobs."""
         self._check_open()
-        if not isinstance(checkpoint_id, str) or not _SAFE_ID.fullmatch(checkpoint_id):
-            raise not_found(str(checkpoint_id))
+        check_checkpoint_id(checkpoint_id)
+        if not _SAFE_ID.fullmatch(checkpoint_id):
+            raise not_found(checkpoint_id)
         with self._lock.held(exclusive=True) as lock:
             assert lock is not None  # a write section has its lock, or raised
             if not self._exists(checkpoint_id):

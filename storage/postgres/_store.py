@@ -26,6 +26,7 @@ from actorflow.errors import (
 from actorflow.storage._common import (
     age_plan,
     already_stored,
+    check_checkpoint_id,
     check_cutoff,
     check_keep,
     check_session_id,
@@ -340,6 +341,7 @@ class PostgresStore:
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        check_checkpoint_id(checkpoint_id)
         row = self._run(
             lambda db: db.execute(self._q_load, (checkpoint_id,), binary=True).fetchone(),
             what=f"load checkpoint {checkpoint_id}",
@@ -482,6 +484,7 @@ class PostgresStore:
 
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record (damaged or not) and collect unreferenced blobs."""
+        check_checkpoint_id(checkpoint_id)
 
         def run(db: Conn) -> None:
             with db.transaction():

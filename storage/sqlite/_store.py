@@ -24,6 +24,7 @@ from actorflow.errors import (
 from actorflow.storage._common import (
     age_plan,
     already_stored,
+    check_checkpoint_id,
     check_cutoff,
     check_keep,
     check_session_id,
@@ -250,6 +251,7 @@ class SQLiteStore:
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""
+        check_checkpoint_id(checkpoint_id)
         with self._connections.read() as db:
             row = db.execute(
                 f"SELECT {COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
@@ -401,6 +403,7 @@ class SQLiteStore:
 
     def delete(self, checkpoint_id: str) -> None:
         """Delete a record (damaged or not) and collect unreferenced blobs."""
+        check_checkpoint_id(checkpoint_id)
         with self._connections.write() as db:
             if not db.execute(
                 "SELECT 1 FROM checkpoints WHERE id = ?", (checkpoint_id,)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pykka
@@ -13,6 +14,7 @@ import pytest
 
 import actorflow as af
 from actorflow.actors import LeanActor, ReplyFuture
+from actorflow.actors._reply import Raised
 
 
 class Boom(RuntimeError):
@@ -180,3 +182,47 @@ def test_actor_threads_keep_the_default_scheduling_policy() -> None:
 
 def _policy() -> int:
     return os.sched_getscheduler(0)
+
+
+class Slotted(Exception):
+    __slots__ = ("code",)
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+class Refusal(Exception):
+    """Made from other parameters than its message (pickle's own way would fail)."""
+
+    def __init__(self, order: str, *, reason: str) -> None:
+        super().__init__(f"{order}: {reason}")
+        self.reason = reason
+
+
+def _slotted() -> Slotted:
+    return Slotted(7)
+
+
+ERRORS: list[Callable[[], BaseException]] = [
+    lambda: FileNotFoundError(2, "No such file", "/etc/absent"),
+    lambda: StopIteration(5),
+    lambda: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+    lambda: KeyError("order"),
+    _slotted,
+    lambda: Refusal("o1", reason="declined"),
+]
+
+
+@pytest.mark.parametrize("make", ERRORS)
+def test_an_error_answered_from_another_process_arrives_with_its_data(
+    make: Callable[[], BaseException],
+) -> None:
+    """What an error's ``args`` do not hold (an ``OSError``'s file name, a
+    ``StopIteration``'s value, a slot) arrives too: its message says the same."""
+    error = make()
+    arrived = pickle.loads(pickle.dumps(Raised(error))).error
+    assert type(arrived) is type(error)
+    assert (str(arrived), arrived.args) == (str(error), error.args)
+    for name in ("filename", "errno", "value", "start", "reason", "code"):
+        assert getattr(arrived, name, None) == getattr(error, name, None), name
