@@ -150,12 +150,12 @@ def check_session_id(value: object, name: str = "the session id") -> None:
 
 
 def check_checkpoint_id(value: object) -> None:
-    """ValueError unless ``value`` is a string: ``load`` and ``delete`` take one
+    """TypeError unless ``value`` is a string: ``load`` and ``delete`` take one
     checkpoint's id (a list of them would otherwise fail as each store's driver fails,
     or be looked up as a string). A string that is no stored id is not found."""
     if not isinstance(value, str):
         fix = "call it once for each id" if isinstance(value, list | tuple | set) else "pass a str"
-        raise ValueError(
+        raise TypeError(
             f"one checkpoint id (a str) is needed, got {value!r:.80}; {fix} "
             "(ids are listed by store.list())"
         )

@@ -170,6 +170,36 @@ def test_an_answer_is_validated_like_respond_then_runs_to_idle(
     assert final.parent_id is not None and final.id != cp.id
 
 
+def test_an_answer_sent_twice_runs_once(store: af.MemoryStore, workflow: af.Workflow) -> None:
+    """The same form posted again (a double click, the back button) after its answer
+    ran is refused: the session has gone on, and the handler does not run again."""
+    cp = latest_final(store, "order-1")
+    with Inspector(store, workflow=workflow, port=0) as inspector:
+        _, page = get(f"{inspector.url}/checkpoints/{cp.id}")
+        url = f"{inspector.url}/checkpoints/{cp.id}/respond"
+        form = {
+            "csrf": token_of(page),
+            "request_id": "review:5:0",
+            "session": "order-1",
+            "answer": '{"approved": true, "note": ""}',
+        }
+        assert post(url, form)[0] == 200
+        inspector.app.join()
+        cuts = store.list(session="order-1")
+        status, body = post(url, form)
+        assert status == 409 and "Answered already" in body and "fork" in body
+        inspector.app.join()
+        assert len(inspector.app.actions) == 1
+        assert store.list(session="order-1") == cuts  # nothing ran, nothing was written
+
+
+def test_a_session_the_store_does_not_hold_is_404(store: af.MemoryStore) -> None:
+    with Inspector(store, port=0) as inspector:
+        status, body = get(f"{inspector.url}/sessions/nobody")
+        assert status == 404 and "no checkpoint of session" in html.unescape(body)
+        assert get(f"{inspector.url}/sessions/order-1")[0] == 200
+
+
 def test_run_again_from_an_older_checkpoint_forks_into_a_new_session(
     store: af.MemoryStore, workflow: af.Workflow
 ) -> None:

@@ -1,11 +1,13 @@
 """``actorflow serve MODULE:ATTRIBUTE --store STORE [--host H] [--port N] [--token T]``:
 the workflow as an HTTP service (the extra ``actorflow[serve]``, imported only when
-the command runs). Listens on 127.0.0.1 unless a token guards it."""
+the command runs). Listens on 127.0.0.1 unless a token guards it. A SQLite path where
+nothing is yet becomes a new store (a folder must already be a FileStore)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ._stores import open_store
 from ._workflows import load_workflow
@@ -41,7 +43,14 @@ def _serve(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     check_bind(args.host, token)  # before anything is imported or opened
     workflow = load_workflow(args.workflow, "serve")
-    store = open_store(args.store)
+    new = not args.store.startswith(("postgresql://", "postgres://")) and not os.path.exists(
+        args.store
+    )
+    # The service is what writes a store: nothing at the path is a store to begin
+    # (said on stderr, so a mistyped path is seen), unlike the commands that read one.
+    store = open_store(args.store, create=True)
+    if new:
+        print(f"serve: created a new, empty store at {args.store}", file=sys.stderr, flush=True)
     try:
         server = Server(ServiceApp(workflow, store, token=token), host=args.host, port=args.port)
         print(f"actorflow serving {workflow.name!r} on {server.url} (Ctrl-C to stop)", flush=True)

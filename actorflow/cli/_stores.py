@@ -20,8 +20,9 @@ def open_store(target: str, *, create: bool = False, upgrade: bool = False) -> C
 
     Args:
         target: the argument as given.
-        create: make a new, empty store when nothing is at ``target`` (no command does:
-            a mistyped path must be an error, never a new store).
+        create: make a new, empty store when nothing is at ``target`` (only ``serve``
+            does, and says so: for the others a mistyped path must be an error, never a
+            new store; a folder that is not a FileStore is refused either way).
         upgrade: first bring a store written by an older actorflow to the current
             layout (``checkpoints upgrade``).
 
@@ -38,7 +39,7 @@ def open_store(target: str, *, create: bool = False, upgrade: bool = False) -> C
         return _open_postgres(target, create=create)  # an older schema is upgraded as it opens
     path = Path(target)
     if path.is_dir():
-        if not create and not (path / FILESTORE_MARKER).exists():
+        if not (path / FILESTORE_MARKER).exists():
             raise StoreNotFound(
                 f"{target} is a folder but not an actorflow FileStore (no {FILESTORE_MARKER} file in "
                 "it); give the folder a FileStore wrote, or a SQLite file"

@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import json
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -44,13 +45,17 @@ from actorflow.errors import (
 from actorflow.runtime import NO_INPUT, Workflow
 from actorflow.storage import CheckpointStore
 
+from . import _params as params
 from ._runs import Run
 from ._shapes import assistant_json, event_json, iso
-from ._states import States
-from ._stream import MODES, run_stream, sse, thread_stream
+from ._states import THREAD_STATUSES, States
+from ._stream import MODES, THREAD_MODES, Position, position_of, run_stream, sse, thread_stream
 from ._threads import Thread, Threads
 
 __all__ = ["ServiceApp"]
+
+_SORTS = ("thread_id", "status", "created_at", "updated_at")
+"""What ``/threads/search`` sorts by."""
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 """Host names a service without a token answers to."""
@@ -257,7 +262,8 @@ class ServiceApp:
 
     def _location(self, request: Request, run: Run, tail: str = "") -> str:
         root = request.scope.get("root_path", "")
-        return f"{root}/threads/{run.thread_id}/runs/{run.run_id}{tail}"
+        thread = urllib.parse.quote(run.thread_id, safe="")  # a header is Latin-1 text
+        return f"{root}/threads/{thread}/runs/{run.run_id}{tail}"
 
     async def _thread_json(self, thread_id: str, thread: Thread | None) -> dict[str, Any]:
         cp = await asyncio.to_thread(self._states.latest, thread_id)
@@ -297,8 +303,8 @@ class ServiceApp:
         graph = body.get("graph_id")
         if graph is not None and graph != self.workflow.name:
             found = []
-        offset = int(body.get("offset", 0) or 0)
-        return JSONResponse(found[offset : offset + int(body.get("limit", 10) or 10)])
+        offset = params.count(body, "offset", 0)
+        return JSONResponse(found[offset : offset + params.count(body, "limit", 10)])
 
     async def assistant(self, request: Request) -> Response:
         """``GET /assistants/{id}``: the workflow as an assistant."""
@@ -315,11 +321,10 @@ class ServiceApp:
     async def thread_create(self, request: Request) -> Response:
         """``POST /threads``: ``{thread_id?, metadata?, if_exists?}`` -> the thread."""
         body = await self._body(request)
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise InvalidRequest("metadata must be a JSON object")
         thread = await self.threads.create(
-            body.get("thread_id"), metadata, str(body.get("if_exists") or "raise")
+            body.get("thread_id"),
+            params.json_object(body, "metadata"),
+            params.choice(body, "if_exists", ("raise", "do_nothing"), "raise"),
         )
         return JSONResponse(await self._thread_json(thread.thread_id, thread))
 
@@ -327,13 +332,17 @@ class ServiceApp:
         """``POST /threads/search``: ``{ids?, status?, metadata?, limit?, offset?}`` ->
         threads, the most recently updated first."""
         body = await self._body(request)
+        wanted = params.texts(body, "ids")
+        metadata = params.json_object(body, "metadata")
+        status = params.choice(body, "status", (*THREAD_STATUSES, ""), "")
+        key = params.choice(body, "sort_by", _SORTS, "updated_at")
+        order = params.choice(body, "sort_order", ("asc", "desc"), "desc")
+        offset, limit = params.count(body, "offset", 0), params.count(body, "limit", 10)
         known = self.threads.known()
         stored = await asyncio.to_thread(self._store.sessions)
         ids = sorted(set(stored) | set(known))
-        wanted = body.get("ids")
         if wanted:
             ids = [i for i in ids if i in set(wanted)]
-        metadata = body.get("metadata") or {}
         rows = []
         for tid in ids:
             thread = known.get(tid)
@@ -342,13 +351,10 @@ class ServiceApp:
                 if any(have.get(k) != v for k, v in metadata.items()):
                     continue
             rows.append(await self._thread_json(tid, thread))
-        if body.get("status"):
-            rows = [r for r in rows if r["status"] == body["status"]]
-        reverse = body.get("sort_order", "desc") != "asc"
-        key = str(body.get("sort_by") or "updated_at")
-        rows.sort(key=lambda r: str(r.get(key, "")), reverse=reverse)
-        offset = int(body.get("offset", 0) or 0)
-        return JSONResponse(rows[offset : offset + int(body.get("limit", 10) or 10)])
+        if status:
+            rows = [r for r in rows if r["status"] == status]
+        rows.sort(key=lambda r: str(r[key]), reverse=order == "desc")
+        return JSONResponse(rows[offset : offset + limit])
 
     async def thread_get(self, request: Request) -> Response:
         """``GET /threads/{id}``: the thread, with its latest state's values."""
@@ -364,10 +370,7 @@ class ServiceApp:
         """``PATCH /threads/{id}``: ``{metadata}`` merged into the thread's -> the thread."""
         thread = await self.threads.get(request.path_params["tid"])
         body = await self._body(request)
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise InvalidRequest("metadata must be a JSON object")
-        thread.metadata.update(metadata)
+        thread.metadata.update(params.json_object(body, "metadata"))
         return JSONResponse(await self._thread_json(thread.thread_id, thread))
 
     async def thread_state(self, request: Request) -> Response:
@@ -380,8 +383,7 @@ class ServiceApp:
         """``POST /threads/{id}/state/checkpoint``: ``{checkpoint: {checkpoint_id}}``."""
         thread = await self.threads.get(request.path_params["tid"])
         body = await self._body(request)
-        checkpoint = body.get("checkpoint") or {}
-        cid = checkpoint.get("checkpoint_id") if isinstance(checkpoint, dict) else None
+        cid = params.text(params.json_object(body, "checkpoint"), "checkpoint_id")
         return JSONResponse(await self._state_at(thread.thread_id, cid))
 
     async def _state_at(self, thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
@@ -401,17 +403,20 @@ class ServiceApp:
         body = await self._body(request) if request.method == "POST" else dict(request.query_params)
         before = body.get("before")
         if isinstance(before, dict):
-            before = (before.get("configurable") or before).get("checkpoint_id")
-        limit = int(body.get("limit", 10) or 10)
+            before = params.json_object(before, "configurable") or before
+            before = params.text(before, "checkpoint_id")
+        elif before is not None and not isinstance(before, str):
+            raise InvalidRequest(f"before must be a checkpoint id or object, not {before!r:.60}")
+        limit = params.count(body, "limit", 10)
         states = await asyncio.to_thread(
-            self._states.history, thread.thread_id, limit, str(before) if before else None
+            self._states.history, thread.thread_id, limit, before or None
         )
         return JSONResponse(states)
 
     async def thread_events(self, request: Request) -> Response:
         """``GET /threads/{id}/events?since=N``: the thread's history events from ``N``."""
         thread = await self.threads.get(request.path_params["tid"])
-        since = _int(request.query_params.get("since", "0"), "since")
+        since = params.count(request.query_params, "since", 0)
         session = await self.threads.session(thread)
         events = await asyncio.to_thread(session.history, since)
         return JSONResponse([event_json(e) for e in events])
@@ -420,7 +425,8 @@ class ServiceApp:
         """``GET /threads/{id}/stream``: SSE of the thread's history after ``Last-Event-ID``
         (all of it without), then live, until the client leaves."""
         thread = await self.threads.get(request.path_params["tid"])
-        modes = _modes(request.query_params.getlist("stream_mode") or ["events"])
+        asked = request.query_params.getlist("stream_mode")
+        modes = _modes(asked, thread=True) if any(asked) else ("events",)
         session = await self.threads.session(thread)
         last = _last_event_id(request)
         return _sse_response(thread_stream(session, modes, last))
@@ -430,7 +436,9 @@ class ServiceApp:
         that goes on from that checkpoint (the latest without one)."""
         thread = await self.threads.get(request.path_params["tid"])
         body = await self._body(request)
-        forked = await self.threads.fork(thread, body.get("checkpoint_id"), body.get("thread_id"))
+        forked = await self.threads.fork(
+            thread, params.text(body, "checkpoint_id"), body.get("thread_id")
+        )
         return JSONResponse(await self._thread_json(forked.thread_id, forked))
 
     # --- runs ---------------------------------------------------------------------
@@ -442,7 +450,8 @@ class ServiceApp:
         if tid is None:
             thread = await self.threads.create(None, {})
         else:
-            thread = await self.threads.get(tid, create=body.get("if_not_exists") == "create")
+            create = params.choice(body, "if_not_exists", ("create", "reject"), "reject")
+            thread = await self.threads.get(tid, create=create == "create")
         strategy = body.get("multitask_strategy")
         if strategy not in (None, "reject"):
             raise InvalidRequest(
@@ -454,7 +463,7 @@ class ServiceApp:
             raise InvalidRequest(
                 'command: only {"resume": answer} is supported (the answer to pending requests)'
             )
-        checkpoint_id = body.get("checkpoint_id")
+        checkpoint_id = params.text(body, "checkpoint_id")
         if checkpoint_id:
             latest = await asyncio.to_thread(self._states.latest, thread.thread_id)
             if latest is None or latest.id != checkpoint_id:
@@ -462,11 +471,9 @@ class ServiceApp:
                     f"checkpoint_id {checkpoint_id!r} is not the thread's latest checkpoint; "
                     f"fork the thread from it (POST /threads/{thread.thread_id}/fork) and run there"
                 )
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise InvalidRequest("metadata must be a JSON object")
-        raw_mode = body.get("stream_mode", "values")
-        modes = _modes([raw_mode] if isinstance(raw_mode, str) else list(raw_mode or []))
+        metadata = params.json_object(body, "metadata")
+        raw_mode = body.get("stream_mode") or "values"
+        modes = _modes([raw_mode] if not isinstance(raw_mode, list) else raw_mode)
         return await self.threads.start(
             thread,
             input=body.get("input", NO_INPUT),
@@ -499,7 +506,7 @@ class ServiceApp:
         session = await self.threads.session(await self.threads.get(run.thread_id))
 
         async def events() -> AsyncIterator[bytes]:
-            yield sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
+            yield _run_metadata(run)
             async for part in run_stream(session, run, run.stream_mode, None):
                 yield part
 
@@ -515,7 +522,10 @@ class ServiceApp:
     async def runs_list(self, request: Request) -> Response:
         """``GET /threads/{id}/runs``: the runs this service started on it, newest first."""
         thread = await self.threads.get(request.path_params["tid"])
-        return JSONResponse([r.json() for r in reversed(thread.runs.values())])
+        offset = params.count(request.query_params, "offset", 0)
+        limit = params.count(request.query_params, "limit", 10)
+        runs = [r.json() for r in reversed(thread.runs.values())]
+        return JSONResponse(runs[offset : offset + limit])
 
     async def run_get(self, request: Request) -> Response:
         """``GET /threads/{id}/runs/{run_id}``: the run and its status."""
@@ -533,9 +543,17 @@ class ServiceApp:
         or after ``Last-Event-ID``; live until it ends."""
         thread, run = await self._run_of(request)
         asked = request.query_params.getlist("stream_mode")
-        modes = _modes(asked) if asked else run.stream_mode
+        modes = _modes(asked) if any(asked) else run.stream_mode  # "": the SDK's None
         session = await self.threads.session(thread)
-        return _sse_response(run_stream(session, run, modes, _last_event_id(request)))
+        last = _last_event_id(request)
+
+        async def events() -> AsyncIterator[bytes]:
+            if last is None:  # from the start, as the run's own stream starts
+                yield _run_metadata(run)
+            async for part in run_stream(session, run, modes, last):
+                yield part
+
+        return _sse_response(events())
 
     async def run_delete(self, request: Request) -> Response:
         """``DELETE /threads/{id}/runs/{run_id}``: forget a finished run -> 204 (its
@@ -562,27 +580,35 @@ class ServiceApp:
         return JSONResponse(run.json(), status_code=202 if run.running else 200)
 
 
-def _int(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be a whole number, not {text!r}") from None
-
-
-def _last_event_id(request: Request) -> int | None:
+def _last_event_id(request: Request) -> Position | None:
     given = request.headers.get("last-event-id")
     if given is None or not given.strip():
         return None
-    return _int(given.strip(), "Last-Event-ID")
+    try:
+        return position_of(given)
+    except ValueError:
+        raise InvalidRequest(
+            f"Last-Event-ID {given!r} is no id this service sent (N or N:k); send the id of "
+            "the last event received, or none to start from the beginning"
+        ) from None
 
 
-def _modes(asked: list[Any]) -> tuple[str, ...]:
-    unknown = [m for m in asked if m not in MODES]
+def _modes(asked: list[Any], *, thread: bool = False) -> tuple[str, ...]:
+    """The stream modes ``asked`` (a thread's stream also takes :data:`THREAD_MODES`),
+    in order, once each; empty ones left out (the SDK's None)."""
+    known = (*MODES, *THREAD_MODES) if thread else MODES
+    asked = [m for m in asked if m != ""]
+    unknown = [m for m in asked if not isinstance(m, str) or m not in known]
     if unknown or not asked:
         raise InvalidRequest(
-            f"stream_mode {unknown or asked!r}: this service streams {', '.join(MODES)}"
+            f"stream_mode {unknown or asked!r}: this service streams {', '.join(known)}"
         )
-    return tuple(dict.fromkeys(str(m) for m in asked))
+    return tuple(dict.fromkeys(THREAD_MODES.get(m, m) for m in asked))
+
+
+def _run_metadata(run: Run) -> bytes:
+    """The event a run's stream starts with: which run it is."""
+    return sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
 
 
 def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:

@@ -93,7 +93,16 @@ class Inputs:
             try:
                 values[request_id] = from_json(data, label)
             except DecodeError as exc:
+                hint = ""
+                if data is resume and isinstance(resume, Mapping):
+                    # Read as the answer itself, since it names no pending request: it
+                    # may be meant as {id: answer} with an id that is not pending.
+                    hint = (
+                        f"; if it maps request ids to answers, {', '.join(map(repr, resume))} "
+                        f"is no pending request: the one pending is {request_id!r}"
+                    )
                 raise InvalidRequest(
-                    f"command.resume: the answer to request {request_id} must be a {label}: {exc}"
+                    f"command.resume: the answer to request {request_id} must be a {label}: "
+                    f"{exc}{hint}"
                 ) from exc
         return values

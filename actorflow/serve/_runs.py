@@ -130,13 +130,18 @@ class Run:
 
     def result(self) -> dict[str, Any]:
         """What ``runs.wait`` answers: ``{"outputs": [...]}``, plus ``"__interrupt__"``
-        (the pending requests) when it went idle waiting on some, or ``"__error__"``
-        when it failed."""
+        (the pending requests) when it went idle waiting on some, ``"__error__"``
+        when it failed, or ``"__cancelled__"`` when it was cancelled."""
         out: dict[str, Any] = {"outputs": list(self.outputs)}
         if self.interrupts:
             out["__interrupt__"] = list(self.interrupts)
         if self.error is not None:
             out["__error__"] = dict(self.error)
+        if self.status == "interrupted":  # cancelled (a request pending is "success")
+            out["__cancelled__"] = {
+                "message": "the run was cancelled and stopped at a barrier; run the thread "
+                "again (with no input) to go on from there"
+            }
         return out
 
     def json(self) -> dict[str, Any]:

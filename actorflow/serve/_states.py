@@ -17,7 +17,10 @@ from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 from ._shapes import checkpoint_ref, interrupt_json, iso
 
-__all__ = ["States"]
+__all__ = ["THREAD_STATUSES", "States"]
+
+THREAD_STATUSES = ("idle", "busy", "interrupted", "error")
+"""What a thread's ``status`` may be (``busy``: a run of this service is going on)."""
 
 
 class States:
@@ -117,9 +120,14 @@ class States:
 
     def status(self, cp: Checkpoint | None) -> str:
         """``idle``, ``interrupted`` (requests wait for answers) or ``error`` (the last
-        run stopped before going idle), as the newest cut ``cp`` says."""
+        run failed, or stopped before its end: its process died), as the newest cut
+        ``cp`` says. A run cancelled at a barrier leaves the thread ``idle``: it ended
+        as asked, and the next run goes on from it."""
         if cp is None:
             return "idle"
         if cp.kind is CheckpointKind.FINAL:
+            return "interrupted" if decode_runtime(cp.runtime).get("pending") else "idle"
+        ends = [e.kind for e in cp.history if e.kind in ("run_failed", "run_cancelled")]
+        if cp.kind is CheckpointKind.HALT and ends and ends[-1] == "run_cancelled":
             return "interrupted" if decode_runtime(cp.runtime).get("pending") else "idle"
         return "error"

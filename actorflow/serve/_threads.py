@@ -23,6 +23,7 @@ from actorflow.errors import InvalidRequest, RunNotFound, SessionBusy, SessionEx
 from actorflow.runtime import NO_INPUT, Session, Workflow, delete_session
 from actorflow.storage import CheckpointStore
 
+from . import _params as params
 from ._inputs import Inputs
 from ._runs import Run
 
@@ -104,7 +105,7 @@ class Threads:
         Raises:
             SessionExists: ``thread_id`` exists and ``if_exists`` is not ``do_nothing``.
         """
-        tid = thread_id or str(uuid.uuid4())
+        tid = str(uuid.uuid4()) if thread_id is None else params.thread_id(thread_id)
         existing = self._threads.get(tid)
         if (
             existing is None
@@ -127,7 +128,7 @@ class Threads:
         Raises:
             ThreadNotFound: neither (and not ``create``).
         """
-        thread = self._threads.get(thread_id)
+        thread = self._threads.get(params.thread_id(thread_id, "the thread id"))
         if thread is not None:
             return thread
         if create or await asyncio.to_thread(self._store.latest, session=thread_id) is not None:
@@ -218,7 +219,7 @@ class Threads:
             CheckpointNotFound: no such checkpoint.
             SessionExists: ``new_id`` already has checkpoints.
         """
-        tid = new_id or str(uuid.uuid4())
+        tid = str(uuid.uuid4()) if new_id is None else params.thread_id(new_id)
         if tid in self._threads:
             raise SessionExists(f"thread {tid!r} exists; fork into a new thread id")
         session = await asyncio.to_thread(

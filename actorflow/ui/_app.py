@@ -252,7 +252,17 @@ class InspectorApp:
         return forked_from, forks_out
 
     async def session(self, request: Request) -> Response:
-        return self.page("session.html", **self._session_values(request.path_params["sid"]))
+        sid = request.path_params["sid"]
+        values = self._session_values(sid)
+        if not values["cps"] and not values["errors"] and not values["actions"]:
+            return self.page(
+                "error.html",
+                status=404,
+                title="Session not found",
+                error=f"the store holds no checkpoint of session {sid!r}: it was never run "
+                "here, or it was deleted; the sessions it holds are listed on the first page",
+            )
+        return self.page("session.html", **values)
 
     def _actions_of(self, sid: str) -> list[Action]:
         with self._lock:
@@ -349,7 +359,26 @@ class InspectorApp:
         request_id = form.get("request_id", "")
         body, _ = decode_runtime_safely(cp)
         asked = (body or {}).get("pending", {}).get(request_id)
-        label = str(asked[2]) if asked else "object"
+        if not asked:
+            return self._refused(f"checkpoint {cp.id} has no pending request {request_id!r}")
+        session_id = form.get("session") or cp.session
+        if session_id == cp.session:
+            try:
+                latest = self.store.latest(session=cp.session)
+            except ActorflowError as exc:
+                return self._refused(f"the session's latest checkpoint cannot be read: {exc}")
+            if latest is not None and latest.id != cp.id:
+                # The form of a page loaded before the request was answered (or sent
+                # twice): answering it here would run the answer's handler again.
+                return self.page(
+                    "error.html",
+                    status=409,
+                    title="Answered already",
+                    error=f"session {cp.session!r} has gone on since checkpoint {cp.id} (its "
+                    f"request {request_id!r} was answered); reload the session's page to see "
+                    "what it waits on now, or answer it again in a new session id (a fork)",
+                )
+        label = str(asked[2])
         data: Any
         if form.get("mode") == "fields":
             fields = answer_fields(label)
@@ -370,7 +399,6 @@ class InspectorApp:
             answer = _as_type(data, label)
         except ActorflowError as exc:
             return self._refused(f"the answer is not a {label}: {exc}")
-        session_id = form.get("session") or cp.session
         return self._start(
             f"answer {request_id!r} with {answer_text}",
             cp,

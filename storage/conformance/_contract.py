@@ -379,11 +379,11 @@ class ContractTests(KitBase):
         self, store: CheckpointStore, checkpoint_id: Any
     ) -> None:
         """``load`` and ``delete`` take one checkpoint's id: anything else (a list of
-        ids, say) raises ValueError saying so, and nothing is deleted."""
+        ids, say) raises TypeError saying so, and nothing is deleted."""
         kept = save_new(store, session="s")
-        with pytest.raises(ValueError, match="one checkpoint id"):
+        with pytest.raises(TypeError, match="one checkpoint id"):
             store.delete(checkpoint_id)
-        with pytest.raises(ValueError, match="one checkpoint id"):
+        with pytest.raises(TypeError, match="one checkpoint id"):
             store.load(checkpoint_id)
         assert store.list() == [kept]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 
@@ -94,8 +95,11 @@ def test_stream_resumes_after_the_last_event_id(
     path = f"/threads/t1/runs/{run['run_id']}/stream"
     seen: list[int] = []
     with client.stream("GET", path) as response:
-        for event in read_sse(response):
-            assert event.id is not None
+        stream = read_sse(response)
+        head = next(stream)  # joined from the start: which run, as the run's own stream
+        assert (head.event, head.data["run_id"], head.id) == ("metadata", run["run_id"], None)
+        for event in stream:
+            assert isinstance(event.id, int)  # one mode: one SSE event per history event
             seen.append(event.id)
             if event.data["event"] == "output" and event.data["data"]["value"] == 2:
                 break  # drop the connection mid-run
@@ -104,7 +108,7 @@ def test_stream_resumes_after_the_last_event_id(
         first = next(stream)
         gate.set()  # the run goes on only now: the rest arrives live
         rest = [first, *stream]
-    seen += [e.id for e in rest if e.id is not None]
+    seen += [e.id for e in rest if isinstance(e.id, int)]
     assert seen == list(range(seen[0], seen[0] + 23))  # start, 21 outputs, end
     assert rest[-1].data["event"] == "run_completed"
     outputs = [e.data["data"]["value"] for e in rest if e.data["event"] == "output"]
@@ -304,3 +308,126 @@ def test_a_body_that_is_not_json_is_422(client: httpx.Client) -> None:
     response = client.post("/threads/t1/runs/wait", content=b"{nope")
     assert response.status_code == 422
     assert "not JSON" in response.json()["message"]
+
+
+def test_a_stream_of_several_modes_resumes_inside_a_group(client: httpx.Client) -> None:
+    """One history event is one SSE event per mode, a group: a client that drops after
+    any of them and reconnects with its id gets the rest, each exactly once."""
+    _thread(client)
+    modes = ["values", "updates", "events"]
+    run = client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a", "b"]}})
+    path = run.headers["content-location"] + "/stream"
+    with client.stream("GET", path, params={"stream_mode": modes}) as response:
+        whole = [e for e in read_sse(response) if e.event != "metadata"]
+    assert len(whole) == 2 + 3 * 2 and len({e.id for e in whole}) == len(whole)
+    for cut in range(len(whole)):
+        last = str(whole[cut].id)
+        with client.stream(
+            "GET", path, params={"stream_mode": modes}, headers={"Last-Event-ID": last}
+        ) as response:
+            rest = list(read_sse(response))
+        assert rest == whole[cut + 1 :], f"after {last}"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [5, ["t"], "", "a/b", "nul\x00here", "line\nbreak", "lone \udc80", "x" * 300],
+    ids=["int", "list", "empty", "slash", "nul", "newline", "surrogate", "long"],
+)
+def test_a_thread_id_no_client_could_address_is_refused(client: httpx.Client, bad: object) -> None:
+    """Every way a thread id gets in (create, a run's if_not_exists, a fork) refuses
+    one that is not a string a path can carry, and nothing is left behind."""
+    body = json.dumps({"thread_id": bad}).encode()  # (a lone surrogate as JSON escapes it)
+    created = client.post("/threads", content=body)
+    assert created.status_code == 422, created.text
+    assert "thread_id" in created.json()["message"]
+    _thread(client)
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}})
+    forked = client.post("/threads/t1/fork", content=body)
+    assert forked.status_code == 422 and "thread_id" in forked.json()["message"]
+    listed = client.post("/threads/search", json={})
+    assert listed.status_code == 200 and [t["thread_id"] for t in listed.json()] == ["t1"]
+
+
+def test_a_thread_id_in_any_script_is_served(client: httpx.Client) -> None:
+    """A thread id beyond Latin-1 runs, is read back and listed, and the run's
+    Content-Location (a header, Latin-1) carries it percent-encoded."""
+    tid = "заказ-7 ✓"
+    assert client.post("/threads", json={"thread_id": tid}).status_code == 200
+    done = client.post(f"/threads/{tid}/runs/wait", json={"input": {"id": 7, "items": ["a"]}})
+    assert done.status_code == 200 and done.json() == {"outputs": ["a"]}, done.text
+    location = done.headers["content-location"]
+    assert location.startswith("/threads/%D0%B7") and location.isascii()
+    assert client.get(location).json()["status"] == "success"
+    assert client.get(f"/threads/{tid}").json()["thread_id"] == tid
+    assert [t["thread_id"] for t in client.post("/threads/search", json={}).json()] == [tid]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("POST", "/threads/search", {"limit": "x"}, "limit"),
+        ("POST", "/threads/search", {"offset": -1}, "offset"),
+        ("POST", "/threads/search", {"metadata": [1]}, "metadata"),
+        ("POST", "/threads/search", {"ids": "t1"}, "ids"),
+        ("POST", "/threads/search", {"status": "sleeping"}, "status"),
+        ("POST", "/threads/search", {"sort_by": "colour"}, "sort_by"),
+        ("POST", "/threads/search", {"sort_order": "up"}, "sort_order"),
+        ("POST", "/threads", {"if_exists": "maybe"}, "if_exists"),
+        ("POST", "/threads/t1/history", {"limit": True}, "limit"),
+        ("POST", "/threads/t1/history", {"before": 5}, "before"),
+        ("GET", "/threads/t1/events?since=-1", None, "since"),
+        ("GET", "/threads/t1/runs?limit=x", None, "limit"),
+        ("POST", "/threads/t1/runs/wait", {"stream_mode": 5}, "stream_mode"),
+        ("POST", "/threads/t1/runs/wait", {"stream_mode": [["values"]]}, "stream_mode"),
+        ("POST", "/threads/t1/runs/wait", {"checkpoint_id": 5}, "checkpoint_id"),
+        ("POST", "/threads/t9/runs/wait", {"if_not_exists": "maybe"}, "if_not_exists"),
+        ("POST", "/threads/t1/fork", {"checkpoint_id": ["x"]}, "checkpoint_id"),
+        ("POST", "/assistants/search", {"limit": -2}, "limit"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_422_naming_it(
+    client: httpx.Client, case: tuple[str, str, object, str]
+) -> None:
+    """Never a bare 500, never silently taken as something else."""
+    method, path, body, field_name = case
+    _thread(client)
+    response = client.request(method, path, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "InvalidRequest"
+    assert field_name in response.json()["message"]
+
+
+def test_a_last_event_id_this_service_never_sent_is_422(client: httpx.Client) -> None:
+    _thread(client)
+    client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}})
+    refused = client.get("/threads/t1/stream", headers={"Last-Event-ID": "abc"})
+    assert refused.status_code == 422 and "Last-Event-ID" in refused.json()["message"]
+
+
+def test_an_answer_keyed_by_a_request_that_is_not_pending_says_which_is(
+    client: httpx.Client,
+) -> None:
+    _thread(client)
+    [interrupt] = client.post("/threads/t1/runs/wait", json={"input": {"id": 3}}).json()[
+        "__interrupt__"
+    ]
+    wrong = {"command": {"resume": {"intake:0:9": {"approved": True}}}}
+    refused = client.post("/threads/t1/runs/wait", json=wrong)
+    assert refused.status_code == 422
+    message = refused.json()["message"]
+    assert "'intake:0:9' is no pending request" in message and interrupt["id"] in message
+
+
+def test_a_cancelled_run_leaves_its_thread_idle_and_says_it_was_cancelled(
+    client: httpx.Client, gate: threading.Event
+) -> None:
+    _thread(client)
+    run = client.post("/threads/t1/runs", json={"input": 0}).json()
+    client.post(f"/threads/t1/runs/{run['run_id']}/cancel", params={"wait": "false"})
+    gate.set()
+    joined = client.get(f"/threads/t1/runs/{run['run_id']}/join").json()
+    assert "cancelled" in joined["__cancelled__"]["message"]
+    assert client.get("/threads/t1").json()["status"] == "idle"
+    again = client.post("/threads/t1/runs/wait", json={})  # goes on from where it stopped
+    assert again.json()["outputs"] == list(range(len(joined["outputs"]), 21))

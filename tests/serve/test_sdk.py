@@ -114,3 +114,36 @@ def test_the_async_client_streams_and_waits(server: Server) -> None:
     waited, parts = asyncio.run(use())
     assert waited == {"outputs": ["a"]}
     assert [p.data for p in parts if p.event == "updates"] == [{"ship": "b"}]
+
+
+def test_the_sdk_joins_a_run_and_a_thread_with_its_own_defaults(sdk: SyncLangGraphClient) -> None:
+    """``runs.join_stream`` sends ``stream_mode=`` (empty: its None) and
+    ``threads.join_stream`` ``run_modes``, ``lifecycle`` or ``state_update``."""
+    tid = sdk.threads.create()["thread_id"]
+    run = sdk.runs.create(tid, "orders", input=_order(1, "a", "b"), stream_mode="updates")
+    joined = list(sdk.runs.join_stream(tid, run["run_id"]))
+    assert joined[0].event == "metadata" and joined[0].data["run_id"] == run["run_id"]
+    assert [p.data for p in joined if p.event == "updates"] == [{"ship": "a"}, {"ship": "b"}]
+
+    def until_run_completed(mode: Any) -> list[Any]:
+        parts = []
+        for part in sdk.threads.join_stream(tid, stream_mode=mode):
+            parts.append(part)
+            if part.event == "events" and part.data["event"] == "run_completed":
+                return parts
+        raise AssertionError(f"the thread's stream ended before its run did: {parts}")
+
+    lifecycle = until_run_completed("lifecycle")
+    assert [p.data["event"] for p in lifecycle] == ["run_started", "run_completed"]
+    everything = until_run_completed("run_modes")
+    assert [p.data["event"] for p in everything] == [
+        "run_started",
+        "output",
+        "output",
+        "run_completed",
+    ]
+    states = until_run_completed(["state_update", "lifecycle"])
+    assert [p.data for p in states if p.event == "values"] == [
+        {"outputs": ["a"]},
+        {"outputs": ["a", "b"]},
+    ]

@@ -16,12 +16,15 @@ class Sse:
 
     event: str
     data: Any
-    id: int | None
+    id: int | str | None
+    """A history event's seq (the last event of its group), else ``"N:k"`` (see
+    ``actorflow.serve._stream``)."""
 
 
 def read_sse(response: httpx.Response) -> Iterator[Sse]:
     """The events of ``response`` (a streaming one) as they arrive."""
-    event, data, seq = "", "", None
+    event, data = "", ""
+    seq: int | str | None = None
     for line in response.iter_lines():
         if not line:
             if event or data:
@@ -32,4 +35,5 @@ def read_sse(response: httpx.Response) -> Iterator[Sse]:
         elif line.startswith("data:"):
             data += line[5:].strip()
         elif line.startswith("id:"):
-            seq = int(line[3:].strip())
+            given = line[3:].strip()
+            seq = int(given) if given.isdigit() else given
