@@ -17,7 +17,7 @@ import pytest
 import actorflow as af
 from actorflow.cli import _checkpoints, main
 from tests.support import python_path
-from tests.support.signals import CHILD_PRELUDE
+from tests.support.signals import CLI_CHILD
 
 _BLOCKER = '''
 import sys
@@ -131,11 +131,8 @@ def test_ctrl_c_in_the_ui_is_one_line_and_exit_130(tmp_path: Path) -> None:
     af.SQLiteStore(store).close()
     # The child gives itself Python's SIGINT handler: this process may run with SIGINT
     # ignored (`nohup make test &`), which a child would otherwise inherit.
-    code = (
-        CHILD_PRELUDE + "import sys; from actorflow.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
     child = subprocess.Popen(
-        [sys.executable, "-c", code, "ui", str(store), "--port", "0"],
+        [sys.executable, "-c", CLI_CHILD, "ui", str(store), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import actorflow as af
 from actorflow.storage import Checkpoint, new_checkpoint_id
 from actorflow.ui import Inspector
 from tests.support import ui_scenario
-from tests.support.signals import CHILD_PRELUDE
+from tests.support.signals import cli_child
 
 # Straight to 127.0.0.1: never through a proxy the environment may name.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -275,28 +274,13 @@ def test_the_cli_serves_a_store_on_loopback(tmp_path: Path) -> None:
     ui_scenario.make_store(store)
     store.close()
     # The child handles SIGINT itself: the tests may run with it ignored (nohup).
-    code = (
-        CHILD_PRELUDE + "import sys; from actorflow.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, "ui", str(path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with cli_child("ui", str(path), "--port", "0") as child:
         assert child.stdout is not None
         line = child.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+", line)
         assert url, line + (child.stderr.read() if child.stderr else "")
         status, page = get(url.group(0) + "/")
         assert status == 200 and "order-1" in page and "Read-only" in page
-    finally:
-        child.send_signal(signal.SIGINT)
-        child.wait(timeout=30)
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_import_actorflow_and_its_cli_imports_no_web_framework() -> None:

@@ -10,13 +10,44 @@ in-process test that simulates one installs it for its own duration
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["CHILD_PRELUDE", "sigint_handled", "sigint_ignored"]
+__all__ = ["CHILD_PRELUDE", "CLI_CHILD", "cli_child", "sigint_handled", "sigint_ignored"]
 
 CHILD_PRELUDE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 """First line of a ``python -c`` child that must turn SIGINT into KeyboardInterrupt."""
+
+CLI_CHILD = (
+    CHILD_PRELUDE + "import sys; from actorflow.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+"""A ``python -c`` child that runs the ``actorflow`` command on its arguments."""
+
+
+@contextmanager
+def cli_child(*argv: str) -> Iterator[subprocess.Popen[str]]:
+    """``actorflow *argv`` in a child process (text pipes for its stdout and stderr),
+    stopped with Ctrl-C when the block ends (killed if it does not stop in 30 s)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CLI_CHILD, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield child
+    finally:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=30)
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
 
 
 @contextmanager
