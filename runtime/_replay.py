@@ -382,8 +382,8 @@ def _compare_journals(session: str, stored: Checkpoint, mine: Checkpoint) -> Div
             name, occurrence = raised
             detail = (
                 f"executor {executor!r} called effect {name!r} (occurrence {occurrence}) in "
-                f"superstep {superstep} in the stored run, where it raised (time {n + 1}); "
-                "the replay no longer made that call"
+                f"superstep {superstep} in the stored run, where it raised (raise {n + 1} of "
+                "that call); the replay no longer made that call"
             )
         elif after is None:
             detail = (
