@@ -14,6 +14,7 @@ class's other bases::
         WorkflowError: something went wrong while running
             InputNotAccepted
             HandlerReturnedValue
+            ContextExpired
             UnroutableMessage
                 MessageDropped
                     _DroppedRunFailure (also _UnroutableRunFailure)
@@ -77,6 +78,7 @@ __all__ = [
     "CheckpointSealed",
     "CheckpointWriteFailed",
     "CodecError",
+    "ContextExpired",
     "DecodeError",
     "EffectNotRecorded",
     "EncodeError",
@@ -250,6 +252,15 @@ class HandlerReturnedValue(WorkflowError):
     """A handler returned a value. A handler's return value goes nowhere, so this is a
     mistake, never ignored: call ``ctx.output(value)`` to emit it as a run output, or
     ``ctx.send(value)`` to pass it on along the out-edges, and return nothing.
+    """
+
+
+class ContextExpired(WorkflowError):
+    """A handler's context was used after the handler returned (from a thread or a
+    task it started). What the handler does goes into its superstep, which ended with
+    it: a late send, output, effect or ``ctx.sql`` would be lost, so it is refused.
+    Await the work inside the handler (``await asyncio.gather(...)``, ``future.result()``)
+    before returning.
     """
 
 

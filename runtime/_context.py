@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from actorflow.errors import ContextExpired
+
 if TYPE_CHECKING:
     from ._buffer import StepBuffer
     from ._effects import EffectJournal, SqlValue
@@ -29,12 +31,31 @@ class Context(Generic[T_Send]):
     at run time, "missing type arguments" under ``mypy --strict``) declares nothing.
     """
 
-    __slots__ = ("_buffer", "_request_id", "_source")
+    __slots__ = ("_buffer", "_live", "_request_id", "_source")
 
     def __init__(self, buffer: StepBuffer, source: str, request_id: str | None = None) -> None:
         self._buffer = buffer
         self._source = source
         self._request_id = request_id
+        self._live = True
+        """False once the handler returned: what it does then would be lost."""
+
+    def expire(self) -> None:
+        """End the context with its handler (the runner calls this): what the handler
+        does goes into its superstep, which is reported as the handler returns, so a
+        thread or task it left behind gets :class:`~actorflow.errors.ContextExpired`
+        instead of a send, output, effect result or statement that would be lost."""
+        self._live = False
+
+    def _check_live(self, action: str) -> None:
+        if not self._live:
+            raise ContextExpired(
+                f"executor {self.executor_id!r} called ctx.{action} in superstep "
+                f"{self.superstep} after its handler returned (from a thread or task it "
+                "started), when the superstep had ended: it would be lost; wait for that "
+                "work inside the handler (await asyncio.gather(...), future.result()) "
+                "before returning"
+            )
 
     @property
     def source(self) -> str:
@@ -71,10 +92,12 @@ class Context(Generic[T_Send]):
             UnroutableMessage: no out-edge target has a handler for the value.
             EncodeError: the value (or something in it) cannot be encoded.
         """
+        self._check_live("send")
         self._buffer.send(value, to)
 
     def output(self, value: Any) -> None:
         """Emit ``value`` as a run output (encoded now; the caller receives its own copy)."""
+        self._check_live("output")
         self._buffer.output(value)
 
     def request(self, value: Any, response_type: type, *, request_id: str | None = None) -> str:
@@ -90,6 +113,7 @@ class Context(Generic[T_Send]):
             request_id: an explicit id (must be unique in the session); by default
                 ``"<executor>:<superstep>:<n>"``, stable across replays.
         """
+        self._check_live("request")
         return self._buffer.request(value, response_type, request_id)
 
     # --- effects (see docs/effects.md) ---------------------------------------------
@@ -136,7 +160,9 @@ class Context(Generic[T_Send]):
         >>> calls  # charged once, though the handler ran twice
         [5]
         """
+        self._check_live("effect")
         result: R = self._journal().call(key or _name_of(fn), fn, args, kwargs)
+        self._check_live("effect (its call ended after the handler: not journaled)")
         return result
 
     async def aeffect(
@@ -149,7 +175,9 @@ class Context(Generic[T_Send]):
     ) -> R:
         """:meth:`effect` for a coroutine function: ``await ctx.aeffect(fetch, url)``
         (a plain function's result is recorded as it is)."""
+        self._check_live("aeffect")
         result: R = await self._journal().acall(key or _name_of(fn), fn, args, kwargs)
+        self._check_live("aeffect (its call ended after the handler: not journaled)")
         return result
 
     def effect_key(self, key: str) -> str:
@@ -162,6 +190,7 @@ class Context(Generic[T_Send]):
         another session id, a session id used anew (deleted, then opened again;
         another store; no store), a fork, a reset or a later superstep.
         """
+        self._check_live("effect_key")
         return self._journal().key(key)
 
     def sql(self, statement: str, params: tuple[SqlValue, ...] | list[SqlValue] = ()) -> None:
@@ -179,6 +208,7 @@ class Context(Generic[T_Send]):
             StatementRefused: the store commits no statements, or the statement or a
                 parameter cannot run inside the checkpoint's transaction.
         """
+        self._check_live("sql")
         self._journal().queue_sql(statement, tuple(params))
 
     @property

@@ -49,6 +49,7 @@ import hashlib
 import inspect
 import re
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -310,8 +311,10 @@ class EffectJournal:
 
     __slots__ = (
         "_counts",
+        "_lock",
         "_queued",
         "_raises",
+        "_released",
         "dialect",
         "executor",
         "fencing",
@@ -352,6 +355,13 @@ class EffectJournal:
         self.statements: list[list[Any]] = []
         """``[sql, params]`` of each ``ctx.sql`` call, in call order."""
         self._counts: dict[str, int] = {}
+        """The next occurrence of each name no call has taken yet."""
+        self._released: dict[str, list[int]] = {}
+        """Occurrences whose call raised, per name: taken again first (smallest first),
+        so a retry is the same effect."""
+        self._lock = threading.Lock()
+        """Calls made at once (``asyncio.gather``, a thread pool) take their occurrences
+        under it: each its own."""
         self._queued = 0
         """``ctx.sql`` statements queued in this attempt (a replay's too)."""
         self._raises: dict[tuple[str, int], int] = {}
@@ -362,33 +372,37 @@ class EffectJournal:
         """The idempotency key of the next effect named ``name``: the same on every attempt
         at this superstep along this lineage (and for a retry of one that raised),
         different for every other effect."""
-        n = self._counts.get(name, 0)
+        n = self._next(name)
         identity = f"{self.scope}\x00{self.superstep}\x00{self.executor}\x00{name}\x00{n}"
         return "af-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
 
     def call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """The result of the next effect named ``name``: recorded, remembered, or called."""
-        n = self._counts.get(name, 0)
-        self._journal_arguments(name, n, fn, args, kwargs)
-        found = self._find(name, n)
-        if found is None:
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                self._journal_raise(name, n, exc)
-                raise
-            if inspect.isawaitable(result):
-                if inspect.iscoroutine(result):
-                    result.close()  # never run: nothing was called
-                raise EncodeError(
-                    f"executor {self.executor!r} (superstep {self.superstep}): effect "
-                    f"{name!r} returned {type(result).__name__}, which ctx.effect cannot "
-                    f"record; in an async handler, await ctx.aeffect({getattr(fn, '__name__', 'fn')}, ...)",
-                    type_name=type(result).__name__,
-                    executor=self.executor,
-                )
-            found = self._record(name, n, result)
-        self._counts[name] = n + 1
+        n = self._take(name)
+        try:
+            self._journal_arguments(name, n, fn, args, kwargs)
+            found = self._find(name, n)
+            if found is None:
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as exc:
+                    self._journal_raise(name, n, exc)
+                    raise
+                if inspect.isawaitable(result):
+                    if inspect.iscoroutine(result):
+                        result.close()  # never run: nothing was called
+                    raise EncodeError(
+                        f"executor {self.executor!r} (superstep {self.superstep}): effect "
+                        f"{name!r} returned {type(result).__name__}, which ctx.effect cannot "
+                        "record; in an async handler, await "
+                        f"ctx.aeffect({getattr(fn, '__name__', 'fn')}, ...)",
+                        type_name=type(result).__name__,
+                        executor=self.executor,
+                    )
+                found = self._record(name, n, result)
+        except BaseException:
+            self._release(name, n)
+            raise
         return decode(found)
 
     async def acall(
@@ -396,20 +410,49 @@ class EffectJournal:
     ) -> Any:
         """:meth:`call` for a coroutine function (awaited only when it must be called);
         a plain function's result is recorded as it is."""
-        n = self._counts.get(name, 0)
-        self._journal_arguments(name, n, fn, args, kwargs)
-        found = self._find(name, n)
-        if found is None:
-            try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-            except Exception as exc:
-                self._journal_raise(name, n, exc)
-                raise
-            found = self._record(name, n, result)
-        self._counts[name] = n + 1
+        n = self._take(name)
+        try:
+            self._journal_arguments(name, n, fn, args, kwargs)
+            found = self._find(name, n)
+            if found is None:
+                try:
+                    result = fn(*args, **kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
+                except Exception as exc:
+                    self._journal_raise(name, n, exc)
+                    raise
+                found = self._record(name, n, result)
+        except BaseException:
+            self._release(name, n)
+            raise
         return decode(found)
+
+    def _next(self, name: str) -> int:
+        """The occurrence the next call of ``name`` takes (see :meth:`_take`)."""
+        with self._lock:
+            released = self._released.get(name)
+            return released[0] if released else self._counts.get(name, 0)
+
+    def _take(self, name: str) -> int:
+        """Take the next occurrence of ``name`` as a call starts: the smallest one whose
+        call raised, else a new one. Taken at the start, so calls made at once each get
+        their own (in the order they start), with their own key and result."""
+        with self._lock:
+            released = self._released.get(name)
+            if released:
+                return released.pop(0)
+            n = self._counts.get(name, 0)
+            self._counts[name] = n + 1
+            return n
+
+    def _release(self, name: str, n: int) -> None:
+        """Give back occurrence ``n`` of ``name``, whose call raised: its retry is the
+        same effect (same occurrence, same key)."""
+        with self._lock:
+            released = self._released.setdefault(name, [])
+            released.append(n)
+            released.sort()
 
     def known(self) -> list[list[Any]]:
         """``[name, n, result]`` of every result this superstep's attempts got: this

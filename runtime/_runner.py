@@ -291,11 +291,14 @@ class ExecutorRunner:
                         "for it"
                     )
                 fn, info = found
-                if info.is_async:
-                    assert self._loop is not None
-                    returned = self._loop.run(fn(*args))
-                else:
-                    returned = fn(*args)
+                try:
+                    if info.is_async:
+                        assert self._loop is not None
+                        returned = self._loop.run(fn(*args))
+                    else:
+                        returned = fn(*args)
+                finally:
+                    ctx.expire()
                 if returned is not None:
                     raise HandlerReturnedValue(
                         f"handler {type(self._instance).__qualname__}.{info.name} of executor "

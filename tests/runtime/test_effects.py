@@ -6,6 +6,7 @@ what happens at least once with a stable key, and what a fork does.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -221,6 +222,91 @@ def test_an_async_effect_is_journaled_too(coroutine: bool) -> None:
     with builder.build() as wf:
         assert wf.run(4).outputs == [8]
     assert seen == [4]
+
+
+async def charge_slowly(order: int, delay: float) -> str:
+    """Answers after ``delay``: calls made at once end in another order than they began."""
+    CALLS.made.append(order)
+    await asyncio.sleep(delay)
+    return f"receipt-{order}"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_effects_made_at_once_each_get_their_own_result_and_are_called_once(
+    fails: bool,
+) -> None:
+    """``asyncio.gather`` of three effects of one name: each call takes its occurrence
+    as it starts, so each gets its own result (the slowest began first), a restart
+    hands each its own recorded result, and a replay finds them in the same places."""
+
+    class Batch(af.Executor):
+        __actorflow_name__ = "tests.effects.Batch"
+
+        @af.handler
+        async def on_orders(self, orders: list[int], ctx: af.Context[None]) -> None:
+            delays = [0.06, 0.0, 0.03]
+            receipts = await asyncio.gather(
+                *(
+                    ctx.aeffect(charge_slowly, o, d, key="charge")
+                    for o, d in zip(orders, delays, strict=True)
+                )
+            )
+            if FAILURES:
+                FAILURES.clear()
+                raise RuntimeError("the connection dropped after the charges")
+            ctx.output(list(receipts))
+
+    def build() -> af.Workflow:
+        return af.WorkflowBuilder(
+            "batch", start=Batch("batch"), restart=af.RestartPolicy(max_restarts=1)
+        ).build()
+
+    FAILURES[:] = ["batch"] if fails else []
+    store = af.MemoryStore()
+    with build() as wf, wf.session("s", store=store) as s:
+        assert s.run([1, 2, 3]).outputs == [["receipt-1", "receipt-2", "receipt-3"]]
+    assert sorted(CALLS.made) == [1, 2, 3]  # each once, the restart's included
+    with build() as wf:
+        report = replay(store, wf)
+    assert report.identical, str(report)
+
+
+def test_a_context_used_after_its_handler_returned_refuses_instead_of_losing_it() -> None:
+    """A thread the handler left behind: its ctx.output, ctx.send and ctx.effect would go
+    into a superstep that has ended. Each raises ContextExpired, and nothing is called."""
+    late: list[BaseException] = []
+    started: list[threading.Thread] = []
+    handler_returned = threading.Event()
+
+    def later(ctx: af.Context[Any]) -> None:
+        handler_returned.wait(10)
+        for act in (
+            lambda: ctx.output("late"),
+            lambda: ctx.send(1),
+            lambda: ctx.effect(CALLS, 9),
+            lambda: ctx.effect_key("charge"),
+        ):
+            try:
+                act()
+            except af.ContextExpired as exc:
+                late.append(exc)
+
+    class Leaky(af.Executor):
+        @af.handler
+        def on_n(self, n: int, ctx: af.Context[None]) -> None:
+            thread = threading.Thread(target=later, args=(ctx,))
+            started.append(thread)
+            thread.start()
+            ctx.output(n)
+
+    with af.WorkflowBuilder("leaky", start=Leaky("leaky")).build() as wf:
+        assert wf.run(1).outputs == [1]
+        handler_returned.set()
+        started[0].join(10)
+    assert len(late) == 4 and CALLS.made == []
+    assert "executor 'leaky' called ctx.output in superstep 1 after its handler returned" in str(
+        late[0]
+    )
 
 
 def test_effect_of_a_coroutine_function_says_to_await_aeffect() -> None:
