@@ -272,6 +272,9 @@ _CONTROL: Final = re.compile(
 """Statements that would take the commit out of the store's hands (or its connection's
 settings): refused, since the statement runs inside the checkpoint's transaction."""
 
+_READS: Final = re.compile(r"^\s*(SELECT|VALUES|EXPLAIN|SHOW|TABLE)\b", re.IGNORECASE)
+"""Statements that only read: queued, their result would be thrown away unseen."""
+
 _MAX_INT = (1 << 63) - 1
 
 
@@ -286,6 +289,13 @@ def check_statement(executor: str, statement: str, params: tuple[Any, ...]) -> N
         raise StatementRefused(
             f"executor {executor!r}: ctx.sql takes one SQL statement as a non-empty str, "
             f"not {statement!r}"
+        )
+    if _READS.match(statement):
+        raise StatementRefused(
+            f"executor {executor!r}: ctx.sql({statement[:60]!r}) was refused: it only reads, "
+            "and a statement queued for the checkpoint's transaction returns nothing to the "
+            "handler; read through your own connection (or in a ctx.effect), and pass "
+            "ctx.sql an INSERT, UPDATE or DELETE"
         )
     if _CONTROL.match(statement) or ";" in statement.strip().rstrip(";"):
         raise StatementRefused(
@@ -469,8 +479,10 @@ class EffectJournal:
             raise StatementRefused(
                 f"executor {self.executor!r} called ctx.sql, but the session's store does not "
                 "commit statements with its checkpoints (only SQLiteStore and PostgresStore "
-                "do, used directly: not through a wrapper or EncryptedStore); run the session "
-                "with one of them, or make the write a ctx.effect with an idempotency key"
+                "do, used directly: not through a wrapper or EncryptedStore), or the executor "
+                "runs inside a sub-workflow (whose inner run has a store of its own, private "
+                "to one delivery); run the session with one of those stores and make the "
+                "write in a parent executor, or make it a ctx.effect with an idempotency key"
             )
         check_statement(self.executor, statement, params)
         self.made.append([STATEMENTS, self._queued, _digest([statement, list(params)])])

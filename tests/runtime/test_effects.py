@@ -447,6 +447,8 @@ def test_statements_of_supersteps_between_cuts_commit_with_the_next_cut(tmp_path
         "  SAVEPOINT x",
         "ATTACH DATABASE 'x' AS y",
         "INSERT INTO t VALUES (1); DROP TABLE t",
+        "select * from t",
+        "  VALUES (1)",
     ],
 )
 def test_transaction_control_and_several_statements_are_refused(
@@ -511,6 +513,24 @@ def test_stores_that_commit_no_statements_refuse_ctx_sql(kind: str, tmp_path: Pa
     assert seen == [None]
     assert isinstance(failed.value.__cause__, af.StatementRefused)
     assert "SQLiteStore and PostgresStore" in str(failed.value.__cause__)
+
+
+def test_ctx_sql_inside_a_sub_workflow_is_refused_saying_why(tmp_path: Path) -> None:
+    """The parent session's store commits statements; an inner executor's does not (it
+    is private to one delivery): the refusal names that, not only the store."""
+
+    class Writer(af.Executor):
+        @af.handler
+        def on_text(self, text: str, ctx: af.Context[None]) -> None:
+            ctx.sql("INSERT INTO t VALUES (?)", [text])
+
+    inner = af.WorkflowBuilder("inner", start=Writer("writer")).build()
+    outer = af.WorkflowBuilder("outer", start=af.WorkflowExecutor(inner, "sub")).build()
+    store = af.SQLiteStore(tmp_path / "s.db")
+    raised = pytest.raises(af.ExecutorFailed)
+    with raised as failed, store, inner, outer as wf, wf.session("s", store=store) as s:
+        s.run("x")
+    assert "inside a sub-workflow" in str(failed.value), failed.value
 
 
 # --- crashes -----------------------------------------------------------------------
@@ -624,6 +644,50 @@ def test_an_inner_effect_of_a_failed_sub_workflow_is_not_called_again(tmp_path: 
         report = replay(store, wf)
     assert CALLS.made == [6, 7]
     assert not report.identical  # the stored run failed in superstep 2; this code does not
+
+
+def _charge_then_ship(restart: af.RestartPolicy | None) -> tuple[af.Workflow, af.Workflow]:
+    """A sub-workflow of two inner supersteps: ``charge`` charges (inner superstep 1),
+    ``ship`` makes its own effect and fails once (inner superstep 2)."""
+
+    class Charge(af.Executor):
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[int]) -> None:
+            ctx.send(ctx.effect(CALLS, order).order)
+
+    class Ship(af.Executor):
+        @af.handler
+        def on_order(self, order: int, ctx: af.Context[None]) -> None:
+            shipped = ctx.effect(CALLS, order * 100, key="ship")
+            if self.id in FAILURES:
+                FAILURES.remove(self.id)
+                raise RuntimeError("the carrier hung up after booking")
+            ctx.output(shipped.order)
+
+    charge = Charge("charge")
+    inner = af.WorkflowBuilder("inner", start=charge).add_edge(charge, Ship("ship")).build()
+    sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+    return af.WorkflowBuilder("outer", start=sub, restart=restart).build(), inner
+
+
+@pytest.mark.parametrize("how", ["restart", "run again"])
+def test_no_effect_of_any_inner_superstep_is_called_again_after_the_inner_run_failed(
+    how: str,
+) -> None:
+    """The inner run fails in its second superstep: the parent's restart (or a next
+    run after it failed for good) calls neither the first superstep's effect nor the
+    failed one's again."""
+    restart = af.RestartPolicy(max_restarts=1) if how == "restart" else None
+    parent, inner = _charge_then_ship(restart)
+    FAILURES.append("ship")
+    with parent as wf, inner, wf.session("s", store=af.MemoryStore()) as s:
+        if how == "restart":
+            assert s.run(3).outputs == [300]
+        else:
+            with pytest.raises(af.ExecutorFailed):
+                s.run(3)
+            assert s.run().outputs == [300]
+    assert CALLS.made == [3, 300]
 
 
 def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recorded(
