@@ -62,12 +62,9 @@ _ASKED = "asked"
 """Snapshot attribute mapping the parent's ids of open inner requests that carry the
 parent's lineage tag to the inner ids (present only when some do)."""
 
-# The inner run is checkpointed at every barrier, into its private MemoryStore: an
-# inner run that fails then leaves a halt cut, which holds what the effects of each of
-# its supersteps returned, for the parent to adopt (with barriers skipped, there is no
-# state to write a halt of, and a restart of the parent's superstep would call them
-# again). The parent snapshots the WorkflowExecutor between deliveries only.
-_INNER_POLICY = CheckpointPolicy()
+# The inner run is checkpointed only when it goes idle: the parent snapshots the
+# WorkflowExecutor between deliveries, never in the middle of an inner run.
+_INNER_POLICY = CheckpointPolicy(on_idle_only=True)
 
 
 class _Inner:

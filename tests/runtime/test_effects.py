@@ -646,50 +646,6 @@ def test_an_inner_effect_of_a_failed_sub_workflow_is_not_called_again(tmp_path: 
     assert not report.identical  # the stored run failed in superstep 2; this code does not
 
 
-def _charge_then_ship(restart: af.RestartPolicy | None) -> tuple[af.Workflow, af.Workflow]:
-    """A sub-workflow of two inner supersteps: ``charge`` charges (inner superstep 1),
-    ``ship`` makes its own effect and fails once (inner superstep 2)."""
-
-    class Charge(af.Executor):
-        @af.handler
-        def on_order(self, order: int, ctx: af.Context[int]) -> None:
-            ctx.send(ctx.effect(CALLS, order).order)
-
-    class Ship(af.Executor):
-        @af.handler
-        def on_order(self, order: int, ctx: af.Context[None]) -> None:
-            shipped = ctx.effect(CALLS, order * 100, key="ship")
-            if self.id in FAILURES:
-                FAILURES.remove(self.id)
-                raise RuntimeError("the carrier hung up after booking")
-            ctx.output(shipped.order)
-
-    charge = Charge("charge")
-    inner = af.WorkflowBuilder("inner", start=charge).add_edge(charge, Ship("ship")).build()
-    sub = af.WorkflowExecutor(inner, "sub", outputs="output")
-    return af.WorkflowBuilder("outer", start=sub, restart=restart).build(), inner
-
-
-@pytest.mark.parametrize("how", ["restart", "run again"])
-def test_no_effect_of_any_inner_superstep_is_called_again_after_the_inner_run_failed(
-    how: str,
-) -> None:
-    """The inner run fails in its second superstep: the parent's restart (or a next
-    run after it failed for good) calls neither the first superstep's effect nor the
-    failed one's again."""
-    restart = af.RestartPolicy(max_restarts=1) if how == "restart" else None
-    parent, inner = _charge_then_ship(restart)
-    FAILURES.append("ship")
-    with parent as wf, inner, wf.session("s", store=af.MemoryStore()) as s:
-        if how == "restart":
-            assert s.run(3).outputs == [300]
-        else:
-            with pytest.raises(af.ExecutorFailed):
-                s.run(3)
-            assert s.run().outputs == [300]
-    assert CALLS.made == [3, 300]
-
-
 def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recorded(
     tmp_path: Path,
 ) -> None:
