@@ -43,6 +43,7 @@ one deduplicates a call that was in flight when a process died.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -50,7 +51,7 @@ import inspect
 import re
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
 from actorflow.actors import (
@@ -388,55 +389,58 @@ class EffectJournal:
 
     def call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """The result of the next effect named ``name``: recorded, remembered, or called."""
-        n = self._take(name)
-        try:
-            self._journal_arguments(name, n, fn, args, kwargs)
-            found = self._find(name, n)
-            if found is None:
-                try:
-                    result = fn(*args, **kwargs)
-                except Exception as exc:
-                    self._journal_raise(name, n, exc)
-                    raise
-                if inspect.isawaitable(result):
-                    if inspect.iscoroutine(result):
-                        result.close()  # never run: nothing was called
-                    raise EncodeError(
-                        f"executor {self.executor!r} (superstep {self.superstep}): effect "
-                        f"{name!r} returned {type(result).__name__}, which ctx.effect cannot "
-                        "record; in an async handler, await "
-                        f"ctx.aeffect({getattr(fn, '__name__', 'fn')}, ...)",
-                        type_name=type(result).__name__,
-                        executor=self.executor,
-                    )
-                found = self._record(name, n, result)
-        except BaseException:
-            self._release(name, n)
-            raise
-        return decode(found)
+        with self._occurrence(name, fn, args, kwargs) as (n, found):
+            if found is not None:
+                return decode(found)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self._journal_raise(name, n, exc)
+                raise
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()  # never run: nothing was called
+                raise EncodeError(
+                    f"executor {self.executor!r} (superstep {self.superstep}): effect "
+                    f"{name!r} returned {type(result).__name__}, which ctx.effect cannot "
+                    "record; in an async handler, await "
+                    f"ctx.aeffect({getattr(fn, '__name__', 'fn')}, ...)",
+                    type_name=type(result).__name__,
+                    executor=self.executor,
+                )
+            return decode(self._record(name, n, result))
 
     async def acall(
         self, name: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: Any
     ) -> Any:
         """:meth:`call` for a coroutine function (awaited only when it must be called);
         a plain function's result is recorded as it is."""
+        with self._occurrence(name, fn, args, kwargs) as (n, found):
+            if found is not None:
+                return decode(found)
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                self._journal_raise(name, n, exc)
+                raise
+            return decode(self._record(name, n, result))
+
+    @contextlib.contextmanager
+    def _occurrence(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Iterator[tuple[int, bytes | None]]:
+        """Take the next occurrence of ``name`` for a call of ``fn`` (journaling its
+        arguments) and give its recorded or remembered result (None: call it); the
+        occurrence is given back if the block raises, so a retry is the same effect."""
         n = self._take(name)
         try:
             self._journal_arguments(name, n, fn, args, kwargs)
-            found = self._find(name, n)
-            if found is None:
-                try:
-                    result = fn(*args, **kwargs)
-                    if inspect.isawaitable(result):
-                        result = await result
-                except Exception as exc:
-                    self._journal_raise(name, n, exc)
-                    raise
-                found = self._record(name, n, result)
+            yield n, self._find(name, n)
         except BaseException:
             self._release(name, n)
             raise
-        return decode(found)
 
     def _next(self, name: str) -> int:
         """The occurrence the next call of ``name`` takes (see :meth:`_take`)."""
