@@ -42,7 +42,7 @@ from actorflow.errors import (
     SessionExists,
     ThreadNotFound,
 )
-from actorflow.runtime import NO_INPUT, Workflow
+from actorflow.runtime import NO_INPUT, Session, Workflow
 from actorflow.storage import CheckpointStore
 
 from . import _params as params
@@ -505,12 +505,7 @@ class ServiceApp:
         run = await self._start(request)
         session = await self.threads.session(await self.threads.get(run.thread_id))
 
-        async def events() -> AsyncIterator[bytes]:
-            yield _run_metadata(run)
-            async for part in run_stream(session, run, run.stream_mode, None):
-                yield part
-
-        response = _sse_response(events())
+        response = _sse_response(_run_events(session, run, run.stream_mode, None))
         response.headers["Content-Location"] = self._location(request, run)
         response.headers["Location"] = self._location(request, run, "/stream")
         return response
@@ -545,15 +540,7 @@ class ServiceApp:
         asked = request.query_params.getlist("stream_mode")
         modes = _modes(asked) if any(asked) else run.stream_mode  # "": the SDK's None
         session = await self.threads.session(thread)
-        last = _last_event_id(request)
-
-        async def events() -> AsyncIterator[bytes]:
-            if last is None:  # from the start, as the run's own stream starts
-                yield _run_metadata(run)
-            async for part in run_stream(session, run, modes, last):
-                yield part
-
-        return _sse_response(events())
+        return _sse_response(_run_events(session, run, modes, _last_event_id(request)))
 
     async def run_delete(self, request: Request) -> Response:
         """``DELETE /threads/{id}/runs/{run_id}``: forget a finished run -> 204 (its
@@ -606,9 +593,15 @@ def _modes(asked: list[Any], *, thread: bool = False) -> tuple[str, ...]:
     return tuple(dict.fromkeys(THREAD_MODES.get(m, m) for m in asked))
 
 
-def _run_metadata(run: Run) -> bytes:
-    """The event a run's stream starts with: which run it is."""
-    return sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
+async def _run_events(
+    session: Session, run: Run, modes: tuple[str, ...], last: Position | None
+) -> AsyncIterator[bytes]:
+    """A run's SSE stream: from its start, it begins with ``event: metadata`` (which run
+    it is); resumed after ``last``, it goes straight on."""
+    if last is None:
+        yield sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
+    async for part in run_stream(session, run, modes, last):
+        yield part
 
 
 def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
