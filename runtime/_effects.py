@@ -84,9 +84,11 @@ __all__ = [
     "arguments_of",
     "carried",
     "carry",
+    "carry_unrecorded",
     "check_statement",
     "raised_name",
     "raised_place",
+    "unrecorded",
 ]
 
 EffectMemory = dict[tuple[str, int], bytes | EncodeError]
@@ -97,6 +99,10 @@ _CARRIED: Final = "_af_effects"
 """The attribute of a failed attempt's exception that holds its effects (it survives
 pickling: an exception's ``__dict__`` travels with it from a host in another process)."""
 
+
+_UNRECORDED: Final = "_af_unrecorded"
+"""The attribute of a failed run's exception that holds the effect results no cut of its
+store records (see :func:`carry_unrecorded`)."""
 
 _RAISED: Final = "\x00raised\x00"
 
@@ -213,7 +219,8 @@ def _raise_record(error: Exception) -> bytes:
     said = said_by(error)[:_SAID].encode("utf-8", "backslashreplace").decode("utf-8")
     try:
         args, attrs = error_parts(error, _encodes)
-        attrs.pop(_CARRIED, None)
+        attrs.pop(_CARRIED, None)  # the runtime's own, not the error's
+        attrs.pop(_UNRECORDED, None)
         record = encode([module, cls.__qualname__, args, attrs, said])
     except Exception:  # noqa: BLE001 - the handler must still get its own error
         record = b""
@@ -263,6 +270,22 @@ def carried(error: BaseException) -> list[list[Any]]:
     """The effects a failed step's attempt got, as :func:`carry` attached them."""
     made = getattr(error, _CARRIED, None)
     return made if type(made) is list else []
+
+
+def carry_unrecorded(error: BaseException, effects: list[list[Any]]) -> None:
+    """Attach to the exception a run failed with the effect results of its supersteps
+    that no cut recorded (``[executor, superstep, name, n, result]`` each): a policy
+    that skips barriers leaves no ``halt`` cut to hold them. A sub-workflow's inner
+    run is one: the parent records them instead, so its retry calls none again."""
+    if effects:
+        vars(error)[_UNRECORDED] = list(effects)
+
+
+def unrecorded(error: BaseException) -> list[list[Any]]:
+    """The effect results a failed run's cuts do not hold, as :func:`carry_unrecorded`
+    attached them."""
+    effects = getattr(error, _UNRECORDED, None)
+    return effects if type(effects) is list else []
 
 
 _CONTROL: Final = re.compile(

@@ -32,7 +32,6 @@ from actorflow.actors import HostedFactory, HostRef, entry_named, main_module_na
 # Not re-exported by actorflow.actors: only the codec and this lookup need it.
 from actorflow.errors import CheckpointCorrupt, DecodeError, RequestError
 from actorflow.storage import (
-    Checkpoint,
     MemoryStore,
     blob_digest,
     decode_checkpoint,
@@ -40,7 +39,7 @@ from actorflow.storage import (
 )
 
 from ._context import Context
-from ._effects import EffectFrame, EffectFrameHost, EffectJournal
+from ._effects import EffectFrame, EffectFrameHost, EffectJournal, unrecorded
 from ._events import RequestEvent, RunResult
 from ._graph import explain_mismatch
 from ._policy import CheckpointPolicy
@@ -237,16 +236,17 @@ class WorkflowExecutor(Executor):
             with session:
                 try:
                     result = act(session)
-                except BaseException:
-                    # The inner run failed: the results its effects got (its halt holds
-                    # them) go with the parent's failed attempt all the same.
-                    nested.adopt(cp for cp in store.list() if cp.id != resumed)
+                except BaseException as exc:
+                    # The inner run failed: the results its effects got go with the
+                    # parent's failed attempt all the same (those of inner supersteps
+                    # since its last cut come with its error: it checkpoints when idle).
+                    nested.adopt(_cut_effects(store, resumed) + unrecorded(exc))
                     raise
                 last = session.last_checkpoint_id
             assert last is not None, "an inner session with a store checkpoints when idle"
             latest = store.load(last)
             blobs = {d: store.load_blob(d) for d in sorted(latest.blob_digests())}
-            nested.adopt(cp for cp in store.list() if cp.id != resumed)
+            nested.adopt(_cut_effects(store, resumed))
         finally:
             store.close()
         for value in result.outputs:
@@ -318,23 +318,32 @@ class _NestedEffects:
             return [scope, outer.fencing, None, results, None]
         return [scope, outer.fencing, None, None, results or None]
 
-    def adopt(self, cuts: Iterable[Checkpoint]) -> None:
-        """Record the effects the inner run's cuts hold in the parent's journal (and
-        remember them there: the parent's next attempt hands them to the inner run)."""
+    def adopt(self, effects: Iterable[list[Any]]) -> None:
+        """Record the inner run's effect results (``[executor, superstep, name, n,
+        result]`` each) in the parent's journal, and remember them there: the parent's
+        next attempt hands them to the inner run."""
         outer = self._outer
         made = {(name, n) for name, n, _ in outer.made}
-        for cp in cuts:
-            for executor, superstep, name, n, result in decode_runtime(cp.runtime).get(
-                "effects", []
-            ):
-                place = (self._name(executor, superstep, name), n)
-                outer.memory[place] = result
-                if place not in made:
-                    made.add(place)
-                    outer.made.append([*place, result])
+        for executor, superstep, name, n, result in effects:
+            place = (self._name(executor, superstep, name), n)
+            outer.memory[place] = result
+            if place not in made:
+                made.add(place)
+                outer.made.append([*place, result])
 
     def _name(self, executor: str, superstep: int, name: str) -> str:
         return f"{self._sub}/{executor}@{superstep}/{name}"
+
+
+def _cut_effects(store: MemoryStore, resumed: str | None) -> list[list[Any]]:
+    """The effect results the inner run's cuts in ``store`` record (not the resumed
+    one's: the parent recorded those when it took them)."""
+    return [
+        effect
+        for cp in store.list()
+        if cp.id != resumed
+        for effect in decode_runtime(cp.runtime).get("effects", [])
+    ]
 
 
 def _type_named(label: str) -> type:

@@ -29,7 +29,7 @@ from actorflow.errors import (
     RunFailed,
     SuperstepLimitExceeded,
 )
-from actorflow.runtime._effects import NO_FRAME, carried
+from actorflow.runtime._effects import NO_FRAME, carried, carry_unrecorded
 from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._logging import get_logger
 from actorflow.runtime._pace import PACE
@@ -295,7 +295,7 @@ class Driver:
             return ev.RunStatus.CANCELLED
         except RunFailed as exc:
             cause = exc.__cause__ or exc
-            self._halt(
+            halted = self._halt(
                 job,
                 ev.RunFailedEvent(
                     job.run_id,
@@ -307,6 +307,10 @@ class Driver:
                 ),
                 write=not isinstance(exc, CheckpointWriteFailed),
             )
+            if not halted:
+                # No cut holds what the run's effects got since its last one: the
+                # caller may (a sub-workflow's parent records them).
+                carry_unrecorded(exc, self._journals.unrecorded())
             log.info(
                 f"run failed in superstep {state.superstep}: {exc}",
                 superstep=state.superstep,
@@ -314,7 +318,7 @@ class Driver:
             )
             raise
 
-    def _halt(self, job: RunJob, end: ev.Event, *, write: bool = True) -> None:
+    def _halt(self, job: RunJob, end: ev.Event, *, write: bool = True) -> bool:
         """End a run that did not go idle with ``end`` (its failure or cancel): with a
         store, a ``halt`` cut of the last barrier carries it (and what led to it), so
         the session's history says why it stopped; then ``end`` is emitted.
@@ -324,18 +328,22 @@ class Driver:
         Nor when the driver is broken or some executor's state at the barrier was never
         snapshotted (a policy that skips barriers): asking a host for it now could wait
         on the very host that failed. The entries then go with the session's next cut.
+        Returns whether the ``halt`` cut was written.
         """
         self.history.note(end)
         cuts = self._cuts
+        written = False
         if write and cuts is not None and self.broken is None and cuts.may_halt():
             try:
                 cuts.write(job, "halt", self.state, self._telemetry)
+                written = True
             except RunFailed as exc:  # the store failed too: reported as its own event
                 self._log.warning(
                     f"the halt checkpoint of run {job.run_id} could not be written: {exc}",
                     run=job.run_id,
                 )
         job.emit(end)
+        return written
 
     def _expressible(self, superstep: int, target: str) -> bool:
         """Whether ``superstep``, run by ``target`` alone, may be handed to it by the

@@ -60,12 +60,17 @@ class Journals:
         """Everything not yet committed (the caller's cut commits it, or puts it back),
         with the results of a superstep that failed, to run again: every cut at its
         barrier carries them, so a resume of any of those cuts hands them on."""
-        effects = self._effects
-        for (executor, superstep), made in self._attempted.items():
-            effects.extend([executor, superstep, *effect] for effect in made)
-        taken = (effects, self._statements)
+        taken = (self.unrecorded(), self._statements)
         self._effects, self._statements = [], []
         return taken
+
+    def unrecorded(self) -> list[list[Any]]:
+        """The effect results :meth:`take` would hand the next cut, left in place: what
+        a run that failed without a ``halt`` cut got and no cut records."""
+        effects = list(self._effects)
+        for (executor, superstep), made in self._attempted.items():
+            effects.extend([executor, superstep, *effect] for effect in made)
+        return effects
 
     def put_back(self, effects: list[list[Any]], statements: list[Statement]) -> None:
         """Give back what a cut did not commit: it goes first into the next cut (the

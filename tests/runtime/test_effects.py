@@ -646,6 +646,63 @@ def test_an_inner_effect_of_a_failed_sub_workflow_is_not_called_again(tmp_path: 
     assert not report.identical  # the stored run failed in superstep 2; this code does not
 
 
+class Ship(af.Executor):
+    """The inner run's second superstep: ships what ``Inner`` charged (an effect too)."""
+
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[None]) -> None:
+        ctx.effect(CALLS, order * 100, key="ship")
+        if self.id in FAILURES:
+            FAILURES.remove(self.id)
+            raise RuntimeError("the inner run failed in its second superstep")
+        ctx.output(order)
+
+
+class ChargeThenSend(af.Executor):
+    @af.handler
+    def on_order(self, order: int, ctx: af.Context[int]) -> None:
+        ctx.effect(CALLS, order, key="charge")
+        ctx.send(order)
+
+
+def _charge_then_ship(restart: af.RestartPolicy | None = None) -> tuple[af.Workflow, af.Workflow]:
+    """(the parent, its inner workflow of two supersteps: charge, then ship)."""
+    charge = ChargeThenSend("charge")
+    inner = af.WorkflowBuilder("inner2", start=charge).add_edge(charge, Ship("ship")).build()
+    sub = af.WorkflowExecutor(inner, "sub", outputs="output")
+    return af.WorkflowBuilder("parent2", start=sub, restart=restart).build(), inner
+
+
+def test_the_effects_of_every_inner_superstep_of_a_failed_sub_workflow_are_not_called_again(
+    tmp_path: Path,
+) -> None:
+    """The inner run fails in its second superstep: the first superstep's charge (no
+    inner cut holds it: the inner run is checkpointed when idle) and the second's
+    shipping are not made again, neither by the parent's restart, nor by running the
+    parent's session again, nor by a resume after the parent failed for good."""
+    FAILURES.append("ship")
+    parent, inner = _charge_then_ship(af.RestartPolicy(max_restarts=1))
+    with parent as wf, inner:
+        assert wf.run(3).outputs == [3]
+    assert CALLS.made == [3, 300]
+
+    CALLS.made.clear()
+    path = tmp_path / "s.db"
+    parent, inner = _charge_then_ship()
+    with parent as wf, inner, af.SQLiteStore(path) as store:
+        with wf.session("s", store=store) as s:
+            FAILURES.append("ship")
+            with pytest.raises(af.ExecutorFailed):
+                s.run(4)
+            assert s.run().outputs == [4]
+            FAILURES.append("ship")
+            with pytest.raises(af.ExecutorFailed):
+                s.run(5)
+        with wf.resume(store, session="s") as s:
+            assert s.run().outputs == [5]
+    assert CALLS.made == [4, 400, 5, 500]
+
+
 def test_effects_inside_a_sub_workflow_are_keyed_by_the_parent_session_and_recorded(
     tmp_path: Path,
 ) -> None:
