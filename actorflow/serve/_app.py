@@ -19,6 +19,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -105,7 +106,6 @@ class ServiceApp:
         workflow: what threads run; its name is the assistant and graph id.
         store: where threads' checkpoints live (the service never closes it).
         token: when set, every request needs ``Authorization: Bearer <token>``.
-        max_open: sessions kept open at most (least recently used idle ones close).
     """
 
     def __init__(
@@ -114,11 +114,10 @@ class ServiceApp:
         store: CheckpointStore,
         *,
         token: str | None = None,
-        max_open: int = 256,
     ) -> None:
         self.workflow = workflow
         self.token = token or None
-        self.threads = Threads(workflow, store, max_open=max_open)
+        self.threads = Threads(workflow, store)
         self._states = States(store)
         self._store = store
         self._created = time.time()
@@ -417,8 +416,7 @@ class ServiceApp:
         """``GET /threads/{id}/events?since=N``: the thread's history events from ``N``."""
         thread = await self.threads.get(request.path_params["tid"])
         since = params.count(request.query_params, "since", 0)
-        session = await self.threads.session(thread)
-        events = await asyncio.to_thread(session.history, since)
+        events = await self.threads.history(thread, since)
         return JSONResponse([event_json(e) for e in events])
 
     async def thread_stream(self, request: Request) -> Response:
@@ -427,9 +425,10 @@ class ServiceApp:
         thread = await self.threads.get(request.path_params["tid"])
         asked = request.query_params.getlist("stream_mode")
         modes = _modes(asked, thread=True) if any(asked) else ("events",)
-        session = await self.threads.session(thread)
         last = _last_event_id(request)
-        return _sse_response(thread_stream(session, modes, last))
+        session = await self.threads.hold(thread)
+        events = thread_stream(session, modes, last)
+        return _sse_response(events, partial(self.threads.let_go, thread))
 
     async def thread_fork(self, request: Request) -> Response:
         """``POST /threads/{id}/fork``: ``{checkpoint_id?, thread_id?}`` -> a new thread
@@ -443,7 +442,7 @@ class ServiceApp:
 
     # --- runs ---------------------------------------------------------------------
 
-    async def _start(self, request: Request) -> Run:
+    async def _start(self, request: Request, *, streamed: bool = False) -> tuple[Thread, Run]:
         body = await self._body(request)
         self._check_assistant(body.get("assistant_id"))
         tid = request.path_params.get("tid")
@@ -474,19 +473,21 @@ class ServiceApp:
         metadata = params.json_object(body, "metadata")
         raw_mode = body.get("stream_mode") or "values"
         modes = _modes([raw_mode] if not isinstance(raw_mode, list) else raw_mode)
-        return await self.threads.start(
+        run = await self.threads.start(
             thread,
             input=body.get("input", NO_INPUT),
             resume=command.get("resume"),
             has_resume="resume" in command,
             metadata=metadata,
             stream_mode=modes,
+            streamed=streamed,
         )
+        return thread, run
 
     async def run_create(self, request: Request) -> Response:
         """``POST /threads/{id}/runs`` (``/runs``: on a new thread): start a run in the
         background -> the run (poll it, join it or stream it later)."""
-        run = await self._start(request)
+        _, run = await self._start(request)
         response = JSONResponse(run.json())
         response.headers["Content-Location"] = self._location(request, run)
         return response
@@ -494,7 +495,7 @@ class ServiceApp:
     async def run_wait(self, request: Request) -> Response:
         """``POST /threads/{id}/runs/wait``: run and wait -> ``{"outputs": [...]}`` (with
         ``__interrupt__`` when requests wait, ``__error__`` when it failed)."""
-        run = await self._start(request)
+        _, run = await self._start(request)
         await run.done.wait()
         response = JSONResponse(run.result())
         response.headers["Content-Location"] = self._location(request, run)
@@ -502,10 +503,11 @@ class ServiceApp:
 
     async def run_stream(self, request: Request) -> Response:
         """``POST /threads/{id}/runs/stream``: run and stream its events (SSE)."""
-        run = await self._start(request)
-        session = await self.threads.session(await self.threads.get(run.thread_id))
-
-        response = _sse_response(_run_events(session, run, run.stream_mode, None))
+        thread, run = await self._start(request, streamed=True)
+        session = thread.session
+        assert session is not None, "held for the stream by _start"
+        events = _run_events(session, run, run.stream_mode, None)
+        response = _sse_response(events, partial(self.threads.let_go, thread))
         response.headers["Content-Location"] = self._location(request, run)
         response.headers["Location"] = self._location(request, run, "/stream")
         return response
@@ -539,8 +541,10 @@ class ServiceApp:
         thread, run = await self._run_of(request)
         asked = request.query_params.getlist("stream_mode")
         modes = _modes(asked) if any(asked) else run.stream_mode  # "": the SDK's None
-        session = await self.threads.session(thread)
-        return _sse_response(_run_events(session, run, modes, _last_event_id(request)))
+        last = _last_event_id(request)
+        session = await self.threads.hold(thread)
+        events = _run_events(session, run, modes, last)
+        return _sse_response(events, partial(self.threads.let_go, thread))
 
     async def run_delete(self, request: Request) -> Response:
         """``DELETE /threads/{id}/runs/{run_id}``: forget a finished run -> 204 (its
@@ -604,9 +608,32 @@ async def _run_events(
         yield part
 
 
-def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(
+def _sse_response(
+    events: AsyncIterator[bytes], let_go: Callable[[], Awaitable[None]]
+) -> StreamingResponse:
+    return _HeldStream(
         events,
+        let_go,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+class _HeldStream(StreamingResponse):
+    """A stream of a thread's session that the request holds (``Threads.hold``): it
+    lets go of it when the response ends, however it ends (streamed to its end, its
+    client gone, the server stopping), even before the stream's first event."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], let_go: Callable[[], Awaitable[None]], **kw: Any
+    ) -> None:
+        super().__init__(content, **kw)
+        self._let_go = let_go
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # A client that left cancels the response, maybe again at each await: the
+            # session is let go of all the same.
+            await asyncio.shield(self._let_go())

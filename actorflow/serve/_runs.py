@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -80,10 +80,16 @@ class Run:
         """Whether it has not ended yet."""
         return not self.done.is_set()
 
-    async def drive(self, session: Session, value: Any, answers: Mapping[str, Any]) -> None:
+    async def drive(
+        self,
+        session: Session,
+        value: Any,
+        answers: Mapping[str, Any],
+        let_go: Callable[[], Awaitable[None]],
+    ) -> None:
         """Queue ``answers``, run ``value`` (``NO_INPUT``: continue, or handle the answers)
-        on ``session`` to its end, recording it. Its own task; cancelling the task
-        cancels the run."""
+        on ``session`` to its end, recording it; then ``let_go`` of the session, before
+        :attr:`done` is set. Its own task; cancelling the task cancels the run."""
         try:
             if answers:
                 await asyncio.to_thread(session.queue_answers, answers)
@@ -103,10 +109,13 @@ class Run:
                 self.status = "error"
                 self.error = {"error": type(exc).__name__, "message": str(exc)}
         finally:
-            if not self.started.done():
-                self.started.cancel()  # cancelled before it started (the service stops)
-            self.updated_at = time.time()
-            self.done.set()
+            try:
+                await let_go()
+            finally:
+                if not self.started.done():
+                    self.started.cancel()  # cancelled before it started (the service stops)
+                self.updated_at = time.time()
+                self.done.set()
 
     def _note(self, event: Any) -> None:
         if event.seq is None:

@@ -1,12 +1,15 @@
-"""The threads a service knows: one open session each while in use, and their runs.
+"""The threads a service knows: their sessions while in use, and their runs.
 
-A thread is a session id. :class:`Threads` opens a thread's :class:`Session` the first
-time a request needs it (``if_exists="resume"``: it continues the thread's latest
-checkpoint, from this process or any before it) and keeps it open, holding the
-session's lease, until the service closes or more than ``max_open`` sessions are
-open (then the least recently used idle ones are closed). A thread runs one run at
-a time: a second is refused (:class:`SessionBusy`, HTTP 409). Blocking calls
-(opening, closing, reading the store) run in worker threads, never on the loop.
+A thread is a session id. :class:`Threads` opens a thread's :class:`Session` when a
+request needs it (``if_exists="resume"``: it continues the thread's latest
+checkpoint, from this process or any other) and holds it, with the session's lease,
+only while something uses it: a run until it ends, a stream until its client
+leaves, a read of its live history. The last user closes it, giving the lease back,
+so several workers of a service on one store each serve any thread: a thread is
+busy on another worker (:class:`SessionOwned`, HTTP 409) only while a run or a
+stream goes on there. A thread runs one run at a time: a second is refused
+(:class:`SessionBusy`, HTTP 409). Blocking calls (opening, closing, reading the
+store) run in worker threads, never on the loop.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from actorflow.errors import InvalidRequest, RunNotFound, SessionBusy, SessionExists, ThreadNotFound
-from actorflow.runtime import NO_INPUT, Session, Workflow, delete_session
+from actorflow.runtime import (
+    NO_INPUT,
+    Event,
+    Session,
+    Workflow,
+    delete_session,
+    event_of,
+    read_entries,
+)
 from actorflow.storage import CheckpointStore
 
 from . import _params as params
@@ -28,6 +40,11 @@ from ._inputs import Inputs
 from ._runs import Run
 
 __all__ = ["Thread", "Threads"]
+
+HANDOFF_WAIT = 2.0
+"""Seconds a worker waits for a thread's lease that another worker holds: one that is
+letting go of it (its run just ended, its stream's client just left) hands it over;
+one still using it makes the request fail with ``SessionOwned`` (HTTP 409)."""
 
 KEPT_RUNS = 100
 """Finished runs remembered per thread (their records; their history stays in the store)."""
@@ -41,9 +58,21 @@ class Thread:
     created_at: float = field(default_factory=time.time)
     metadata: dict[str, Any] = field(default_factory=dict)
     session: Session | None = None
+    """Open while :attr:`users` is not 0 (see :meth:`Threads.hold`)."""
+    users: int = 0
+    """Runs, streams and reads holding the session, and a fork not yet stored."""
+    unstored: bool = False
+    """A fork before its first run: nothing of it is stored yet, so its session is
+    held (one of :attr:`users`) until that run holds it."""
     runs: OrderedDict[str, Run] = field(default_factory=OrderedDict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    used: float = field(default_factory=time.monotonic)
+    """Taken to start a run or delete the thread: one of them at a time."""
+    opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Taken to open or close the session: a close gives the lease back before the
+    next open asks for it."""
+    stored: bool = False
+    """Whether the store has had checkpoints of it: once they are gone, another worker
+    of the service deleted it."""
     deleted: bool = False
     """Being deleted, or deleted: no request opens its session again."""
 
@@ -77,14 +106,12 @@ class Threads:
     Args:
         workflow: what every thread runs.
         store: where threads' checkpoints (and so their history and state) live.
-        max_open: sessions kept open at most; beyond it idle ones are closed.
     """
 
-    def __init__(self, workflow: Workflow, store: CheckpointStore, *, max_open: int = 256) -> None:
+    def __init__(self, workflow: Workflow, store: CheckpointStore) -> None:
         self._workflow = workflow
         self._store = store
         self._inputs = Inputs(workflow)
-        self._max_open = max_open
         self._threads: dict[str, Thread] = {}
         self._closed = False
 
@@ -112,7 +139,7 @@ class Threads:
             and thread_id is not None
             and await asyncio.to_thread(self._store.latest, session=tid) is not None
         ):
-            existing = self._threads.setdefault(tid, Thread(tid))
+            existing = self._threads.setdefault(tid, Thread(tid, stored=True))
         if existing is not None:
             if if_exists == "do_nothing":
                 return existing
@@ -129,35 +156,66 @@ class Threads:
             ThreadNotFound: neither (and not ``create``).
         """
         thread = self._threads.get(params.thread_id(thread_id, "the thread id"))
+        if thread is not None and (not thread.stored or thread.session is not None):
+            return thread  # only this service has it, or it is in use here
+        stored = await asyncio.to_thread(self._store.latest, session=thread_id) is not None
+        if thread is not None and not stored and thread.session is None:
+            # Stored once, gone now: another worker deleted it.
+            if self._threads.get(thread_id) is thread:
+                del self._threads[thread_id]
+            thread = None
         if thread is not None:
             return thread
-        if create or await asyncio.to_thread(self._store.latest, session=thread_id) is not None:
-            return self._threads.setdefault(thread_id, Thread(thread_id))
+        if create or stored:
+            return self._threads.setdefault(thread_id, Thread(thread_id, stored=stored))
         raise ThreadNotFound(
             f"no thread {thread_id!r}: this service did not create it and the store has no "
             "checkpoint of it; create it with POST /threads, or run with if_not_exists='create'"
         )
 
-    async def session(self, thread: Thread) -> Session:
-        """The thread's open session, opened (resuming its latest checkpoint) if need be.
+    async def hold(self, thread: Thread) -> Session:
+        """The thread's session, opened (resuming its latest checkpoint) if need be and
+        held until the caller calls :meth:`let_go` once.
 
         Raises:
             SessionOwned: another process holds the thread's session.
             SessionClosed: the service is closing.
             ThreadNotFound: the thread was deleted meanwhile.
         """
-        thread.used = time.monotonic()
-        if thread.deleted:
-            raise ThreadNotFound(f"thread {thread.thread_id!r} was deleted")
+        async with thread.opening:
+            if thread.deleted:
+                raise ThreadNotFound(f"thread {thread.thread_id!r} was deleted")
+            if thread.session is None:
+                if self._closed:
+                    raise SessionBusy("the service is stopping; try again on its next start")
+                # A request cancelled (its client gone) mid-open leaves no session open.
+                thread.session = await self._workflow.asession(
+                    thread.thread_id, store=self._store, if_exists="resume", wait=HANDOFF_WAIT
+                )
+            thread.users += 1
+            return thread.session
+
+    async def let_go(self, thread: Thread) -> None:
+        """End one :meth:`hold`: the last user closes the session, giving its lease back."""
+        async with thread.opening:
+            thread.users -= 1
+            if thread.users == 0 and thread.session is not None:
+                session, thread.session = thread.session, None
+                await session.aclose()
+
+    async def history(self, thread: Thread, since: int) -> list[Event]:
+        """The thread's history events numbered ``since`` or more: its session's (the
+        live run's events too) while this worker holds it, else the stored ones, read
+        without taking its lease (another worker may be running it)."""
         if thread.session is None:
-            if self._closed:
-                raise SessionBusy("the service is stopping; try again on its next start")
-            # A request cancelled (its client gone) mid-open leaves no session open.
-            thread.session = await self._workflow.asession(
-                thread.thread_id, store=self._store, if_exists="resume"
-            )
-            await self._trim()
-        return thread.session
+            tid = thread.thread_id
+            entries = await asyncio.to_thread(read_entries, self._store, tid, since)
+            return [event_of(entry) for entry in entries]
+        session = await self.hold(thread)  # open already: counts one more user
+        try:
+            return await asyncio.to_thread(session.history, since)
+        finally:
+            await self.let_go(thread)
 
     async def start(
         self,
@@ -168,11 +226,14 @@ class Threads:
         has_resume: bool = False,
         metadata: Mapping[str, Any] | None = None,
         stream_mode: Sequence[str] = ("values",),
+        streamed: bool = False,
     ) -> Run:
         """Start a run on ``thread`` in the background; returns once it started.
 
         ``input`` is JSON for the start executor (``NO_INPUT``: none); ``resume``
         (with ``has_resume``) answers pending requests (see :meth:`Inputs.answers`).
+        ``streamed``: the caller holds the session too, to stream the run (taken
+        before the run may end; the caller calls :meth:`let_go`).
 
         Raises:
             SessionBusy: the thread is running a run.
@@ -182,30 +243,51 @@ class Threads:
         """
         async with thread.lock:
             active = thread.active
+            if active is not None and active.end_seq is not None:
+                # It ended (its stream told its client so) and only lets go of the
+                # session now: a close, bounded; the next run goes on after it.
+                await active.done.wait()
+                active = thread.active
             if active is not None:
                 raise SessionBusy(
                     f"thread {thread.thread_id!r} is busy with run {active.run_id}; wait for it "
                     f"(GET /threads/{thread.thread_id}/runs/{active.run_id}/join), or cancel it "
                     "(POST .../cancel)"
                 )
-            session = await self.session(thread)
-            value = self._inputs.input(input) if input is not NO_INPUT else NO_INPUT
-            answers: dict[str, Any] = {}
-            if has_resume:
-                if value is not NO_INPUT:
-                    raise InvalidRequest(
-                        "give either input or command.resume, not both: an answer runs the "
-                        "thread on from where it waits"
-                    )
-                answers = self._inputs.answers(resume, session.pending_requests)
+            session = await self.hold(thread)
+            try:
+                value = self._inputs.input(input) if input is not NO_INPUT else NO_INPUT
+                answers: dict[str, Any] = {}
+                if has_resume:
+                    if value is not NO_INPUT:
+                        raise InvalidRequest(
+                            "give either input or command.resume, not both: an answer runs "
+                            "the thread on from where it waits"
+                        )
+                    answers = self._inputs.answers(resume, session.pending_requests)
+            except BaseException:
+                await self.let_go(thread)
+                raise
+            if streamed:
+                await self.hold(thread)  # open and held: only counts one more user
             run = Run(thread.thread_id, self._workflow.name, metadata or {}, stream_mode)
-            run.task = asyncio.create_task(run.drive(session, value, answers))
+            # The run holds the session until it ended; it lets go before it says so,
+            # so a client told the run ended finds the thread free on any worker.
+            run.task = asyncio.create_task(
+                run.drive(session, value, answers, partial(self.let_go, thread))
+            )
             try:
                 await asyncio.shield(run.started)
-            except asyncio.CancelledError:
-                if run.started.cancelled():
+            except BaseException as exc:
+                if streamed:
+                    await self.let_go(thread)
+                if isinstance(exc, asyncio.CancelledError) and run.started.cancelled():
                     raise SessionBusy("the service stopped the run before it started") from None
                 raise
+            thread.stored = True  # by the run's first checkpoint, written as it started
+            if thread.unstored:  # a fork: no longer held for want of a checkpoint
+                thread.unstored = False
+                await self.let_go(thread)
             thread.runs[run.run_id] = run
             while len(thread.runs) > KEPT_RUNS:
                 thread.runs.popitem(last=False)
@@ -230,9 +312,9 @@ class Threads:
             as_session=tid,
         )
         forked = Thread(tid, metadata={**thread.metadata, "forked_from": thread.thread_id})
-        forked.session = session
+        # Held until its first run: a session stores nothing before it runs.
+        forked.session, forked.users, forked.unstored = session, 1, True
         self._threads[tid] = forked
-        await self._trim()
         return forked
 
     async def delete(self, thread_id: str) -> None:
@@ -258,9 +340,10 @@ class Threads:
                 )
             thread.deleted = True
             try:
-                session, thread.session = thread.session, None
-                if session is not None:
-                    await session.aclose()
+                async with thread.opening:  # its streams' session: they end
+                    session, thread.session = thread.session, None
+                    if session is not None:
+                        await session.aclose()
                 await asyncio.to_thread(delete_session, self._store, thread_id)
             except BaseException:
                 thread.deleted = False  # still there: usable again
@@ -273,19 +356,6 @@ class Threads:
         if run.running and thread.session is not None:
             thread.session.cancel()
             await run.done.wait()
-
-    async def _trim(self) -> None:
-        open_ = [t for t in self._threads.values() if t.session is not None]
-        excess = len(open_) - self._max_open
-        if excess <= 0:
-            return
-        idle = sorted(
-            (t for t in open_ if t.active is None and not t.lock.locked()), key=lambda t: t.used
-        )
-        for thread in idle[:excess]:
-            session, thread.session = thread.session, None
-            if session is not None:
-                await session.aclose()
 
     async def aclose(self) -> None:
         """Cancel every run going on and close every session (the service stops)."""

@@ -1,0 +1,122 @@
+"""Several workers of one service on one store: any of them serves any thread.
+
+Each worker is a real uvicorn server on 127.0.0.1 with its own ``ServiceApp`` and its
+own store object on one SQLite file, as two processes behind a load balancer have:
+a thread's session lease is taken by whichever worker runs it, and given back when
+its run ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import actorflow as af
+from actorflow.serve import Server, ServiceApp
+from tests.serve.conftest import build
+
+pytestmark = pytest.mark.timeout(60)
+
+ITEMS = {"input": {"id": 1, "items": ["a"]}}
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """Clients of two workers that share ``service.db``."""
+    path = str(tmp_path / "service.db")
+    with (
+        build() as wf_a,
+        build() as wf_b,
+        af.SQLiteStore(path) as store_a,
+        af.SQLiteStore(path) as store_b,
+        Server(ServiceApp(wf_a, store_a)) as a,
+        Server(ServiceApp(wf_b, store_b)) as b,
+        httpx.Client(base_url=a.url, timeout=30) as client_a,
+        httpx.Client(base_url=b.url, timeout=30) as client_b,
+    ):
+        yield client_a, client_b
+
+
+def _ok(response: httpx.Response, status: int = 200) -> httpx.Response:
+    assert response.status_code == status, response.text
+    return response
+
+
+def test_runs_of_one_thread_alternate_between_workers(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """A run on one worker, the next on the other, an answer on the first, deleted on
+    the second: each worker continues where the other left the thread."""
+    a, b = workers
+    create = {**ITEMS, "if_not_exists": "create"}
+    assert _ok(a.post("/threads/t1/runs/wait", json=create)).json() == {"outputs": ["a"]}
+    order_2 = {"input": {"id": 2, "items": ["b", "c"]}}
+    assert _ok(b.post("/threads/t1/runs/wait", json=order_2)).json() == {"outputs": ["b", "c"]}
+    [interrupt] = _ok(a.post("/threads/t1/runs/wait", json={"input": {"id": 3}})).json()[
+        "__interrupt__"
+    ]
+    answer = {"command": {"resume": {interrupt["id"]: {"approved": True, "note": "ok"}}}}
+    assert _ok(b.post("/threads/t1/runs/wait", json=answer)).json() == {
+        "outputs": ["approved 3: ok"]
+    }
+    state = _ok(a.get("/threads/t1")).json()
+    assert state["values"]["intake"] == {"orders": [1, 2, 3]}
+    assert state["values"]["ship"] == {"shipped": 3}
+    _ok(b.delete("/threads/t1"), 204)
+    _ok(a.get("/threads/t1"), 404)
+
+
+def test_a_thread_is_busy_on_the_other_worker_only_while_its_run_goes_on(
+    workers: tuple[httpx.Client, httpx.Client], gate: threading.Event
+) -> None:
+    """While a run goes on on one worker, the other refuses the thread (409, naming the
+    owner); once the run was joined, the other worker runs it."""
+    a, b = workers
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+    run = _ok(a.post("/threads/t1/runs", json={"input": 0})).json()  # holds at tick 5
+    refused = b.post("/threads/t1/runs/wait", json=ITEMS)
+    assert refused.status_code == 409 and refused.json()["error"] == "SessionOwned", refused.text
+    # Its stored history is readable there all the same (no lease needed to read).
+    stored = _ok(b.get("/threads/t1/events")).json()
+    assert [e["event"] for e in stored][:2] == ["run_started", "output"]
+    gate.set()
+    joined = _ok(a.get(f"/threads/t1/runs/{run['run_id']}/join")).json()
+    assert joined["outputs"] == list(range(21))
+    assert _ok(b.post("/threads/t1/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
+    assert _ok(b.get("/threads/t1")).json()["values"]["intake"] == {"orders": [1, 1]}
+
+
+def test_a_stream_holds_the_thread_until_its_client_leaves(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """A thread's stream on one worker holds its session: the other worker refuses the
+    thread while the stream is open, and runs it once the stream's client left."""
+    a, b = workers
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+    with a.stream("GET", "/threads/t1/stream") as stream:
+        lines = stream.iter_lines()  # kept: dropping it closes the response
+        assert next(lines) == "event: events"  # the stream is under way
+        refused = b.post("/threads/t1/runs/wait", json=ITEMS)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"] == "SessionOwned"
+    # The client left: the worker lets go as it notices, within the other's wait.
+    assert _ok(b.post("/threads/t1/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
+
+
+def test_a_run_asked_for_as_the_last_one_s_stream_ends_is_accepted(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """A client that read a run's stream to its end starts the next run at once: the
+    ended run, still giving its session back, does not make the thread busy."""
+    a, _ = workers
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+    body = {**ITEMS, "stream_mode": "events"}
+    for _ in range(30):
+        with a.stream("POST", "/threads/t1/runs/stream", json=body) as stream:
+            assert stream.status_code == 200, stream.read()
+            lines = list(stream.iter_lines())
+        assert any('"run_completed"' in line for line in lines), lines
