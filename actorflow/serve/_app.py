@@ -41,6 +41,7 @@ from actorflow.errors import (
     RunNotFound,
     SessionBusy,
     SessionExists,
+    StoreLocked,
     ThreadNotFound,
 )
 from actorflow.runtime import NO_INPUT, Session, Workflow
@@ -72,6 +73,7 @@ _STATUS: tuple[tuple[type[ActorflowError], int], ...] = (
     (RequestError, 409),
     (SessionExists, 409),
     (LeaseError, 409),
+    (StoreLocked, 503),
 )
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -89,7 +91,10 @@ def _guarded(handler: Handler) -> Handler:
             return await handler(request)
         except ActorflowError as exc:
             status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
-            return _error(status, type(exc).__name__, str(exc))
+            response = _error(status, type(exc).__name__, str(exc))
+            if status == 503:  # the store is busy, not broken: worth another try soon
+                response.headers["Retry-After"] = "1"
+            return response
 
     return guarded
 

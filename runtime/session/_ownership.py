@@ -60,7 +60,9 @@ Saves hold those locks for milliseconds (a SQLite file's one write lock is taken
 by every save of every session: a grant may queue behind a few), so "do not wait
 for the owner" must not mean "fail if a save is under way". Only a stalled holder
 keeps a lock longer; then the open fails after this long. With ``wait > 0`` the
-lock is waited for within ``wait``, as everything else is."""
+lock is waited for within what is left of ``wait``, but at least ``wait`` or this,
+whichever is less: a holder that lets go as the wait runs out must not leave the
+last attempt too little time to queue behind a save."""
 
 _log = get_logger("actorflow.ownership")
 
@@ -283,9 +285,11 @@ def acquire(
 
     While the holder's lease lives the call polls (every 50 ms at first, up to every
     0.5 s, never past the holder's expiry or the deadline). ``wait`` also bounds the
-    store's own locks (``acquire_lease(lock_wait=)``): what is left of it; with
-    ``wait=0``, :data:`LOCK_WAIT_FLOOR`, so a grant queued behind ordinary saves is
-    not refused.
+    store's own locks (``acquire_lease(lock_wait=)``): what is left of it, but never
+    less than ``wait`` or :data:`LOCK_WAIT_FLOOR`, whichever is less (with ``wait=0``,
+    :data:`LOCK_WAIT_FLOOR`), so a grant queued behind ordinary saves is not refused,
+    also when the holder lets go as the wait runs out. The call so returns within
+    ``wait`` plus at most that much.
 
     Raises:
         SessionOwned: the session is still held when ``wait`` runs out (at once if 0).
@@ -308,7 +312,8 @@ def acquire(
     while True:
         try:
             if bounded:
-                lock_wait = max(deadline - time.monotonic(), 0.001) if wait > 0 else LOCK_WAIT_FLOOR
+                floor = min(wait, LOCK_WAIT_FLOOR) if wait > 0 else LOCK_WAIT_FLOOR
+                lock_wait = max(deadline - time.monotonic(), floor)
                 lease = store.acquire_lease(session, name, ttl, lock_wait=lock_wait)
             else:
                 lease = store.acquire_lease(session, name, ttl)

@@ -21,7 +21,7 @@ import pytest
 import actorflow as af
 from actorflow.errors import LeaseLost
 from actorflow.runtime.session._ownership import _RENEWER, ProcessIdentity, this_process
-from actorflow.storage import CheckpointKind, CheckpointStore, bounded_waits
+from actorflow.storage import CheckpointKind, CheckpointStore, Lease, bounded_waits
 from actorflow.storage.conformance import make_checkpoint
 from tests.support import child_env, owners, pg
 from tests.support.owners import Order
@@ -628,6 +628,38 @@ def test_wait_bounds_a_store_lock_held_by_another_process(
             elif os.path.exists("/proc/locks"):
                 assert f"pid {child.pid}" in outcome.holder
         with wf.resume(store, session="s1", wait=WAIT_S) as s:  # the lock let go: it opens
+            assert [p.request_id for p in s.pending_requests] == ["desk:1:0"]
+
+
+class _FreedAsTheWaitEnds(af.MemoryStore):
+    """A live lease holds every session until ``free_at``; from then on an ordinary save
+    holds the store's lock for 50 ms (a grant queued behind it waits that long)."""
+
+    free_at = 0.0
+
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> Lease:
+        now = time.time()
+        if now < self.free_at:
+            raise af.SessionOwned(Lease(session, 1, "another worker", self.free_at))
+        save_ends = self.free_at + 0.05
+        if lock_wait is not None and now + lock_wait < save_ends:
+            raise af.StoreLocked("the store's lock stayed held", lock="its lock", holder="a save")
+        threading.Event().wait(save_ends - now)  # the save holding the lock ends
+        return super().acquire_lease(session, owner, ttl, lock_wait=lock_wait)
+
+
+def test_a_lease_let_go_as_the_wait_ends_is_not_lost_to_an_ordinary_save() -> None:
+    """The holder lets go just before ``wait`` runs out, as another session's save holds
+    the store's lock for a few milliseconds: the open waits that save out (as one with
+    wait=0 would) and opens, instead of failing with StoreLocked."""
+    store = _FreedAsTheWaitEnds()
+    with owners.build() as wf:
+        with wf.session("s1", store=store) as s:
+            s.run(Order(1))
+        store.free_at = time.time() + 0.5 - 0.005
+        with wf.resume(store, session="s1", wait=0.5) as s:
             assert [p.request_id for p in s.pending_requests] == ["desk:1:0"]
 
 

@@ -120,3 +120,31 @@ def test_a_run_asked_for_as_the_last_one_s_stream_ends_is_accepted(
             assert stream.status_code == 200, stream.read()
             lines = list(stream.iter_lines())
         assert any('"run_completed"' in line for line in lines), lines
+
+
+class _LockHeldByAStalledSave(af.MemoryStore):
+    """A store whose lock a stalled process holds: every lease grant times out."""
+
+    def acquire_lease(
+        self, session: str, owner: str, ttl: float, *, lock_wait: float | None = None
+    ) -> af.Lease:
+        raise af.StoreLocked(
+            f"cannot take the lease of session {session!r}: its lock stayed held",
+            lock="the store's lock",
+            holder="a process stopped inside a save",
+        )
+
+
+def test_a_store_whose_lock_stays_held_is_busy_not_broken() -> None:
+    """A worker whose store's lock stays held answers 503 with Retry-After (try again
+    soon), not 500, naming the lock."""
+    with (
+        build() as wf,
+        _LockHeldByAStalledSave() as store,
+        Server(ServiceApp(wf, store)) as worker,
+        httpx.Client(base_url=worker.url, timeout=30) as client,
+    ):
+        busy = client.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"})
+        assert busy.status_code == 503, busy.text
+        assert busy.json()["error"] == "StoreLocked" and "lock" in busy.json()["message"]
+        assert busy.headers["retry-after"] == "1"
