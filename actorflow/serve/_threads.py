@@ -46,6 +46,11 @@ HANDOFF_WAIT = 2.0
 letting go of it (its run just ended, its stream's client just left) hands it over;
 one still using it makes the request fail with ``SessionOwned`` (HTTP 409)."""
 
+KEPT_THREADS = 10_000
+"""Thread records kept beyond those in use: the least recently used idle ones of
+threads the store holds are forgotten (their state and history stay in the store; the
+records of their runs go), so a service that runs for days keeps a bounded memory."""
+
 KEPT_RUNS = 100
 """Finished runs remembered per thread (their records; their history stays in the store)."""
 
@@ -112,7 +117,8 @@ class Threads:
         self._workflow = workflow
         self._store = store
         self._inputs = Inputs(workflow)
-        self._threads: dict[str, Thread] = {}
+        self._threads: OrderedDict[str, Thread] = OrderedDict()
+        """By id, the least recently used first."""
         self._closed = False
 
     @property
@@ -139,7 +145,7 @@ class Threads:
             and thread_id is not None
             and await asyncio.to_thread(self._store.latest, session=tid) is not None
         ):
-            existing = self._threads.setdefault(tid, Thread(tid, stored=True))
+            existing = self._remember(Thread(tid, stored=True))
         if existing is not None:
             if if_exists == "do_nothing":
                 return existing
@@ -147,7 +153,7 @@ class Threads:
                 f"thread {tid!r} exists; use it, or create it with if_exists='do_nothing' to "
                 "get the existing one"
             )
-        return self._threads.setdefault(tid, Thread(tid, metadata=dict(metadata)))
+        return self._remember(Thread(tid, metadata=dict(metadata)))
 
     async def get(self, thread_id: str, *, create: bool = False) -> Thread:
         """The thread ``thread_id``: one this service knows, or one with checkpoints.
@@ -157,7 +163,7 @@ class Threads:
         """
         thread = self._threads.get(params.thread_id(thread_id, "the thread id"))
         if thread is not None and (not thread.stored or thread.session is not None):
-            return thread  # only this service has it, or it is in use here
+            return self._remember(thread)  # only this service has it, or it is in use here
         stored = await asyncio.to_thread(self._store.latest, session=thread_id) is not None
         if thread is not None and not stored and thread.session is None:
             # Stored once, gone now: another worker deleted it.
@@ -165,9 +171,9 @@ class Threads:
                 del self._threads[thread_id]
             thread = None
         if thread is not None:
-            return thread
+            return self._remember(thread)
         if create or stored:
-            return self._threads.setdefault(thread_id, Thread(thread_id, stored=stored))
+            return self._remember(Thread(thread_id, stored=stored))
         raise ThreadNotFound(
             f"no thread {thread_id!r}: this service did not create it and the store has no "
             "checkpoint of it; create it with POST /threads, or run with if_not_exists='create'"
@@ -314,8 +320,7 @@ class Threads:
         forked = Thread(tid, metadata={**thread.metadata, "forked_from": thread.thread_id})
         # Held until its first run: a session stores nothing before it runs.
         forked.session, forked.users, forked.unstored = session, 1, True
-        self._threads[tid] = forked
-        return forked
+        return self._remember(forked)
 
     async def delete(self, thread_id: str) -> None:
         """Delete the thread: its session closes (which ends its streams) and every
@@ -357,6 +362,24 @@ class Threads:
             thread.session.cancel()
             await run.done.wait()
 
+    def _remember(self, thread: Thread) -> Thread:
+        """The record kept for ``thread``'s id (``thread``, unless one is kept already),
+        now the most recently used; beyond :data:`KEPT_THREADS`, the least recently
+        used idle records of stored threads are forgotten."""
+        kept = self._threads.setdefault(thread.thread_id, thread)
+        self._threads.move_to_end(kept.thread_id)
+        excess = len(self._threads) - KEPT_THREADS
+        if excess > 0:
+            gone: list[str] = []
+            for tid, t in self._threads.items():  # the least recently used first
+                if len(gone) == excess:
+                    break
+                if t is not kept and _forgettable(t):
+                    gone.append(tid)
+            for tid in gone:
+                del self._threads[tid]
+        return kept
+
     async def aclose(self) -> None:
         """Cancel every run going on and close every session (the service stops)."""
         self._closed = True
@@ -373,3 +396,16 @@ class Threads:
             session, thread.session = thread.session, None
             if session is not None:
                 await session.aclose()
+
+
+def _forgettable(thread: Thread) -> bool:
+    """Whether nothing but its record would go with it: the store holds the thread,
+    and no run, stream, read, start, delete or unstored fork uses it."""
+    return (
+        thread.stored
+        and not thread.unstored
+        and thread.users == 0
+        and thread.active is None
+        and not thread.lock.locked()
+        and not thread.opening.locked()
+    )

@@ -148,3 +148,27 @@ def test_a_store_whose_lock_stays_held_is_busy_not_broken() -> None:
         assert busy.status_code == 503, busy.text
         assert busy.json()["error"] == "StoreLocked" and "lock" in busy.json()["message"]
         assert busy.headers["retry-after"] == "1"
+
+
+def test_a_worker_keeps_a_bounded_number_of_idle_thread_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its bound, a worker forgets the least recently used idle records of stored
+    threads (a service that runs for days keeps a bounded memory); a forgotten thread
+    is read and run on from the store as before."""
+    monkeypatch.setattr("actorflow.serve._threads.KEPT_THREADS", 3)
+    with (
+        build() as wf,
+        af.SQLiteStore(str(tmp_path / "service.db")) as store,
+        Server(app := ServiceApp(wf, store)) as worker,
+        httpx.Client(base_url=worker.url, timeout=30) as client,
+    ):
+        _ok(client.post("/threads", json={"thread_id": "created", "metadata": {"k": 1}}))
+        for n in range(6):
+            _ok(client.post(f"/threads/t{n}/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+        kept = set(app.threads.known())
+        # Never forgotten: a thread only this worker has (no checkpoint yet).
+        assert kept == {"created", "t4", "t5"}, kept
+        assert _ok(client.get("/threads/created")).json()["metadata"] == {"k": 1}
+        assert _ok(client.post("/threads/t0/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
+        assert _ok(client.get("/threads/t0")).json()["values"]["intake"] == {"orders": [1, 1]}
