@@ -17,7 +17,7 @@ import hmac
 import json
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -44,14 +44,24 @@ from actorflow.errors import (
     StoreLocked,
     ThreadNotFound,
 )
-from actorflow.runtime import NO_INPUT, Session, Workflow
+from actorflow.runtime import NO_INPUT, Event, Workflow
 from actorflow.storage import CheckpointStore
 
 from . import _params as params
 from ._runs import Run
 from ._shapes import assistant_json, event_json, iso
 from ._states import THREAD_STATUSES, States
-from ._stream import MODES, THREAD_MODES, Position, position_of, run_stream, sse, thread_stream
+from ._stream import (
+    MODES,
+    THREAD_MODES,
+    Position,
+    listed,
+    position_of,
+    run_history,
+    run_stream,
+    sse,
+    thread_stream,
+)
 from ._threads import Thread, Threads
 
 __all__ = ["ServiceApp"]
@@ -511,7 +521,7 @@ class ServiceApp:
         thread, run = await self._start(request, streamed=True)
         session = thread.session
         assert session is not None, "held for the stream by _start"
-        events = _run_events(session, run, run.stream_mode, None)
+        events = _run_events(run_history(session, run), run, run.stream_mode, None)
         response = _sse_response(events, partial(self.threads.let_go, thread))
         response.headers["Content-Location"] = self._location(request, run)
         response.headers["Location"] = self._location(request, run, "/stream")
@@ -547,8 +557,12 @@ class ServiceApp:
         asked = request.query_params.getlist("stream_mode")
         modes = _modes(asked) if any(asked) else run.stream_mode  # "": the SDK's None
         last = _last_event_id(request)
+        if not run.running:  # its stored history: read without holding the thread
+            assert run.first_seq is not None, "a run that ended had started"
+            stored = await self.threads.history(thread, run.first_seq)
+            return _sse_response(_run_events(listed(stored), run, modes, last), _let_go_of_nothing)
         session = await self.threads.hold(thread)
-        events = _run_events(session, run, modes, last)
+        events = _run_events(run_history(session, run), run, modes, last)
         return _sse_response(events, partial(self.threads.let_go, thread))
 
     async def run_delete(self, request: Request) -> Response:
@@ -603,14 +617,17 @@ def _modes(asked: list[Any], *, thread: bool = False) -> tuple[str, ...]:
 
 
 async def _run_events(
-    session: Session, run: Run, modes: tuple[str, ...], last: Position | None
+    history: AsyncGenerator[Event, None], run: Run, modes: tuple[str, ...], last: Position | None
 ) -> AsyncIterator[bytes]:
     """A run's SSE stream: from its start, it begins with ``event: metadata`` (which run
-    it is); resumed after ``last``, it goes straight on."""
+    it is); resumed after ``last``, it goes straight on. It ends once the run let go
+    of the thread, not at its last event: a client that starts the next run as soon as
+    the stream ends finds the thread free, on this worker and on any other."""
     if last is None:
         yield sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
-    async for part in run_stream(session, run, modes, last):
+    async for part in run_stream(history, modes, last):
         yield part
+    await run.done.wait()  # set right after its session is let go of (a close, bounded)
 
 
 def _sse_response(
@@ -622,6 +639,10 @@ def _sse_response(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+async def _let_go_of_nothing() -> None:
+    """What a stream that holds no session lets go of when it ends."""
 
 
 class _HeldStream(StreamingResponse):

@@ -42,7 +42,17 @@ from actorflow.runtime import (
 from ._runs import Run
 from ._shapes import event_json, interrupt_json
 
-__all__ = ["MODES", "THREAD_MODES", "Position", "position_of", "run_stream", "sse", "thread_stream"]
+__all__ = [
+    "MODES",
+    "THREAD_MODES",
+    "Position",
+    "listed",
+    "position_of",
+    "run_history",
+    "run_stream",
+    "sse",
+    "thread_stream",
+]
 
 MODES = ("values", "updates", "events")
 """The stream modes the service speaks."""
@@ -125,16 +135,30 @@ def _parts(
     ]
 
 
-async def run_stream(
-    session: Session, run: Run, modes: Sequence[str], last_seen: Position | None
-) -> AsyncIterator[bytes]:
-    """The run's events from its start (or after ``last_seen``, a ``Last-Event-ID``) to its
-    end. The run must have started (``run.started`` done without error)."""
+def run_history(session: Session, run: Run) -> AsyncGenerator[Event, None]:
+    """The session's history from ``run``'s first event on, live: what
+    :func:`run_stream` reads of a run that may still go on. The run must have started
+    (``run.started`` done without error)."""
     first = run.first_seq
     assert first is not None, "the run has started"
-    outputs: list[Any] = []
     # From the run's first event even when resuming: "values" needs the outputs before.
-    async with aclosing(_closable(session.afollow(first, forever=True))) as events:
+    return _closable(session.afollow(first, forever=True))
+
+
+async def listed(events: Sequence[Event]) -> AsyncGenerator[Event, None]:
+    """``events``, read already (a run that ended: its stored history)."""
+    for event in events:
+        yield event
+
+
+async def run_stream(
+    history: AsyncGenerator[Event, None], modes: Sequence[str], last_seen: Position | None
+) -> AsyncIterator[bytes]:
+    """A run's events from its start (or after ``last_seen``, a ``Last-Event-ID``) to its
+    end, read from ``history``: the history from the run's first event
+    (:func:`run_history`, or :func:`listed` stored events of a run that ended)."""
+    outputs: list[Any] = []
+    async with aclosing(history) as events:
         async for event in events:
             if isinstance(event, OutputEvent):
                 outputs.append(to_json(event.value))

@@ -8,6 +8,7 @@ its run ends.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 import actorflow as af
 from actorflow.serve import Server, ServiceApp
+from actorflow.serve._threads import Thread, Threads
 from tests.serve.conftest import build
 
 pytestmark = pytest.mark.timeout(60)
@@ -172,3 +174,56 @@ def test_a_worker_keeps_a_bounded_number_of_idle_thread_records(
         assert _ok(client.get("/threads/created")).json()["metadata"] == {"k": 1}
         assert _ok(client.post("/threads/t0/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
         assert _ok(client.get("/threads/t0")).json()["values"]["intake"] == {"orders": [1, 1]}
+
+
+def test_the_stream_of_a_run_that_ended_is_read_while_another_worker_runs_the_thread(
+    workers: tuple[httpx.Client, httpx.Client], gate: threading.Event
+) -> None:
+    """A run's stream, asked for after it ended, comes from the store: the worker that
+    ran it serves it while another worker holds the thread for a new run."""
+    a, b = workers
+    done = _ok(a.post("/threads/t1/runs", json={**ITEMS, "if_not_exists": "create"})).json()
+    _ok(a.get(f"/threads/t1/runs/{done['run_id']}/join"))
+    going = _ok(b.post("/threads/t1/runs", json={"input": 0})).json()  # holds at tick 5
+    try:
+        replayed = a.get(
+            f"/threads/t1/runs/{done['run_id']}/stream", params={"stream_mode": "events"}
+        )
+        assert replayed.status_code == 200, replayed.text
+        data = [line for line in replayed.text.splitlines() if line.startswith("data:")]
+        metadata, *events = data
+        assert done["run_id"] in metadata, metadata
+        assert '"run_started"' in events[0] and '"run_completed"' in events[-1], events
+        assert all(done["run_id"] in line for line in events), events
+    finally:
+        gate.set()
+    _ok(b.get(f"/threads/t1/runs/{going['run_id']}/join"))
+
+
+def test_a_run_asked_for_as_a_thread_stream_shows_the_last_one_ended_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that watches the thread's stream starts the next run as soon as it sees
+    the last one end: that run, still giving its session back (slowly here: a store
+    that takes its time), does not make the thread busy; the next run waits for it."""
+    let_go = Threads.let_go
+
+    async def slowly(self: Threads, thread: Thread) -> None:
+        await asyncio.sleep(0.2)  # a slow close: the window in which the thread is ending
+        await let_go(self, thread)
+
+    monkeypatch.setattr(Threads, "let_go", slowly)
+    with (
+        build() as wf,
+        af.SQLiteStore(str(tmp_path / "service.db")) as store,
+        Server(ServiceApp(wf, store)) as worker,
+        httpx.Client(base_url=worker.url, timeout=30) as client,
+    ):
+        _ok(client.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+        with client.stream("GET", "/threads/t1/stream", params={"stream_mode": "lifecycle"}) as s:
+            lines = s.iter_lines()
+            ended = 0
+            for runs in range(1, 4):  # the first run's end is in the history it begins with
+                while ended < runs:
+                    ended += '"run_completed"' in next(lines)
+                _ok(client.post("/threads/t1/runs", json=ITEMS))  # at once
