@@ -712,8 +712,9 @@ class ThreadNotFound(ServiceError):
 
 
 class RunNotFound(ServiceError):
-    """No run with this id on the thread: runs are known to the service process that
-    started them, until it stops. Read the thread's history instead. HTTP 404."""
+    """No run with this id on the thread: neither this worker's records (kept until it
+    stops) nor the thread's stored history hold it. List the thread's runs, or read
+    its events. HTTP 404."""
 
 
 class InvalidRequest(ServiceError):

@@ -529,7 +529,7 @@ class ServiceApp:
 
     async def _run_of(self, request: Request) -> tuple[Thread, Run]:
         thread = await self.threads.get(request.path_params["tid"])
-        return thread, thread.run(request.path_params["rid"])
+        return thread, await self.threads.run(thread, request.path_params["rid"])
 
     async def runs_list(self, request: Request) -> Response:
         """``GET /threads/{id}/runs``: the runs this service started on it, newest first."""
@@ -546,8 +546,8 @@ class ServiceApp:
 
     async def run_join(self, request: Request) -> Response:
         """``GET /threads/{id}/runs/{run_id}/join``: wait for the run -> as ``runs/wait``."""
-        _, run = await self._run_of(request)
-        await run.done.wait()
+        thread, run = await self._run_of(request)
+        await self.threads.join(thread, run)
         return JSONResponse(run.result())
 
     async def run_join_stream(self, request: Request) -> Response:
@@ -566,9 +566,10 @@ class ServiceApp:
         return _sse_response(events, partial(self.threads.let_go, thread))
 
     async def run_delete(self, request: Request) -> Response:
-        """``DELETE /threads/{id}/runs/{run_id}``: forget a finished run -> 204 (its
-        history stays the thread's)."""
-        thread, run = await self._run_of(request)
+        """``DELETE /threads/{id}/runs/{run_id}``: forget this worker's record of a
+        finished run -> 204 (its history stays the thread's, where any worker reads it)."""
+        thread = await self.threads.get(request.path_params["tid"])
+        run = thread.run(request.path_params["rid"])
         if run.running:
             raise SessionBusy(
                 f"run {run.run_id} is still going on; cancel it "
@@ -582,11 +583,8 @@ class ServiceApp:
         """``POST /threads/{id}/runs/{run_id}/cancel``: stop the run at its next barrier
         (``?wait=false``: do not wait for it) -> the run."""
         thread, run = await self._run_of(request)
-        if request.query_params.get("wait", "true").lower() in ("0", "false"):
-            if run.running and thread.session is not None:
-                thread.session.cancel()
-        else:
-            await self.threads.cancel(thread, run)
+        wait = request.query_params.get("wait", "true").lower() not in ("0", "false")
+        await self.threads.cancel(thread, run, wait=wait)
         return JSONResponse(run.json(), status_code=202 if run.running else 200)
 
 

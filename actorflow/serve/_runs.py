@@ -18,7 +18,9 @@ from typing import Any
 
 from actorflow.actors import to_json
 from actorflow.runtime import (
+    Event,
     OutputEvent,
+    RequestEvent,
     RunCancelledEvent,
     RunCompletedEvent,
     RunFailedEvent,
@@ -74,6 +76,65 @@ class Run:
         self.done = asyncio.Event()
         """Set once the run ended (or never started)."""
         self.task: asyncio.Task[None] | None = None
+        self.elsewhere = False
+        """Whether another worker started it (this record was read from the store)."""
+        self._stored_seq = -1
+        """The last stored event :meth:`note_stored` took."""
+
+    @classmethod
+    def stored(
+        cls, thread_id: str, assistant_id: str, run_id: str, history: Sequence[Event]
+    ) -> Run | None:
+        """The record of run ``run_id`` as the thread's stored ``history`` tells it (a run
+        another worker started), or None when the history has no such run. Its
+        :attr:`done` is set if its end is stored; :meth:`note_stored` adds what comes
+        after. Its metadata and stream modes are not in the history: empty, ``values``."""
+        starts = (i for i, e in enumerate(history) if isinstance(e, RunStartedEvent))
+        start = next((i for i in starts if history[i].run_id == run_id), None)
+        if start is None:
+            return None
+        run = cls(thread_id, assistant_id, {}, ("values",))
+        run.elsewhere = True
+        run.created_at = history[start].time
+        run.note_stored(history[start:])
+        return run
+
+    def note_stored(self, history: Sequence[Event]) -> None:
+        """Take ``history``, stored events from this run's start on (those taken already
+        are skipped); at its end, the requests it asked become its interrupts, and
+        :attr:`done` is set."""
+        for event in history:
+            if self.done.is_set():
+                return
+            if event.seq is None or event.seq <= self._stored_seq:
+                continue
+            self._stored_seq = event.seq
+            self._note(event)
+            if isinstance(event, RequestEvent):
+                self.interrupts.append(
+                    interrupt_json(
+                        event.request_id, event.executor, event.value, event.response_type
+                    )
+                )
+            if self.end_seq is not None:
+                self.done.set()
+
+    @property
+    def stored_from(self) -> int:
+        """The ``seq`` of the first stored event :meth:`note_stored` has not taken."""
+        return self._stored_seq + 1
+
+    def note_lost(self) -> None:
+        """Its worker let go of the thread and its end is not stored: the worker stopped
+        (or could not store it); it is recorded as failed."""
+        self.status = "error"
+        self.error = {
+            "error": "RunLost",
+            "message": f"run {self.run_id} stopped without storing its end: the worker running "
+            "it stopped; read the thread's state, and run it again to go on from its last "
+            "checkpoint",
+        }
+        self.done.set()
 
     @property
     def running(self) -> bool:

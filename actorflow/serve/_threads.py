@@ -51,6 +51,10 @@ KEPT_THREADS = 10_000
 threads the store holds are forgotten (their state and history stay in the store; the
 records of their runs go), so a service that runs for days keeps a bounded memory."""
 
+STORED_POLL = 0.1
+"""Seconds between reads of the store while a client waits for a run that another
+worker runs (no worker tells another when a run ends)."""
+
 KEPT_RUNS = 100
 """Finished runs remembered per thread (their records; their history stays in the store)."""
 
@@ -93,15 +97,15 @@ class Thread:
         """The run ``run_id`` of this thread.
 
         Raises:
-            RunNotFound: this service started no such run on the thread.
+            RunNotFound: this worker started no such run on the thread.
         """
         try:
             return self.runs[run_id]
         except KeyError:
             raise RunNotFound(
-                f"no run {run_id!r} on thread {self.thread_id!r}: runs are known to the service "
-                "that started them; list them with GET /threads/{id}/runs, or read the thread's "
-                "history"
+                f"no run {run_id!r} on thread {self.thread_id!r}: this worker did not start "
+                "it and the thread's stored history has no such run; list the runs with GET "
+                "/threads/{id}/runs, or read the thread's events (GET /threads/{id}/events)"
             ) from None
 
 
@@ -356,11 +360,70 @@ class Threads:
             if self._threads.get(thread_id) is thread:
                 del self._threads[thread_id]
 
-    async def cancel(self, thread: Thread, run: Run) -> None:
-        """Ask ``run`` to stop at its next barrier, and wait until it ended."""
+    async def run(self, thread: Thread, run_id: str) -> Run:
+        """The run ``run_id`` of ``thread``: this worker's record of it, or one read from
+        the thread's stored history (a run another worker started).
+
+        Raises:
+            RunNotFound: neither knows it.
+        """
+        try:
+            return thread.run(run_id)
+        except RunNotFound:
+            # A run just started elsewhere stores its first event a moment later: while
+            # some worker holds the thread, it is looked for a little longer.
+            deadline = time.monotonic() + HANDOFF_WAIT
+            while True:
+                history = await self.history(thread, 0)
+                found = Run.stored(thread.thread_id, self._workflow.name, run_id, history)
+                if found is not None:
+                    await self._catch_up(thread, found)
+                    return found
+                if not await self._held(thread) or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(STORED_POLL)
+
+    async def join(self, thread: Thread, run: Run) -> None:
+        """Wait until ``run`` ended. One another worker runs is followed through the
+        store, every :data:`STORED_POLL` s; when nobody holds the thread any more and
+        its end is still not stored, its worker stopped (:meth:`Run.note_lost`)."""
+        if not run.elsewhere:
+            await run.done.wait()
+            return
+        while not await self._catch_up(thread, run):
+            await asyncio.sleep(STORED_POLL)
+
+    async def _catch_up(self, thread: Thread, run: Run) -> bool:
+        """Take what the store holds of ``run`` (another worker's) since last time;
+        returns whether it ended. Its worker stores the run's end before it lets go of
+        the thread, so a thread nobody held *before* this read of its history, with no
+        end stored, lost its run: its worker stopped (:meth:`Run.note_lost`)."""
+        held = await self._held(thread)
+        run.note_stored(await self.history(thread, run.stored_from))
+        if not run.done.is_set() and not held:
+            run.note_lost()
+        return run.done.is_set()
+
+    async def _held(self, thread: Thread) -> bool:
+        """Whether some worker (this one too) holds the thread's lease now."""
+        lease = await asyncio.to_thread(self._store.current_lease, thread.thread_id)
+        return lease is not None
+
+    async def cancel(self, thread: Thread, run: Run, *, wait: bool = True) -> None:
+        """Ask ``run`` to stop at its next barrier; with ``wait``, wait until it ended.
+
+        Raises:
+            SessionBusy: another worker runs it (only that worker can stop it).
+        """
+        if run.elsewhere and run.running:
+            raise SessionBusy(
+                f"run {run.run_id} goes on on another worker of this service, which alone "
+                "can stop it; send the cancel to the worker that started it"
+            )
         if run.running and thread.session is not None:
             thread.session.cancel()
-            await run.done.wait()
+            if wait:
+                await run.done.wait()
 
     def _remember(self, thread: Thread) -> Thread:
         """The record kept for ``thread``'s id (``thread``, unless one is kept already),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,8 +30,10 @@ class Decision:
 
 
 GATE = threading.Event()
-"""The ticker holds at tick 5 until this is set (a test keeps a run going with it)."""
-GATE.set()
+"""The ticker holds at tick 5 until this is set (a test keeps a run going with it). A
+worker process started with ``ACTORFLOW_TEST_GATE=shut`` starts with it cleared."""
+if os.environ.get("ACTORFLOW_TEST_GATE") != "shut":
+    GATE.set()
 
 
 class Intake(af.Executor):

@@ -227,3 +227,31 @@ def test_a_run_asked_for_as_a_thread_stream_shows_the_last_one_ended_is_accepted
                 while ended < runs:
                     ended += '"run_completed"' in next(lines)
                 _ok(client.post("/threads/t1/runs", json=ITEMS))  # at once
+
+
+def test_a_run_another_worker_started_is_read_and_joined_from_the_store(
+    workers: tuple[httpx.Client, httpx.Client], gate: threading.Event
+) -> None:
+    """A worker asked for a run it did not start reads it from the thread's stored
+    history: its status while it goes on, a join that returns when it ends, its
+    interrupts; only the worker running it cancels it."""
+    a, b = workers
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+    going = _ok(a.post("/threads/t1/runs", json={"input": 0})).json()  # holds at tick 5
+    path = f"/threads/t1/runs/{going['run_id']}"
+    assert _ok(b.get(path)).json()["status"] == "running"
+    cancel = b.post(f"{path}/cancel")
+    assert cancel.status_code == 409 and "another worker" in cancel.json()["message"]
+    joined: list[httpx.Response] = []
+    joiner = threading.Thread(target=lambda: joined.append(b.get(f"{path}/join")))
+    joiner.start()
+    gate.set()
+    joiner.join(timeout=30)
+    assert _ok(joined[0]).json() == {"outputs": list(range(21))}
+    assert _ok(b.get(path)).json()["status"] == "success"
+    asked = _ok(a.post("/threads/t1/runs/wait", json={"input": {"id": 3}})).json()
+    [interrupt] = asked["__interrupt__"]
+    run_id = next(r["run_id"] for r in _ok(a.get("/threads/t1/runs")).json())
+    assert _ok(b.get(f"/threads/t1/runs/{run_id}/join")).json() == asked
+    assert interrupt["response_type"] == "tests.serve.Decision"
+    _ok(b.get("/threads/t1/runs/no-such-run"), 404)
