@@ -125,14 +125,14 @@ class Run:
         return self._stored_seq + 1
 
     def note_lost(self) -> None:
-        """Its worker let go of the thread and its end is not stored: the worker stopped
-        (or could not store it); it is recorded as failed."""
+        """Nobody holds the thread and the run's end is not stored: its worker stopped,
+        or could not store its end (its store failed); it is recorded as failed."""
         self.status = "error"
         self.error = {
             "error": "RunLost",
-            "message": f"run {self.run_id} stopped without storing its end: the worker running "
-            "it stopped; read the thread's state, and run it again to go on from its last "
-            "checkpoint",
+            "message": f"run {self.run_id} ended without storing its end: the worker running "
+            "it stopped, or its store failed; read the thread's state, and run the thread "
+            "again to go on from its last checkpoint",
         }
         self.done.set()
 

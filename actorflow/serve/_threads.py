@@ -397,10 +397,16 @@ class Threads:
         """Take what the store holds of ``run`` (another worker's) since last time;
         returns whether it ended. Its worker stores the run's end before it lets go of
         the thread, so a thread nobody held *before* this read of its history, with no
-        end stored, lost its run: its worker stopped (:meth:`Run.note_lost`)."""
+        end stored, lost its run (:meth:`Run.note_lost`).
+
+        Raises:
+            ThreadNotFound: the thread was deleted meanwhile (its history went too).
+        """
         held = await self._held(thread)
         run.note_stored(await self.history(thread, run.stored_from))
         if not run.done.is_set() and not held:
+            if await asyncio.to_thread(self._store.latest, session=thread.thread_id) is None:
+                raise ThreadNotFound(f"thread {thread.thread_id!r} was deleted meanwhile")
             run.note_lost()
         return run.done.is_set()
 
