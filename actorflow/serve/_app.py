@@ -561,6 +561,9 @@ class ServiceApp:
             assert run.first_seq is not None, "a run that ended had started"
             stored = await self.threads.history(thread, run.first_seq)
             return _sse_response(_run_events(listed(stored), run, modes, last), _let_go_of_nothing)
+        if run.elsewhere:  # another worker runs it: followed in the store
+            events = _run_events(self.threads.follow_stored(thread, run), run, modes, last)
+            return _sse_response(events, _let_go_of_nothing)
         session = await self.threads.hold(thread)
         events = _run_events(run_history(session, run), run, modes, last)
         return _sse_response(events, partial(self.threads.let_go, thread))
@@ -625,7 +628,8 @@ async def _run_events(
         yield sse("metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1})
     async for part in run_stream(history, modes, last):
         yield part
-    await run.done.wait()  # set right after its session is let go of (a close, bounded)
+    if not run.elsewhere:  # another worker's lets go there, before it stores its end
+        await run.done.wait()  # set right after its session is let go of (a close, bounded)
 
 
 def _sse_response(

@@ -18,7 +18,7 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -27,6 +27,9 @@ from actorflow.errors import InvalidRequest, RunNotFound, SessionBusy, SessionEx
 from actorflow.runtime import (
     NO_INPUT,
     Event,
+    RunCancelledEvent,
+    RunCompletedEvent,
+    RunFailedEvent,
     Session,
     Workflow,
     delete_session,
@@ -391,6 +394,24 @@ class Threads:
             await run.done.wait()
             return
         while not await self._catch_up(thread, run):
+            await asyncio.sleep(STORED_POLL)
+
+    async def follow_stored(self, thread: Thread, run: Run) -> AsyncGenerator[Event, None]:
+        """``run``'s events from its first on, read from the store as they are stored
+        (every :data:`STORED_POLL` s): a run another worker runs. Ends with its end, or
+        when nobody holds the thread any more and nothing more is stored (its worker
+        stopped, or the thread was deleted): then nothing more will come."""
+        since = run.first_seq
+        assert since is not None, "a stored run's record starts at its first event"
+        while True:
+            held = await self._held(thread)
+            for event in await self.history(thread, since):
+                yield event
+                if isinstance(event, (RunCompletedEvent, RunFailedEvent, RunCancelledEvent)):
+                    return
+                since = (event.seq if event.seq is not None else since) + 1
+            if not held:
+                return
             await asyncio.sleep(STORED_POLL)
 
     async def _catch_up(self, thread: Thread, run: Run) -> bool:

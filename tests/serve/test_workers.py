@@ -9,6 +9,7 @@ its run ends.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +256,24 @@ def test_a_run_another_worker_started_is_read_and_joined_from_the_store(
     assert _ok(b.get(f"/threads/t1/runs/{run_id}/join")).json() == asked
     assert interrupt["response_type"] == "tests.serve.Decision"
     _ok(b.get("/threads/t1/runs/no-such-run"), 404)
+
+
+def test_a_run_another_worker_runs_is_streamed_from_the_store(
+    workers: tuple[httpx.Client, httpx.Client], gate: threading.Event
+) -> None:
+    """A worker asked for the stream of a run another worker runs follows it in the
+    store: what is stored first, then each event as it is stored, to the run's end."""
+    a, b = workers
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+    going = _ok(a.post("/threads/t1/runs", json={"input": 0})).json()  # holds at tick 5
+    path = f"/threads/t1/runs/{going['run_id']}/stream"
+    with b.stream("GET", path, params={"stream_mode": "events"}) as stream:
+        assert stream.status_code == 200
+        data = (line for line in stream.iter_lines() if line.startswith("data:"))
+        assert going["run_id"] in next(data)  # the metadata event
+        events = [json.loads(next(data).removeprefix("data: ")) for _ in range(6)]
+        assert [e["event"] for e in events] == ["run_started"] + ["output"] * 5
+        gate.set()  # the run goes on: the rest arrives as it is stored
+        events += [json.loads(line.removeprefix("data: ")) for line in data]
+    outputs = [e["data"]["value"] for e in events if e["event"] == "output"]
+    assert outputs == list(range(21)) and events[-1]["event"] == "run_completed"
