@@ -441,9 +441,8 @@ class ServiceApp:
         asked = request.query_params.getlist("stream_mode")
         modes = _modes(asked, thread=True) if any(asked) else ("events",)
         last = _last_event_id(request)
-        session = await self.threads.hold(thread)
-        events = thread_stream(session, modes, last)
-        return _sse_response(events, partial(self.threads.let_go, thread))
+        history = self.threads.follow(thread, 0 if last is None else last[0])
+        return _sse_response(thread_stream(history, modes, last), _let_go_of_nothing)
 
     async def thread_fork(self, request: Request) -> Response:
         """``POST /threads/{id}/fork``: ``{checkpoint_id?, thread_id?}`` -> a new thread

@@ -169,14 +169,14 @@ async def run_stream(
 
 
 async def thread_stream(
-    session: Session, modes: Sequence[str], last_seen: Position | None
+    history: AsyncGenerator[Event, None], modes: Sequence[str], last_seen: Position | None
 ) -> AsyncIterator[bytes]:
     """The thread's history after ``last_seen`` (from its start without it), then each new
-    history event, until the session closes or the client leaves. ``values`` count the
-    outputs of each run from its start, or from where this stream began in mid-run."""
+    history event, read from ``history`` (the thread's events from ``last_seen``'s seq, or
+    0, on), until it ends or the client leaves. ``values`` count the outputs of each run
+    from its start, or from where this stream began in mid-run."""
     outputs: list[Any] = []
-    since = 0 if last_seen is None else last_seen[0]
-    async with aclosing(_closable(session.afollow(since, forever=True))) as events:
+    async with aclosing(history) as events:
         async for event in events:
             if isinstance(event, RunStartedEvent):
                 outputs = []

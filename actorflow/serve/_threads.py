@@ -3,11 +3,11 @@
 A thread is a session id. :class:`Threads` opens a thread's :class:`Session` when a
 request needs it (``if_exists="resume"``: it continues the thread's latest
 checkpoint, from this process or any other) and holds it, with the session's lease,
-only while something uses it: a run until it ends, a stream until its client
-leaves, a read of its live history. The last user closes it, giving the lease back,
-so several workers of a service on one store each serve any thread: a thread is
-busy on another worker (:class:`SessionOwned`, HTTP 409) only while a run or a
-stream goes on there. A thread runs one run at a time: a second is refused
+only while something uses it: a run until it ends, the stream of that run until its
+client leaves, a read of its live history. The last user closes it, giving the
+lease back; a thread's stream holds nothing (:meth:`Threads.follow`). So several
+workers of a service on one store each serve any thread: a thread is busy on another
+worker (:class:`SessionOwned`, HTTP 409) only while a run goes on there. A thread runs one run at a time: a second is refused
 (:class:`SessionBusy`, HTTP 409). Blocking calls (opening, closing, reading the
 store) run in worker threads, never on the loop.
 """
@@ -330,7 +330,8 @@ class Threads:
         return self._remember(forked)
 
     async def delete(self, thread_id: str) -> None:
-        """Delete the thread: its session closes (which ends its streams) and every
+        """Delete the thread: its session closes (which ends its runs' streams; its own
+        streams end as they see it deleted) and every
         checkpoint of it, so its state and history, leaves the store
         (:func:`~actorflow.delete_session`). The id is then free for a new thread.
 
@@ -352,7 +353,7 @@ class Threads:
                 )
             thread.deleted = True
             try:
-                async with thread.opening:  # its streams' session: they end
+                async with thread.opening:  # its runs' streams' session: they end
                     session, thread.session = thread.session, None
                     if session is not None:
                         await session.aclose()
@@ -396,6 +397,24 @@ class Threads:
         while not await self._catch_up(thread, run):
             await asyncio.sleep(STORED_POLL)
 
+    async def follow(self, thread: Thread, since: int) -> AsyncGenerator[Event, None]:
+        """The thread's history events from ``since`` on, then each new one, read every
+        :data:`STORED_POLL` s (the live events of a run this worker runs, the stored
+        ones of a run another worker runs), holding nothing: any worker runs the thread
+        meanwhile. Ends when the thread is deleted or the service stops."""
+        while not (self._closed or thread.deleted):
+            for event in await self.history(thread, since):
+                yield event
+                since = (event.seq if event.seq is not None else since) + 1
+            if thread.stored and thread.session is None and not await self._exists(thread):
+                return  # deleted by another worker
+            await asyncio.sleep(STORED_POLL)
+
+    async def _exists(self, thread: Thread) -> bool:
+        """Whether the store holds checkpoints of the thread."""
+        latest = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
+        return latest is not None
+
     async def follow_stored(self, thread: Thread, run: Run) -> AsyncGenerator[Event, None]:
         """``run``'s events from its first on, read from the store as they are stored
         (every :data:`STORED_POLL` s): a run another worker runs. Ends with its end, or
@@ -426,7 +445,7 @@ class Threads:
         held = await self._held(thread)
         run.note_stored(await self.history(thread, run.stored_from))
         if not run.done.is_set() and not held:
-            if await asyncio.to_thread(self._store.latest, session=thread.thread_id) is None:
+            if not await self._exists(thread):
                 raise ThreadNotFound(f"thread {thread.thread_id!r} was deleted meanwhile")
             run.note_lost()
         return run.done.is_set()

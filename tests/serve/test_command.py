@@ -81,6 +81,8 @@ def test_a_run_whose_worker_was_killed_is_joined_on_another_as_lost(
         httpx.Client(base_url=other.url, timeout=30) as client,
     ):
         joined = client.get(f"/threads/t1/runs/{run_id}/join").json()
-        assert joined["outputs"] == [0, 1, 2, 3, 4], joined  # stored before the kill
+        # Output 4 was seen live: the cut before its superstep, holding 0-3, was stored.
+        stored = joined["outputs"]
+        assert stored in ([0, 1, 2, 3], [0, 1, 2, 3, 4]), joined
         assert joined["__error__"]["error"] == "RunLost", joined
         assert client.get(f"/threads/t1/runs/{run_id}").json()["status"] == "error"

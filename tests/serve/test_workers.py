@@ -93,21 +93,24 @@ def test_a_thread_is_busy_on_the_other_worker_only_while_its_run_goes_on(
     assert _ok(b.get("/threads/t1")).json()["values"]["intake"] == {"orders": [1, 1]}
 
 
-def test_a_stream_holds_the_thread_until_its_client_leaves(
+def test_a_thread_stream_on_one_worker_shows_the_runs_of_another(
     workers: tuple[httpx.Client, httpx.Client],
 ) -> None:
-    """A thread's stream on one worker holds its session: the other worker refuses the
-    thread while the stream is open, and runs it once the stream's client left."""
+    """A thread's stream holds nothing: while it is open on one worker, the other runs
+    the thread, and the stream shows that run as its events are stored."""
     a, b = workers
     _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
-    with a.stream("GET", "/threads/t1/stream") as stream:
+    with a.stream("GET", "/threads/t1/stream", params={"stream_mode": "lifecycle"}) as stream:
         lines = stream.iter_lines()  # kept: dropping it closes the response
-        assert next(lines) == "event: events"  # the stream is under way
-        refused = b.post("/threads/t1/runs/wait", json=ITEMS)
-        assert refused.status_code == 409, refused.text
-        assert refused.json()["error"] == "SessionOwned"
-    # The client left: the worker lets go as it notices, within the other's wait.
-    assert _ok(b.post("/threads/t1/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
+        data = (
+            json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data:")
+        )
+        assert [next(data)["event"] for _ in range(2)] == ["run_started", "run_completed"]
+        ran = _ok(b.post("/threads/t1/runs/wait", json=ITEMS))
+        assert ran.json() == {"outputs": ["a"]}
+        started, completed = next(data), next(data)
+        assert (started["event"], completed["event"]) == ("run_started", "run_completed")
+        assert started["run_id"] != "" and started["run_id"] == completed["run_id"]
 
 
 def test_a_run_asked_for_as_the_last_one_s_stream_ends_is_accepted(
