@@ -425,6 +425,8 @@ class Threads:
         while True:
             held = await self._held(thread)
             for event in await self.history(thread, since):
+                if event.run_id != run.run_id:
+                    return  # another run's: the thread was deleted and made anew meanwhile
                 yield event
                 if isinstance(event, (RunCompletedEvent, RunFailedEvent, RunCancelledEvent)):
                     return
@@ -440,13 +442,19 @@ class Threads:
         end stored, lost its run (:meth:`Run.note_lost`).
 
         Raises:
-            ThreadNotFound: the thread was deleted meanwhile (its history went too).
+            RunNotFound: the thread was deleted meanwhile (its history went too).
         """
         held = await self._held(thread)
         run.note_stored(await self.history(thread, run.stored_from))
         if not run.done.is_set() and not held:
-            if not await self._exists(thread):
-                raise ThreadNotFound(f"thread {thread.thread_id!r} was deleted meanwhile")
+            assert run.first_seq is not None, "a stored run's record starts at its first event"
+            first = await self.history(thread, run.first_seq)
+            if not first or first[0].run_id != run.run_id:
+                # Its history went: the thread was deleted (and maybe made anew) meanwhile.
+                raise RunNotFound(
+                    f"run {run.run_id} of thread {thread.thread_id!r} is no longer stored: the "
+                    "thread was deleted meanwhile"
+                )
             run.note_lost()
         return run.done.is_set()
 
