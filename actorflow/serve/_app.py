@@ -442,7 +442,7 @@ class ServiceApp:
         modes = _modes(asked, thread=True) if any(asked) else ("events",)
         last = _last_event_id(request)
         history = self.threads.follow(thread, 0 if last is None else last[0])
-        return _sse_response(thread_stream(history, modes, last), _let_go_of_nothing)
+        return _sse_response(thread_stream(history, modes, last))
 
     async def thread_fork(self, request: Request) -> Response:
         """``POST /threads/{id}/fork``: ``{checkpoint_id?, thread_id?}`` -> a new thread
@@ -559,10 +559,10 @@ class ServiceApp:
         if not run.running:  # its stored history: read without holding the thread
             assert run.first_seq is not None, "a run that ended had started"
             stored = await self.threads.history(thread, run.first_seq)
-            return _sse_response(_run_events(listed(stored), run, modes, last), _let_go_of_nothing)
+            return _sse_response(_run_events(listed(stored), run, modes, last))
         if run.elsewhere:  # another worker runs it: followed in the store
             events = _run_events(self.threads.follow_stored(thread, run), run, modes, last)
-            return _sse_response(events, _let_go_of_nothing)
+            return _sse_response(events)
         session = await self.threads.hold(thread)
         events = _run_events(run_history(session, run), run, modes, last)
         return _sse_response(events, partial(self.threads.let_go, thread))
@@ -632,7 +632,7 @@ async def _run_events(
 
 
 def _sse_response(
-    events: AsyncIterator[bytes], let_go: Callable[[], Awaitable[None]]
+    events: AsyncIterator[bytes], let_go: Callable[[], Awaitable[None]] | None = None
 ) -> StreamingResponse:
     return _HeldStream(
         events,
@@ -642,17 +642,17 @@ def _sse_response(
     )
 
 
-async def _let_go_of_nothing() -> None:
-    """What a stream that holds no session lets go of when it ends."""
-
-
 class _HeldStream(StreamingResponse):
-    """A stream of a thread's session that the request holds (``Threads.hold``): it
-    lets go of it when the response ends, however it ends (streamed to its end, its
-    client gone, the server stopping), even before the stream's first event."""
+    """A stream that may hold a thread's session (``Threads.hold``; ``let_go`` None when
+    it holds nothing): it lets go of it when the response ends, however it ends
+    (streamed to its end, its client gone, the server stopping), even before the
+    stream's first event."""
 
     def __init__(
-        self, content: AsyncIterator[bytes], let_go: Callable[[], Awaitable[None]], **kw: Any
+        self,
+        content: AsyncIterator[bytes],
+        let_go: Callable[[], Awaitable[None]] | None,
+        **kw: Any,
     ) -> None:
         super().__init__(content, **kw)
         self._let_go = let_go
@@ -663,4 +663,5 @@ class _HeldStream(StreamingResponse):
         finally:
             # A client that left cancels the response, maybe again at each await: the
             # session is let go of all the same.
-            await asyncio.shield(self._let_go())
+            if self._let_go is not None:
+                await asyncio.shield(self._let_go())
