@@ -12,11 +12,13 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,6 +240,61 @@ def test_the_live_fragment_changes_when_a_checkpoint_is_added(
         assert get(f"{inspector.url}/sessions/order-1/live?v={current}") == (204, "")
         stale = urllib.parse.quote(html.unescape(first.group(1)))
         assert get(f"{inspector.url}/sessions/order-1/live?v={stale}")[0] == 200
+
+
+class _FinishingStore(af.MemoryStore):
+    """A store that holds the run answering from the page just after its final cut is
+    saved, until a page render, armed by the test, reads an executor's state: the run
+    then ends (and the inspector's thread for it) in the middle of that render."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pausing = threading.Event()
+        self.final_saved = threading.Event()
+        self.armed = threading.Event()
+        self.go = threading.Event()
+
+    def save_cut(self, cut: Any, blobs: Any, lease: Any = None) -> None:
+        super().save_cut(cut, blobs, lease)
+        if self.pausing.is_set() and cut.kind == "final" and not self.final_saved.is_set():
+            self.final_saved.set()
+            assert self.go.wait(20), "no render reached the armed store"
+
+    def load_blob(self, digest: str) -> bytes:
+        if self.armed.is_set() and not self.go.is_set():
+            self.go.set()
+            (run,) = [t for t in threading.enumerate() if t.name == "inspector-run-order-1"]
+            run.join(20)
+            assert not run.is_alive()
+        return super().load_blob(digest)
+
+
+def test_a_run_that_ends_while_its_page_renders_is_shown_ended_by_the_next_poll(
+    workflow: af.Workflow,
+) -> None:
+    """The live fragment's version and the state it shows are read at one moment: a run
+    that ends in the middle of a render leaves a fragment whose version the next poll
+    finds stale, so the page never stays on "running" after the run ended."""
+    store = _FinishingStore()
+    ui_scenario.make_store(store)
+    store.pausing.set()
+    cp = latest_final(store, "order-1")
+    version = re.compile(r'data-version="([^"]+)"')
+    with Inspector(store, workflow=workflow, port=0) as inspector:
+        form = {"csrf": inspector.app.token, "request_id": "review:5:0", "session": "order-1"}
+        answer = '{"approved": true, "note": ""}'
+        url = f"{inspector.url}/checkpoints/{cp.id}/respond"
+        assert post(url, {**form, "answer": answer})[0] == 200
+        assert store.final_saved.wait(20)
+        store.armed.set()
+        _, during = get(f"{inspector.url}/sessions/order-1/live")
+        assert store.go.is_set()
+        shown = version.search(during)
+        assert shown, during
+        polled = urllib.parse.quote(html.unescape(shown.group(1)))
+        status, after = get(f"{inspector.url}/sessions/order-1/live?v={polled}")
+        assert "state-running" in during  # the render began while the run went on
+        assert status == 200 and "state-idle" in after, (status, after)
 
 
 def test_a_damaged_store_shows_its_errors_and_the_server_keeps_serving(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,12 @@ class InspectorApp:
         )
 
     def _session_values(self, sid: str) -> dict[str, Any]:
+        # One copy of the page's runs, taken before the store is read, gives both the
+        # state shown and the fragment's version: a run that ends during the render is
+        # then newer than the version, and the next poll shows it ended. (Read twice, a
+        # render could show "running" under the version of the ended run, which every
+        # later poll found current.)
+        actions = self._actions_of(sid)
         errors: list[str] = []
         cps: list[Checkpoint] = []
         try:
@@ -195,7 +201,7 @@ class InspectorApp:
             try:
                 state, reason = session_state(
                     cps[-1],
-                    busy=sid in self._busy(),
+                    busy=any(a.status == "running" for a in actions),
                     last_at=max(c.created_at for c in cps),
                     now=time.time(),
                     owner=lambda: lease_owner(self.store, sid),
@@ -211,7 +217,6 @@ class InspectorApp:
                     graph = _graph_of(latest_view)
         story = timeline(cps)
         errors.extend(story.errors)
-        actions = self._actions_of(sid)
         version = _version(cps, actions)
         forked_from, forks_out = self._forks(sid, cps)
         return {
@@ -265,8 +270,10 @@ class InspectorApp:
         return self.page("session.html", **values)
 
     def _actions_of(self, sid: str) -> list[Action]:
+        """Copies of the last runs started here on ``sid``, as they are now (a run's
+        thread fills in its own as it ends)."""
         with self._lock:
-            return [a for a in self.actions if a.session == sid][-5:]
+            return [replace(a) for a in self.actions if a.session == sid][-5:]
 
     async def live(self, request: Request) -> Response:
         """The session's live part; 204 when the caller's ``v`` is still current (a poll
@@ -450,11 +457,13 @@ class InspectorApp:
         def work() -> None:
             try:
                 result = resumed.run()
-                action.outputs = show(result.outputs)
-                action.status = result.status.value
+                with self._lock:
+                    action.outputs = show(result.outputs)
+                    action.status = result.status.value
             except Exception as exc:  # noqa: BLE001 - shown on the page
-                action.error = f"{type(exc).__name__}: {exc}"
-                action.status = "failed"
+                with self._lock:
+                    action.error = f"{type(exc).__name__}: {exc}"
+                    action.status = "failed"
             finally:
                 resumed.close()
 
