@@ -379,11 +379,18 @@ def test_a_lineage_that_stopped_midway_is_running_while_leased_and_interrupted_a
     with Inspector(store, port=0) as inspector:
         _, index = get(inspector.url + "/?q=stuck")
         assert "state-running" in index and "open by pid 4242 (worker-3)" in index
+        _, live = get(f"{inspector.url}/sessions/stuck/live")
+        shown = re.search(r'data-version="([^"]+)"', live)
+        assert shown and "state-running" in live
         store.release_lease(lease)
         monkeypatch.setattr(_sessions, "RUNNING_WINDOW", 0.0)
         _, index = get(inspector.url + "/?q=stuck")
         assert "state-interrupted" in index and "open by" not in index
         assert "the process running it stopped" in index
+        # The open page's next poll shows it too, though the lineage did not change.
+        polled = urllib.parse.quote(html.unescape(shown.group(1)))
+        status, live = get(f"{inspector.url}/sessions/stuck/live?v={polled}")
+        assert status == 200 and "state-interrupted" in live, (status, live)
 
 
 def test_a_failed_session_says_why_and_its_timeline_tells_the_story(

@@ -186,7 +186,8 @@ class InspectorApp:
         # state shown and the fragment's version: a run that ends during the render is
         # then newer than the version, and the next poll shows it ended. (Read twice, a
         # render could show "running" under the version of the ended run, which every
-        # later poll found current.)
+        # later poll found current.) The version holds the state shown for the same
+        # reason: a lease let go changes it, not the lineage.
         actions = self._actions_of(sid)
         errors: list[str] = []
         cps: list[Checkpoint] = []
@@ -199,13 +200,7 @@ class InspectorApp:
         graph = None
         if cps:
             try:
-                state, reason = session_state(
-                    cps[-1],
-                    busy=any(a.status == "running" for a in actions),
-                    last_at=max(c.created_at for c in cps),
-                    now=time.time(),
-                    owner=lambda: lease_owner(self.store, sid),
-                )
+                state, reason = self._state(sid, cps, actions)
             except Exception as exc:  # noqa: BLE001
                 state = "damaged"
                 errors.append(f"{type(exc).__name__}: {exc}")
@@ -217,7 +212,7 @@ class InspectorApp:
                     graph = _graph_of(latest_view)
         story = timeline(cps)
         errors.extend(story.errors)
-        version = _version(cps, actions)
+        version = _version(cps, actions, state)
         forked_from, forks_out = self._forks(sid, cps)
         return {
             "sid": sid,
@@ -269,6 +264,20 @@ class InspectorApp:
             )
         return self.page("session.html", **values)
 
+    def _state(
+        self, sid: str, cps: list[Checkpoint], actions: list[Action], *, explain: bool = True
+    ) -> tuple[str, str]:
+        """(state, reason) of session ``sid``, whose records are ``cps`` (not empty) and
+        whose runs started here are ``actions`` (see :func:`session_state`)."""
+        return session_state(
+            cps[-1],
+            busy=any(a.status == "running" for a in actions),
+            last_at=max(c.created_at for c in cps),
+            now=time.time(),
+            owner=lambda: lease_owner(self.store, sid),
+            explain=explain,
+        )
+
     def _actions_of(self, sid: str) -> list[Action]:
         """Copies of the last runs started here on ``sid``, as they are now (a run's
         thread fills in its own as it ends)."""
@@ -282,7 +291,10 @@ class InspectorApp:
         seen = request.query_params.get("v")
         if seen is not None:
             try:
-                current = _version(self.store.list(session=sid), self._actions_of(sid))
+                actions = self._actions_of(sid)
+                cps = self.store.list(session=sid)
+                state = self._state(sid, cps, actions, explain=False)[0] if cps else "unknown"
+                current = _version(cps, actions, state)
             except Exception:  # noqa: BLE001 - the full render shows the error
                 current = None
             if current == seen:
@@ -486,9 +498,9 @@ def _as_type(data: Any, label: str) -> Any:
     return from_json(data, label)
 
 
-def _version(cps: list[Checkpoint], actions: list[Action]) -> str:
+def _version(cps: list[Checkpoint], actions: list[Action], state: str) -> str:
     """What the live part shows changes only when this does."""
-    return f"{len(cps)}:{cps[-1].id if cps else ''}:{[a.status for a in actions]}"
+    return f"{len(cps)}:{cps[-1].id if cps else ''}:{[a.status for a in actions]}:{state}"
 
 
 def _graph_of(view: model.CheckpointView) -> Any:
