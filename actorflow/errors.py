@@ -8,6 +8,7 @@ class's other bases::
     ActorflowError
         CodecError: a value could not cross the wire
             EncodeError
+                ResultNotRecordable
             DecodeError
             RegistrationError
         GraphError: the workflow graph is malformed (raised by ``build()``)
@@ -96,6 +97,7 @@ __all__ = [
     "MissingExtra",
     "RegistrationError",
     "RequestError",
+    "ResultNotRecordable",
     "RunCancelled",
     "RunFailed",
     "RunNotFound",
@@ -200,6 +202,18 @@ class EncodeError(CodecError):
         super().__init__(message)
         self.type_name = type_name
         self.executor = executor
+
+
+class ResultNotRecordable(EncodeError):
+    """An effect (``ctx.effect``, ``ctx.aeffect``) returned a value that cannot be
+    recorded: a client, a socket, a file, or anything else the wire format does not know.
+
+    A restart would raise it again (the result is remembered as this error, and the
+    effect not called again; a coroutine that ``ctx.effect`` got is never awaited), so
+    restart policies never restart it: the run fails at once, no backoff waited. Return
+    data from the effect (built-in values or ``@actorflow.message`` classes), and await
+    a coroutine function's effect with ``ctx.aeffect``.
+    """
 
 
 class DecodeError(CodecError):

@@ -67,7 +67,7 @@ from actorflow.actors import (
     said_by,
     stable_name,
 )
-from actorflow.errors import EffectNotRecorded, EncodeError, StatementRefused
+from actorflow.errors import EffectNotRecorded, EncodeError, ResultNotRecordable, StatementRefused
 from actorflow.storage import SqlValue
 
 from ._wire import StepRequest
@@ -91,7 +91,7 @@ __all__ = [
     "unrecorded",
 ]
 
-EffectMemory = dict[tuple[str, int], bytes | EncodeError]
+EffectMemory = dict[tuple[str, int], bytes | ResultNotRecordable]
 """(name, n) -> what an executor's effect returned in one superstep: its encoded
 result, or why that could not be recorded (raised again, never called again)."""
 
@@ -423,7 +423,7 @@ class EffectJournal:
             if inspect.isawaitable(result):
                 if inspect.iscoroutine(result):
                     result.close()  # never run: nothing was called
-                raise EncodeError(
+                raise ResultNotRecordable(
                     f"executor {self.executor!r} (superstep {self.superstep}): effect "
                     f"{name!r} returned {type(result).__name__}, which ctx.effect cannot "
                     "record; in an async handler, await "
@@ -535,8 +535,8 @@ class EffectJournal:
             self.made.append([name, n, found])
             return found
         remembered = self.memory.get((name, n))
-        if isinstance(remembered, EncodeError):  # the same result again: the same mistake
-            raise EncodeError(
+        if isinstance(remembered, ResultNotRecordable):  # the same result: the same mistake
+            raise ResultNotRecordable(
                 str(remembered), type_name=remembered.type_name, executor=self.executor
             )
         if remembered is not None:
@@ -609,12 +609,12 @@ class EffectJournal:
         try:
             data = encode(result)
         except EncodeError as exc:
-            error = EncodeError(
+            error = ResultNotRecordable(
                 f"executor {self.executor!r} (superstep {self.superstep}): effect {name!r} "
                 f"returned a value holding {exc.type_name or 'a type'!r}, which cannot be "
                 "recorded (its result is journaled like a message); return built-in values "
                 "or @actorflow.message classes from the effect (data, not a client, socket "
-                "or file); a restart raises this again without calling the effect",
+                "or file)",
                 type_name=exc.type_name,
                 executor=self.executor,
             )

@@ -8,6 +8,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from actorflow.errors import ResultNotRecordable
+
 __all__ = [
     "Backoff",
     "CheckpointPolicy",
@@ -51,7 +53,8 @@ class RestartPolicy:
 
     At most ``max_restarts`` restarts within any ``within_seconds`` window; past
     that the run fails with the original exception chained. Only exceptions that
-    are instances of ``retry_on`` are restarted.
+    are instances of ``retry_on`` are restarted, and never a
+    :class:`~actorflow.errors.ResultNotRecordable`, which a restart would raise again.
     """
 
     max_restarts: int = 3
@@ -151,6 +154,8 @@ class Restarts:
         policy = self._overrides.get(executor, self._default)
         if policy is None or not restorable or not isinstance(error, policy.retry_on):
             return f"no restart policy covers {executor!r} for this error"
+        if isinstance(error, ResultNotRecordable):
+            return "no restart is made for it: the result is remembered, so it would fail again"
         tracker = self._trackers.setdefault(executor, RestartTracker(policy))
         attempt = tracker.allow(now)
         if attempt is None:

@@ -311,7 +311,8 @@ def test_a_context_used_after_its_handler_returned_refuses_instead_of_losing_it(
 
 def test_effect_of_a_coroutine_function_says_to_await_aeffect() -> None:
     """ctx.effect(async_fn) makes a coroutine it cannot record: the error says to
-    await ctx.aeffect, and the coroutine is closed unrun (nothing called, no warning)."""
+    await ctx.aeffect, and the coroutine is closed unrun (nothing called, no warning).
+    A restart would make the same mistake, so none is made."""
     seen: list[int] = []
 
     async def fetch(n: int) -> int:
@@ -323,11 +324,13 @@ def test_effect_of_a_coroutine_function_says_to_await_aeffect() -> None:
         def on_n(self, n: int, ctx: af.Context[None]) -> None:
             ctx.output(ctx.effect(fetch, n))  # the mistake tested: a coroutine function
 
+    policy = af.RestartPolicy(backoff=af.Backoff(initial=60.0, maximum=60.0))  # never waited
     with (
-        af.WorkflowBuilder("fetch", start=Fetch("f")).build() as wf,
+        af.WorkflowBuilder("fetch", start=Fetch("f"), restart=policy).build() as wf,
         pytest.raises(af.ExecutorFailed) as failed,
     ):
         wf.run(4)
+    assert isinstance(failed.value.__cause__, af.ResultNotRecordable)
     assert "await ctx.aeffect(fetch" in str(failed.value.__cause__)
     assert seen == []
 
@@ -1076,10 +1079,12 @@ def test_an_effect_retried_inside_the_handler_keeps_its_key_and_replays() -> Non
     assert attempts == [1, 1]
 
 
-def test_an_unencodable_result_is_not_called_again_by_a_restart() -> None:
-    """A result that cannot be recorded is the handler's mistake: a restart raises the
-    same error without calling the outside world again, and the message says what to
-    return (not to declare a resource, which is for clients, not results)."""
+def test_an_unencodable_result_is_not_called_again_nor_restarted() -> None:
+    """A result that cannot be recorded is the handler's mistake, which no restart
+    mends: a restart would raise it again without calling the outside world, so the
+    restart policy makes none (nor waits out its backoff) and the run fails at once.
+    The message says what to return (not to declare a resource, which is for clients,
+    not results)."""
     made: list[int] = []
 
     def connect(n: int) -> object:
@@ -1091,12 +1096,22 @@ def test_an_unencodable_result_is_not_called_again_by_a_restart() -> None:
         def on_n(self, n: int, ctx: af.Context[None]) -> None:
             ctx.effect(connect, n, key="socket")
 
-    builder = af.WorkflowBuilder("leaky", start=Leaky("leaky"), restart=af.RestartPolicy())
-    with builder.build() as wf, pytest.raises(af.ExecutorFailed) as failed:
-        wf.run(1)
-    assert made == [1]
-    message = str(failed.value.__cause__)
-    assert "'socket'" in message and "resource" not in message, message
+    policy = af.RestartPolicy(backoff=af.Backoff(initial=60.0, maximum=60.0))  # never waited
+    builder = af.WorkflowBuilder("leaky", start=Leaky("leaky"), restart=policy)
+    store = af.MemoryStore()
+    with builder.build() as wf:
+        with wf.session("leaky", store=store) as session:
+            with pytest.raises(af.ExecutorFailed) as failed:
+                session.run(1)
+            kinds = [type(e).__name__ for e in session.history()]
+        assert made == [1]
+        cause = failed.value.__cause__
+        assert isinstance(cause, af.ResultNotRecordable) and isinstance(cause, af.EncodeError)
+        assert cause.executor == "leaky" and cause.type_name == "object"
+        message = str(cause)
+        assert "'socket'" in message and "resource" not in message, message
+        assert "no restart" in str(failed.value), str(failed.value)
+        assert "RunRestartedEvent" not in kinds and kinds.count("ExecutorFailedEvent") == 1
 
 
 def test_a_handler_timed_out_after_its_effect_calls_again_with_the_same_key() -> None:
