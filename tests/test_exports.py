@@ -73,6 +73,7 @@ def test_every_error_derives_from_the_single_base() -> None:
         actorflow.runtime._workflow,
         actorflow.runtime._events,
         actorflow.runtime.session._deletion,
+        actorflow.runtime.session._session,
     ],
 )
 def test_doctests(module: object) -> None:

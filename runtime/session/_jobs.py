@@ -108,6 +108,7 @@ class RunJobs:
         emit: Callable[[Any], None],
         *,
         answers: Mapping[str, Any] | None = None,
+        doing: str = "start a run",
     ) -> RunJob:
         """Check and pack a run, take the session's turn, queue ``answers``: the job.
 
@@ -147,7 +148,7 @@ class RunJobs:
         # it) never reach a checkpoint; EncodeError names a bad value before anything runs.
         packed = packed_metadata(metadata) if metadata else EMPTY_METADATA
         driver = self._driver
-        self._turn.take(driver.session, "start a run")
+        self._turn.take(driver.session, doing)
         try:
             self._turn.check_open(driver.session)
             if driver.broken is not None:
@@ -172,15 +173,46 @@ class RunJobs:
             trace=capture_context(),
         )
 
-    def submit(self, job: RunJob) -> pykka.Future[Any]:
-        """Hand the job to the supervisor actor; its last event is an :class:`End`."""
+    def save(self, metadata: Mapping[str, Any] | None) -> str | None:
+        """Store the session between runs when its store holds none of it (see
+        ``Session.save``): the id of its newest checkpoint, None without a store.
+
+        Raises:
+            SessionBusy, SessionClosed, SessionBroken: nothing was stored.
+            ExecutorFailed, CheckpointWriteFailed: the cut could not be written.
+        """
+        if self._driver.checkpointer is None:
+            return None
+        job = self.begin(NO_INPUT, None, metadata, _unheard, doing="save")
+        end: End = self.submit(job, self._save).get()
+        end.raise_error()
+        return self.last_checkpoint_id
+
+    def _save(self, job: RunJob) -> ev.RunStatus:
+        """Supervisor thread: write the session's cut unless the store holds one of it
+        (every run ends with its cut stored: only a new session, or a fork before its
+        first run, has none)."""
+        driver = self._driver
+        checkpointer = driver.checkpointer
+        assert checkpointer is not None
+        if checkpointer.store.latest(session=driver.session) is None:
+            self._start_hosts()
+            driver.save(job)
+        return ev.RunStatus.COMPLETED
+
+    def submit(
+        self, job: RunJob, drive: Callable[[RunJob], ev.RunStatus] | None = None
+    ) -> pykka.Future[Any]:
+        """Hand the job to the supervisor actor, which runs it (or calls ``drive`` with
+        it instead); its last event is an :class:`End`."""
         if self._supervisor is None:
             self._supervisor = self._engine.acquire_supervisor()
+        drive = self._drive if drive is None else drive
 
         def work() -> End:
             end = End(ev.RunStatus.FAILED, None)
             try:
-                end = End(self._drive(job), None)
+                end = End(drive(job), None)
             except Exception as exc:  # noqa: BLE001 - handed to the caller through End
                 end = End(ev.RunStatus.FAILED, exc)
             finally:
@@ -194,9 +226,7 @@ class RunJobs:
         """Supervisor thread: start actors if needed, queue the input, run."""
         driver = self._driver
         spec = self._engine.spec
-        if not self._started:
-            driver.start_hosts(self._restored.snapshots if self._restored is not None else None)
-            self._started = True
+        self._start_hosts()
         # From here on the run's history events are numbered (and kept for its cuts).
         job.emit = emit = driver.history.emitter(job.emit)
         now = time.time()
@@ -221,6 +251,13 @@ class RunJobs:
         if driver.checkpointer is not None:
             driver.checkpointer.flush()
         return status
+
+    def _start_hosts(self) -> None:
+        """Supervisor thread: borrow the driver's hosts, unless a run did already."""
+        if not self._started:
+            restored = self._restored
+            self._driver.start_hosts(restored.snapshots if restored is not None else None)
+            self._started = True
 
     def abandon(self, future: pykka.Future[Any]) -> None:
         """The caller stopped waiting: cancel, and give the run :data:`STOP_WAIT` s to stop.
@@ -309,3 +346,7 @@ def _input_label(value: Any) -> str:
         return type_label(type(value))
     items = sorted({type_label(type(item)) for item in value})
     return f"list[{' | '.join(items)}]"
+
+
+def _unheard(event: Any) -> None:
+    """Where a save's events go: nowhere (it is not a run; its cut is its result)."""

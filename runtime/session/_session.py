@@ -161,6 +161,43 @@ class Session:
         """
         return self._run_blocking(NO_INPUT, max_supersteps, metadata, answers)
 
+    def save(self, *, metadata: Mapping[str, Any] | None = None) -> str | None:
+        """Store the session now, when its store holds none of it: a session never run,
+        or a fork (``resume(..., as_session=)``) before its first run. Another process
+        then finds it (``store.latest(session=...)``) and resumes it like any other.
+
+        The cut written is ``final`` at the session's superstep (``step`` for a fork of
+        a barrier with messages in flight, which its next run delivers), carrying
+        ``metadata`` and no history: nothing ran. A session whose store holds it already
+        (every run ends with its cut stored) writes nothing.
+
+        >>> import actorflow as af
+        >>> class Echo(af.Executor):
+        ...     @af.handler
+        ...     def on_text(self, text: str, ctx: af.Context[None]) -> None:
+        ...         ctx.output(text)
+        >>> store = af.MemoryStore()
+        >>> with af.WorkflowBuilder("echo", start=Echo("echo")).build() as wf:
+        ...     with wf.session("new", store=store) as session:
+        ...         saved = session.save(metadata={"owner": "ann"})
+        ...     with wf.resume(store, session="new") as again:  # another process may
+        ...         print(store.load(saved).metadata, again.run("hi").outputs)
+        {'owner': 'ann'} ['hi']
+
+        Returns:
+            The id of the session's newest checkpoint; None without a store.
+
+        Raises:
+            SessionBusy: a run is active (nothing is stored).
+            ExecutorFailed: an executor's state could not be snapshotted.
+            CheckpointWriteFailed: the store refused the cut (a lease lost, say).
+        """
+        return self._runs.save(metadata)
+
+    async def asave(self, *, metadata: Mapping[str, Any] | None = None) -> str | None:
+        """Async :meth:`save`: waits for the store on a worker thread, not on the loop."""
+        return await asyncio.to_thread(self._runs.save, metadata)
+
     def queue_answers(self, answers: Mapping[str, Any]) -> None:
         """Validate and queue answers without running (the next run handles them).
 

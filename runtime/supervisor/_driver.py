@@ -193,6 +193,20 @@ class Driver:
         self._hosts.reload()
         self.history.renew()
 
+    def save(self, job: RunJob) -> None:
+        """Write the cut of the state as it stands, between runs (``Session.save``):
+        ``final`` when idle, ``step`` when messages are in flight (a fork of a barrier
+        in the middle of a run, which its next run continues).
+
+        Raises:
+            ExecutorFailed: a snapshot the cut needs could not be taken.
+            CheckpointWriteFailed: the store refused the cut.
+        """
+        assert self._cuts is not None, "only a session with a store saves"
+        kind = "step" if self.state.inbox else "final"
+        self._cuts.write(job, kind, self.state, self._telemetry)
+        self._cuts.checkpointer.flush()
+
     # --- the run ------------------------------------------------------------------
 
     def run(self, job: RunJob, *, first_checkpoint: str | None = None) -> ev.RunStatus:

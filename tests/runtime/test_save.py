@@ -1,0 +1,154 @@
+"""``Session.save``: a session stored before its first run (a new one, or a fork), so
+that another process finds it and resumes it, as it finds any session that has run."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import actorflow as af
+from actorflow.storage import CheckpointKind
+
+BOUND = 20.0
+"""Seconds any wait of these tests may take."""
+
+
+class Counter(af.Executor):
+    """Adds each number to its total, sends the total on."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(id)
+        self.total = 0
+
+    @af.handler
+    def on_n(self, n: int, ctx: af.Context[int]) -> None:
+        self.total += n
+        ctx.send(self.total)
+
+
+class Show(af.Executor):
+    """Outputs what it gets; waits for :data:`GATE` first when it is closed."""
+
+    @af.handler
+    def on_n(self, n: int, ctx: af.Context[None]) -> None:
+        INSIDE.set()
+        assert GATE.wait(BOUND)
+        ctx.output(n)
+
+
+GATE = threading.Event()
+INSIDE = threading.Event()
+
+
+@pytest.fixture
+def wf() -> Iterator[af.Workflow]:
+    GATE.set()
+    builder = af.WorkflowBuilder("counting", start=Counter("count")).add_edge("count", Show("show"))
+    with builder.build() as built:
+        yield built
+    GATE.set()
+
+
+def test_a_new_session_saved_is_resumed_by_another_opener(wf: af.Workflow) -> None:
+    """A session never run stores one ``final`` cut at superstep 0, with the metadata
+    given and no history (nothing ran); a second save writes nothing; another opener
+    resumes it (its lease given back) and runs it."""
+    store = af.MemoryStore()
+    with wf.session("fresh", store=store) as session:
+        assert store.latest(session="fresh") is None
+        saved = session.save(metadata={"owner": "ann"})
+        cut = store.latest(session="fresh")
+        assert cut is not None and saved == cut.id == session.last_checkpoint_id
+        assert cut.kind is CheckpointKind.FINAL and cut.superstep == 0 and cut.parent_id is None
+        assert cut.metadata == {"owner": "ann"} and cut.history == ()
+        assert session.save() == saved and len(store.list(session="fresh")) == 1
+        assert session.history() == []
+    with wf.resume(store, session="fresh") as again:
+        assert again.run(2).outputs == [2]
+        assert again.run(3).outputs == [5]
+    kinds = [c.kind.value for c in store.list(session="fresh")]
+    assert kinds[0] == "final" and kinds.count("entry") == 2
+
+
+def test_a_session_that_ran_is_not_saved_again(wf: af.Workflow) -> None:
+    """Every run ends with its cut stored: a save after one writes nothing and names it."""
+    store = af.MemoryStore()
+    with wf.session("ran", store=store) as session:
+        session.run(4)
+        stored = store.list(session="ran")
+        assert session.save(metadata={"ignored": True}) == stored[-1].id
+        assert store.list(session="ran") == stored
+
+
+def test_a_fork_saved_before_its_first_run_holds_the_source_state(wf: af.Workflow) -> None:
+    """A fork of an idle cut stores a ``final`` cut of the source's state under the new
+    id, its parent that cut; the source lineage is untouched; the fork resumes."""
+    store = af.MemoryStore()
+    with wf.session("source", store=store) as source:
+        source.run(10)
+        idle = source.last_checkpoint_id
+    before = store.list(session="source")
+    with wf.resume(store, checkpoint_id=idle, as_session="fork") as fork:
+        saved = fork.save(metadata={"forked_from": "source"})
+    assert saved is not None
+    cut = store.load(saved)
+    assert cut.session == "fork" and cut.parent_id == idle and cut.kind is CheckpointKind.FINAL
+    assert store.list(session="source") == before
+    with wf.resume(store, session="fork") as again:
+        assert again.run(1).outputs == [11]
+
+
+def test_a_fork_of_a_cut_with_messages_in_flight_is_saved_as_a_step(wf: af.Workflow) -> None:
+    """A fork of a barrier with messages in flight is stored as a ``step`` cut (not idle):
+    its next run delivers them."""
+    store = af.MemoryStore()
+    with wf.session("source", store=store) as source:
+        source.run(7)
+    step = next(c for c in store.list(session="source") if c.kind is CheckpointKind.STEP)
+    assert step.superstep == 1  # the count's total in flight to show
+    with wf.resume(store, checkpoint_id=step.id, as_session="midway") as fork:
+        saved = fork.save()
+    assert saved is not None
+    cut = store.load(saved)
+    assert cut.kind is CheckpointKind.STEP and cut.superstep == step.superstep
+    with wf.resume(store, session="midway") as again:
+        assert again.run().outputs == [7]
+
+
+def test_a_save_during_a_run_is_refused_and_a_save_without_a_store_stores_nothing(
+    wf: af.Workflow,
+) -> None:
+    """A save needs the session's turn, as a run does; without a store it is None."""
+    store = af.MemoryStore()
+    with wf.session("busy", store=store) as session:
+        GATE.clear()
+        INSIDE.clear()
+        outputs: list[object] = []
+        running = threading.Thread(target=lambda: outputs.extend(session.run(1).outputs))
+        running.start()
+        try:
+            assert INSIDE.wait(BOUND)
+            with pytest.raises(af.SessionBusy):
+                session.save()
+        finally:
+            GATE.set()
+            running.join(BOUND)
+        assert outputs == [1]
+    with wf.session("nowhere") as unstored:
+        assert unstored.save() is None
+
+
+def test_asave_stores_from_an_event_loop(wf: af.Workflow) -> None:
+    """asave stores as save does, awaited on the loop."""
+    store = af.MemoryStore()
+
+    async def main() -> str | None:
+        async with await wf.asession("loop", store=store) as session:
+            return await session.asave(metadata={"via": "asave"})
+
+    saved = asyncio.run(main())
+    cut = store.latest(session="loop")
+    assert cut is not None and cut.id == saved and cut.metadata == {"via": "asave"}
