@@ -21,7 +21,7 @@ import pykka
 
 import actorflow.runtime._events as ev
 from actorflow.actors import encode
-from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken
+from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken, SessionBusy
 from actorflow.runtime._context import RUN_INPUT
 from actorflow.runtime._wire import SINGLE
 from actorflow.runtime.checkpoints import Restored
@@ -174,8 +174,8 @@ class RunJobs:
         )
 
     def save(self, metadata: Mapping[str, Any] | None) -> str | None:
-        """Store the session between runs when its store holds none of it (see
-        ``Session.save``): the id of its newest checkpoint, None without a store.
+        """Store the session between runs (see ``Session.save``): the id of the cut
+        written, None without a store.
 
         Raises:
             SessionBusy, SessionClosed, SessionBroken: nothing was stored.
@@ -189,15 +189,21 @@ class RunJobs:
         return self.last_checkpoint_id
 
     def _save(self, job: RunJob) -> ev.RunStatus:
-        """Supervisor thread: write the session's cut unless the store holds one of it
-        (every run ends with its cut stored: only a new session, or a fork before its
-        first run, has none)."""
+        """Supervisor thread: write the session's cut (see ``Session.save``)."""
         driver = self._driver
         checkpointer = driver.checkpointer
         assert checkpointer is not None
-        if checkpointer.store.latest(session=driver.session) is None:
-            self._start_hosts()
-            driver.save(job)
+        if driver.state.inbox and checkpointer.store.latest(session=driver.session) is not None:
+            # Its last run stopped with messages in flight (failed, cancelled, or its
+            # process died mid-run): a new cut would hide the one that says why, and
+            # the finished parts of a superstep a crash interrupted hang off that one.
+            raise SessionBusy(
+                f"session {driver.session!r} cannot be saved now: its last run stopped "
+                f"with messages in flight after superstep {driver.state.superstep}; run it "
+                "on (session.run()) to idle first, or fork it"
+            )
+        self._start_hosts()
+        driver.save(job)
         return ev.RunStatus.COMPLETED
 
     def submit(

@@ -162,14 +162,14 @@ class Session:
         return self._run_blocking(NO_INPUT, max_supersteps, metadata, answers)
 
     def save(self, *, metadata: Mapping[str, Any] | None = None) -> str | None:
-        """Store the session now, when its store holds none of it: a session never run,
-        or a fork (``resume(..., as_session=)``) before its first run. Another process
-        then finds it (``store.latest(session=...)``) and resumes it like any other.
+        """Store the session as it stands between runs: a session never run, or a fork
+        (``resume(..., as_session=)``) before its first run, is then found by another
+        process (``store.latest(session=...)``) and resumed like any other; a stored
+        one gets a newer checkpoint carrying ``metadata``.
 
-        The cut written is ``final`` at the session's superstep (``step`` for a fork of
-        a barrier with messages in flight, which its next run delivers), carrying
-        ``metadata`` and no history: nothing ran. A session whose store holds it already
-        (every run ends with its cut stored) writes nothing.
+        The cut written is ``final`` at the session's superstep, carrying ``metadata``
+        and no history: nothing ran. A fork of a barrier with messages in flight gets
+        a ``step`` cut instead, which its next run continues.
 
         >>> import actorflow as af
         >>> class Echo(af.Executor):
@@ -185,10 +185,12 @@ class Session:
         {'owner': 'ann'} ['hi']
 
         Returns:
-            The id of the session's newest checkpoint; None without a store.
+            The id of the cut written; None without a store (nothing is stored).
 
         Raises:
-            SessionBusy: a run is active (nothing is stored).
+            SessionBusy: a run is active; or the store holds the session and its last
+                run stopped with messages in flight (failed, cancelled, or its process
+                died), so run it on first. Nothing is stored.
             ExecutorFailed: an executor's state could not be snapshotted.
             CheckpointWriteFailed: the store refused the cut (a lease lost, say).
         """

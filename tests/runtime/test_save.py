@@ -54,8 +54,8 @@ def wf() -> Iterator[af.Workflow]:
 
 def test_a_new_session_saved_is_resumed_by_another_opener(wf: af.Workflow) -> None:
     """A session never run stores one ``final`` cut at superstep 0, with the metadata
-    given and no history (nothing ran); a second save writes nothing; another opener
-    resumes it (its lease given back) and runs it."""
+    given and no history (nothing ran); another opener resumes it (its lease given
+    back) and runs it."""
     store = af.MemoryStore()
     with wf.session("fresh", store=store) as session:
         assert store.latest(session="fresh") is None
@@ -64,7 +64,6 @@ def test_a_new_session_saved_is_resumed_by_another_opener(wf: af.Workflow) -> No
         assert cut is not None and saved == cut.id == session.last_checkpoint_id
         assert cut.kind is CheckpointKind.FINAL and cut.superstep == 0 and cut.parent_id is None
         assert cut.metadata == {"owner": "ann"} and cut.history == ()
-        assert session.save() == saved and len(store.list(session="fresh")) == 1
         assert session.history() == []
     with wf.resume(store, session="fresh") as again:
         assert again.run(2).outputs == [2]
@@ -73,14 +72,45 @@ def test_a_new_session_saved_is_resumed_by_another_opener(wf: af.Workflow) -> No
     assert kinds[0] == "final" and kinds.count("entry") == 2
 
 
-def test_a_session_that_ran_is_not_saved_again(wf: af.Workflow) -> None:
-    """Every run ends with its cut stored: a save after one writes nothing and names it."""
+def test_an_idle_session_saved_again_gets_a_newer_cut_of_the_same_state(
+    wf: af.Workflow,
+) -> None:
+    """A stored idle session's save writes a ``final`` cut of the same state after its
+    newest one, with the new metadata and no history; its state and history go on."""
     store = af.MemoryStore()
     with wf.session("ran", store=store) as session:
         session.run(4)
-        stored = store.list(session="ran")
-        assert session.save(metadata={"ignored": True}) == stored[-1].id
-        assert store.list(session="ran") == stored
+        last = store.latest(session="ran")
+        assert last is not None
+        saved = session.save(metadata={"label": "blue"})
+        cut = store.latest(session="ran")
+        assert cut is not None and cut.id == saved and cut.parent_id == last.id
+        assert cut.kind is CheckpointKind.FINAL and cut.superstep == last.superstep
+        assert cut.metadata == {"label": "blue"} and cut.history == ()
+        assert cut.executors == last.executors
+        events = len(session.history())
+        assert session.run(1).outputs == [5]
+        assert len(session.history()) > events
+    with wf.resume(store, session="ran") as again:
+        assert again.run(1).outputs == [6]
+
+
+def test_a_stored_session_whose_run_stopped_midway_is_not_saved(wf: af.Workflow) -> None:
+    """A stored session whose last run stopped with messages in flight (its process
+    died after a barrier) refuses a save, which would hide the cut that says why it
+    stopped: SessionBusy says to run it on; nothing is written; the run goes on."""
+    store = af.MemoryStore()
+    with (
+        wf.session("stopped", store=store) as session,
+        pytest.raises(af.SuperstepLimitExceeded),
+    ):
+        session.run(3, max_supersteps=1)
+    before = store.list(session="stopped")
+    with wf.resume(store, session="stopped") as again:
+        with pytest.raises(af.SessionBusy, match="run it on"):
+            again.save(metadata={"label": "red"})
+        assert store.list(session="stopped") == before
+        assert again.run().outputs == [3]
 
 
 def test_a_fork_saved_before_its_first_run_holds_the_source_state(wf: af.Workflow) -> None:
