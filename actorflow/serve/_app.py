@@ -62,7 +62,7 @@ from ._stream import (
     sse,
     thread_stream,
 )
-from ._threads import Thread, Threads
+from ._threads import THREAD_METADATA, Thread, Threads, thread_metadata
 
 __all__ = ["ServiceApp"]
 
@@ -291,7 +291,7 @@ class ServiceApp:
             "thread_id": thread_id,
             "created_at": iso(created),
             "updated_at": iso(updated),
-            "metadata": dict(thread.metadata) if thread is not None else {},
+            "metadata": thread_metadata(cp),
             "status": status,
             "values": state["values"],
             "interrupts": {i["id"]: [i] for i in state["interrupts"]},
@@ -357,14 +357,9 @@ class ServiceApp:
         ids = sorted(set(stored) | set(known))
         if wanted:
             ids = [i for i in ids if i in set(wanted)]
-        rows = []
-        for tid in ids:
-            thread = known.get(tid)
-            if metadata:
-                have = thread.metadata if thread is not None else {}
-                if any(have.get(k) != v for k, v in metadata.items()):
-                    continue
-            rows.append(await self._thread_json(tid, thread))
+        rows = [await self._thread_json(tid, known.get(tid)) for tid in ids]
+        if metadata:
+            rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in metadata.items())]
         if status:
             rows = [r for r in rows if r["status"] == status]
         rows.sort(key=lambda r: str(r[key]), reverse=order == "desc")
@@ -384,7 +379,7 @@ class ServiceApp:
         """``PATCH /threads/{id}``: ``{metadata}`` merged into the thread's -> the thread."""
         thread = await self.threads.get(request.path_params["tid"])
         body = await self._body(request)
-        thread.metadata.update(params.json_object(body, "metadata"))
+        await self.threads.update(thread, params.json_object(body, "metadata"))
         return JSONResponse(await self._thread_json(thread.thread_id, thread))
 
     async def thread_state(self, request: Request) -> Response:
@@ -485,6 +480,12 @@ class ServiceApp:
                     f"fork the thread from it (POST /threads/{thread.thread_id}/fork) and run there"
                 )
         metadata = params.json_object(body, "metadata")
+        if THREAD_METADATA in metadata:
+            raise InvalidRequest(
+                f"metadata: {THREAD_METADATA!r} is the thread's metadata in the run's "
+                "checkpoints; name the run's key otherwise, or change the thread's metadata "
+                f"with PATCH /threads/{thread.thread_id}"
+            )
         raw_mode = body.get("stream_mode") or "values"
         modes = _modes([raw_mode] if not isinstance(raw_mode, list) else raw_mode)
         run = await self.threads.start(

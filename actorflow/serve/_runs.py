@@ -146,16 +146,17 @@ class Run:
         session: Session,
         value: Any,
         answers: Mapping[str, Any],
+        stored: Mapping[str, Any],
         let_go: Callable[[], Awaitable[None]],
     ) -> None:
         """Queue ``answers``, run ``value`` (``NO_INPUT``: continue, or handle the answers)
-        on ``session`` to its end, recording it; then ``let_go`` of the session, before
-        :attr:`done` is set. Its own task; cancelling the task cancels the run."""
+        on ``session`` to its end, recording it, its checkpoints carrying ``stored`` as
+        their metadata; then ``let_go`` of the session, before :attr:`done` is set. Its
+        own task; cancelling the task cancels the run."""
         try:
             if answers:
                 await asyncio.to_thread(session.queue_answers, answers)
-            meta = self.metadata or None
-            async with aclosing(session.astream(value, metadata=meta)) as events:
+            async with aclosing(session.astream(value, metadata=stored)) as events:
                 async for event in events:
                     self._note(event)
             if self.status in ("success", "interrupted", "error"):

@@ -36,7 +36,7 @@ from actorflow.runtime import (
     event_of,
     read_entries,
 )
-from actorflow.storage import CheckpointStore
+from actorflow.storage import Checkpoint, CheckpointStore
 
 from . import _params as params
 from ._inputs import Inputs
@@ -61,6 +61,17 @@ worker runs (no worker tells another when a run ends)."""
 KEPT_RUNS = 100
 """Finished runs remembered per thread (their records; their history stays in the store)."""
 
+THREAD_METADATA = "thread_metadata"
+"""The key of a thread's metadata in the metadata of each checkpoint the service writes
+(a run's own metadata beside it), so every worker reads it from the thread's latest."""
+
+
+def thread_metadata(latest: Checkpoint | None) -> dict[str, Any]:
+    """The metadata of the thread whose latest checkpoint is ``latest`` ({} for none,
+    or for a session the service did not write)."""
+    found = latest.metadata.get(THREAD_METADATA) if latest is not None else None
+    return dict(found) if isinstance(found, dict) else {}
+
 
 @dataclass
 class Thread:
@@ -68,14 +79,10 @@ class Thread:
 
     thread_id: str
     created_at: float = field(default_factory=time.time)
-    metadata: dict[str, Any] = field(default_factory=dict)
     session: Session | None = None
     """Open while :attr:`users` is not 0 (see :meth:`Threads.hold`)."""
     users: int = 0
-    """Runs, streams and reads holding the session, and a fork not yet stored."""
-    unstored: bool = False
-    """A fork before its first run: nothing of it is stored yet, so its session is
-    held (one of :attr:`users`) until that run holds it."""
+    """Runs, streams and reads holding the session."""
     runs: OrderedDict[str, Run] = field(default_factory=OrderedDict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Taken to start a run or delete the thread: one of them at a time."""
@@ -142,8 +149,13 @@ class Threads:
     ) -> Thread:
         """A new thread (a fresh id when none is given).
 
+        The thread is stored at once (a checkpoint of the workflow's initial state,
+        carrying ``metadata``), so every worker of the service finds it.
+
         Raises:
             SessionExists: ``thread_id`` exists and ``if_exists`` is not ``do_nothing``.
+            SessionOwned: another worker is making it, and still is after
+                :data:`HANDOFF_WAIT` s.
         """
         tid = str(uuid.uuid4()) if thread_id is None else params.thread_id(thread_id)
         existing = self._threads.get(tid)
@@ -153,14 +165,59 @@ class Threads:
             and await asyncio.to_thread(self._store.latest, session=tid) is not None
         ):
             existing = self._remember(Thread(tid, stored=True))
-        if existing is not None:
-            if if_exists == "do_nothing":
-                return existing
-            raise SessionExists(
-                f"thread {tid!r} exists; use it, or create it with if_exists='do_nothing' to "
-                "get the existing one"
-            )
-        return self._remember(Thread(tid, metadata=dict(metadata)))
+        if existing is None:
+            try:
+                session = await self._workflow.asession(tid, store=self._store, wait=HANDOFF_WAIT)
+                await self._save(session, metadata)
+                return self._remember(Thread(tid, stored=True))
+            except SessionExists:  # made meanwhile, by another worker
+                existing = self._remember(Thread(tid, stored=True))
+        if if_exists == "do_nothing":
+            return existing
+        raise SessionExists(
+            f"thread {tid!r} exists; use it, or create it with if_exists='do_nothing' to "
+            "get the existing one"
+        )
+
+    @staticmethod
+    async def _save(session: Session, metadata: Mapping[str, Any]) -> None:
+        """Store a new thread's ``session`` with its ``metadata``, and close it, giving
+        its lease back."""
+        try:
+            await session.asave(metadata={THREAD_METADATA: dict(metadata)})
+        finally:
+            await session.aclose()
+
+    async def update(self, thread: Thread, metadata: Mapping[str, Any]) -> None:
+        """Merge ``metadata`` into the thread's, stored with a new checkpoint of its
+        idle state.
+
+        Raises:
+            SessionBusy: a run is going on, or the last one stopped before its end.
+            SessionOwned: another worker runs the thread.
+        """
+        async with thread.lock:
+            active = thread.active
+            if active is not None:
+                raise SessionBusy(
+                    f"thread {thread.thread_id!r} is busy with run {active.run_id}; wait for "
+                    "it, then update the thread's metadata"
+                )
+            session = await self.hold(thread)
+            try:
+                latest = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
+                merged = {**thread_metadata(latest), **metadata}
+                try:
+                    await session.asave(metadata={THREAD_METADATA: merged})
+                except SessionBusy:
+                    raise SessionBusy(
+                        f"thread {thread.thread_id!r} cannot take new metadata now: its last "
+                        "run stopped before its end, with messages in flight; run it on "
+                        "(a run without input) or fork it, then update the metadata"
+                    ) from None
+                thread.stored = True
+            finally:
+                await self.let_go(thread)
 
     async def get(self, thread_id: str, *, create: bool = False) -> Thread:
         """The thread ``thread_id``: one this service knows, or one with checkpoints.
@@ -278,16 +335,20 @@ class Threads:
                             "the thread on from where it waits"
                         )
                     answers = self._inputs.answers(resume, session.pending_requests)
+                # The run's checkpoints carry the thread's metadata on: the session is
+                # held, so no other worker changes it meanwhile.
+                latest = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
             except BaseException:
                 await self.let_go(thread)
                 raise
             if streamed:
                 await self.hold(thread)  # open and held: only counts one more user
             run = Run(thread.thread_id, self._workflow.name, metadata or {}, stream_mode)
+            stored = {**run.metadata, THREAD_METADATA: thread_metadata(latest)}
             # The run holds the session until it ended; it lets go before it says so,
             # so a client told the run ended finds the thread free on any worker.
             run.task = asyncio.create_task(
-                run.drive(session, value, answers, partial(self.let_go, thread))
+                run.drive(session, value, answers, stored, partial(self.let_go, thread))
             )
             try:
                 await asyncio.shield(run.started)
@@ -298,9 +359,6 @@ class Threads:
                     raise SessionBusy("the service stopped the run before it started") from None
                 raise
             thread.stored = True  # by the run's first checkpoint, written as it started
-            if thread.unstored:  # a fork: no longer held for want of a checkpoint
-                thread.unstored = False
-                await self.let_go(thread)
             thread.runs[run.run_id] = run
             while len(thread.runs) > KEPT_RUNS:
                 thread.runs.popitem(last=False)
@@ -317,6 +375,8 @@ class Threads:
         tid = str(uuid.uuid4()) if new_id is None else params.thread_id(new_id)
         if tid in self._threads:
             raise SessionExists(f"thread {tid!r} exists; fork into a new thread id")
+        source = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
+        metadata = {**thread_metadata(source), "forked_from": thread.thread_id}
         session = await asyncio.to_thread(
             self._workflow.resume,
             self._store,
@@ -324,10 +384,8 @@ class Threads:
             checkpoint_id=checkpoint_id,
             as_session=tid,
         )
-        forked = Thread(tid, metadata={**thread.metadata, "forked_from": thread.thread_id})
-        # Held until its first run: a session stores nothing before it runs.
-        forked.session, forked.users, forked.unstored = session, 1, True
-        return self._remember(forked)
+        await self._save(session, metadata)  # stored now: any worker runs it
+        return self._remember(Thread(tid, stored=True))
 
     async def delete(self, thread_id: str) -> None:
         """Delete the thread: its session closes (which ends its runs' streams; its own
@@ -517,10 +575,9 @@ class Threads:
 
 def _forgettable(thread: Thread) -> bool:
     """Whether nothing but its record would go with it: the store holds the thread,
-    and no run, stream, read, start, delete or unstored fork uses it."""
+    and no run, stream, read, start or delete uses it."""
     return (
         thread.stored
-        and not thread.unstored
         and thread.users == 0
         and thread.active is None
         and not thread.lock.locked()

@@ -173,8 +173,8 @@ def test_a_worker_keeps_a_bounded_number_of_idle_thread_records(
         for n in range(6):
             _ok(client.post(f"/threads/t{n}/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
         kept = set(app.threads.known())
-        # Never forgotten: a thread only this worker has (no checkpoint yet).
-        assert kept == {"created", "t4", "t5"}, kept
+        assert kept == {"t3", "t4", "t5"}, kept
+        # Forgotten too, as it is stored from its creation on: with its metadata.
         assert _ok(client.get("/threads/created")).json()["metadata"] == {"k": 1}
         assert _ok(client.post("/threads/t0/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
         assert _ok(client.get("/threads/t0")).json()["values"]["intake"] == {"orders": [1, 1]}
@@ -280,3 +280,72 @@ def test_a_run_another_worker_runs_is_streamed_from_the_store(
         events += [json.loads(line.removeprefix("data: ")) for line in data]
     outputs = [e["data"]["value"] for e in events if e["event"] == "output"]
     assert outputs == list(range(21)) and events[-1]["event"] == "run_completed"
+
+
+def test_a_thread_made_on_one_worker_is_run_found_and_updated_on_another(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """A thread made by POST /threads is stored at once: the other worker reads it (with
+    its metadata), runs it and finds it by its metadata; metadata changed on either
+    worker is what both show, and runs carry it on."""
+    a, b = workers
+    made = _ok(a.post("/threads", json={"thread_id": "t1", "metadata": {"user": "ann"}})).json()
+    assert made["metadata"] == {"user": "ann"} and made["status"] == "idle"
+    seen = _ok(b.get("/threads/t1")).json()
+    assert seen["metadata"] == {"user": "ann"} and seen["status"] == "idle"
+    assert _ok(b.post("/threads/t1/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
+    found = _ok(b.post("/threads/search", json={"metadata": {"user": "ann"}})).json()
+    assert [t["thread_id"] for t in found] == ["t1"]
+    patched = _ok(b.patch("/threads/t1", json={"metadata": {"tier": 2}})).json()
+    assert patched["metadata"] == {"user": "ann", "tier": 2}
+    assert _ok(a.get("/threads/t1")).json()["metadata"] == {"user": "ann", "tier": 2}
+    run = {**ITEMS, "metadata": {"source": "web"}}
+    assert _ok(a.post("/threads/t1/runs/wait", json=run)).json() == {"outputs": ["a"]}
+    after = _ok(b.get("/threads/t1")).json()
+    assert after["metadata"] == {"user": "ann", "tier": 2}
+    assert after["values"]["intake"] == {"orders": [1, 1]}
+    state = _ok(b.get("/threads/t1/state")).json()
+    assert state["metadata"]["source"] == "web"  # the run's own, beside the thread's
+    assert not _ok(a.post("/threads/search", json={"metadata": {"user": "bob"}})).json()
+    refused = a.post("/threads", json={"thread_id": "t1"})
+    assert refused.status_code == 409 and refused.json()["error"] == "SessionExists"
+    same = _ok(b.post("/threads", json={"thread_id": "t1", "if_exists": "do_nothing"})).json()
+    assert same["metadata"] == {"user": "ann", "tier": 2}
+
+
+def test_a_fork_made_on_one_worker_is_run_on_another_at_once(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """A fork is stored as it is made: the worker that made it holds nothing, and the
+    other runs it at once from the source's state, with the source's metadata."""
+    a, b = workers
+    _ok(a.post("/threads", json={"thread_id": "t1", "metadata": {"user": "ann"}}))
+    _ok(a.post("/threads/t1/runs/wait", json=ITEMS))
+    fork = _ok(a.post("/threads/t1/fork", json={"thread_id": "t2"})).json()
+    assert fork["metadata"] == {"user": "ann", "forked_from": "t1"}
+    assert _ok(b.post("/threads/t2/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
+    assert _ok(a.get("/threads/t2")).json()["values"]["intake"] == {"orders": [1, 1]}
+    assert _ok(b.get("/threads/t1")).json()["values"]["intake"] == {"orders": [1]}
+
+
+def test_metadata_is_not_changed_under_a_run_nor_over_a_run_that_stopped_midway(
+    workers: tuple[httpx.Client, httpx.Client], gate: threading.Event
+) -> None:
+    """A PATCH while a run goes on (on this worker or the other) is refused, as is one
+    on a thread whose last run stopped with messages in flight (a cancel at a barrier),
+    naming what to do; a run's metadata may not hide the thread's key."""
+    a, b = workers
+    _ok(a.post("/threads", json={"thread_id": "t1", "metadata": {"user": "ann"}}))
+    run = _ok(a.post("/threads/t1/runs", json={"input": 0})).json()  # holds at tick 5
+    here = a.patch("/threads/t1", json={"metadata": {"tier": 2}})
+    assert here.status_code == 409 and "wait for it" in here.json()["message"], here.text
+    there = b.patch("/threads/t1", json={"metadata": {"tier": 2}})
+    assert there.status_code == 409 and there.json()["error"] == "SessionOwned", there.text
+    _ok(a.post(f"/threads/t1/runs/{run['run_id']}/cancel", params={"wait": "false"}), 202)
+    gate.set()
+    _ok(a.get(f"/threads/t1/runs/{run['run_id']}/join"))
+    stopped = b.patch("/threads/t1", json={"metadata": {"tier": 2}})
+    assert stopped.status_code == 409 and "run it on" in stopped.json()["message"], stopped.text
+    assert _ok(a.get("/threads/t1")).json()["metadata"] == {"user": "ann"}
+    hidden = a.post("/threads/t1/runs/wait", json={"input": 1, "metadata": {"thread_metadata": {}}})
+    assert hidden.status_code == 422 and "PATCH /threads/t1" in hidden.json()["message"]
