@@ -17,6 +17,7 @@ import hmac
 import json
 import time
 import urllib.parse
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -455,8 +456,8 @@ class ServiceApp:
         body = await self._body(request)
         self._check_assistant(body.get("assistant_id"))
         tid = request.path_params.get("tid")
-        if tid is None:
-            thread = await self.threads.create(None, {})
+        if tid is None:  # a thread of its own, stored by the run as it starts
+            thread = await self.threads.get(str(uuid.uuid4()), create=True)
         else:
             create = params.choice(body, "if_not_exists", ("create", "reject"), "reject")
             thread = await self.threads.get(tid, create=create == "create")
