@@ -459,10 +459,24 @@ class Threads:
         """The thread's history events from ``since`` on, then each new one, read every
         :data:`STORED_POLL` s (the live events of a run this worker runs, the stored
         ones of a run another worker runs), holding nothing: any worker runs the thread
-        meanwhile. Ends when the thread is deleted or the service stops."""
+        meanwhile. Ends when the thread is deleted or the service stops.
+
+        Each read starts at the last event seen, which must still be there: if it is
+        not, the thread was deleted by another worker, and maybe made anew, since the
+        last read (its history starts over: going on from here would skip its first
+        events), so the stream ends as for a deletion."""
+        last: Event | None = None
         while not (self._closed or thread.deleted):
-            for event in await self.history(thread, since):
+            if last is None:
+                events = await self.history(thread, since)
+            else:
+                events = await self.history(thread, since - 1)
+                if not events or not _same(events[0], last):
+                    return
+                del events[0]
+            for event in events:
                 yield event
+                last = event
                 since = (event.seq if event.seq is not None else since) + 1
             if thread.stored and thread.session is None and not await self._exists(thread):
                 return  # deleted by another worker
@@ -571,6 +585,17 @@ class Threads:
             session, thread.session = thread.session, None
             if session is not None:
                 await session.aclose()
+
+
+def _same(found: Event, seen: Event) -> bool:
+    """Whether ``found``, read from a thread's history, is the event ``seen`` before (a
+    thread made anew numbers its events from 0 again, in runs of other ids)."""
+    return (type(found), found.seq, found.run_id, found.time) == (
+        type(seen),
+        seen.seq,
+        seen.run_id,
+        seen.time,
+    )
 
 
 def _forgettable(thread: Thread) -> bool:

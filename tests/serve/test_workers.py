@@ -349,3 +349,41 @@ def test_metadata_is_not_changed_under_a_run_nor_over_a_run_that_stopped_midway(
     assert _ok(a.get("/threads/t1")).json()["metadata"] == {"user": "ann"}
     hidden = a.post("/threads/t1/runs/wait", json={"input": 1, "metadata": {"thread_metadata": {}}})
     assert hidden.status_code == 422 and "PATCH /threads/t1" in hidden.json()["message"]
+
+
+def test_a_thread_stream_ends_when_its_thread_is_deleted_and_made_anew_between_reads(
+    workers: tuple[httpx.Client, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread deleted on one worker and made anew (and run) there between two reads of
+    its stream on the other ends that stream, as a deletion does: the stream never goes
+    on into the new thread from the old one's position (skipping the new one's first
+    events)."""
+    a, b = workers
+    monkeypatch.setattr("actorflow.serve._threads.STORED_POLL", 2.0)  # room between reads
+    checked = threading.Event()
+    exists = Threads._exists
+
+    async def noted(self: Threads, thread: Thread) -> bool:
+        found = await exists(self, thread)
+        checked.set()  # the stream read the thread's history, then found it stored
+        return found
+
+    monkeypatch.setattr(Threads, "_exists", noted)
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+    _ok(a.post("/threads/t1/runs/wait", json=ITEMS))
+    stream_timeout = httpx.Timeout(30, read=10)
+    with a.stream(
+        "GET", "/threads/t1/stream", params={"stream_mode": "lifecycle"}, timeout=stream_timeout
+    ) as stream:
+        lines = stream.iter_lines()
+        data = (
+            json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data:")
+        )
+        seen = [next(data)["event"] for _ in range(4)]
+        assert seen == ["run_started", "run_completed"] * 2
+        assert checked.wait(10)
+        _ok(b.delete("/threads/t1"), 204)
+        _ok(b.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+        _ok(b.post("/threads/t1/runs/wait", json=ITEMS))
+        _ok(b.post("/threads/t1/runs/wait", json=ITEMS))
+        assert list(data) == []  # it ended, showing nothing of the new thread
