@@ -63,7 +63,7 @@ from ._stream import (
     sse,
     thread_stream,
 )
-from ._threads import THREAD_METADATA, Thread, Threads, thread_metadata
+from ._threads import THREAD_KEY, StoredThread, Thread, Threads
 
 __all__ = ["ServiceApp"]
 
@@ -286,13 +286,17 @@ class ServiceApp:
         status = self._states.status(cp)
         if thread is not None and thread.active is not None:
             status = "busy"
-        created = thread.created_at if thread is not None else (cp.created_at if cp else 0.0)
+        kept = StoredThread.of(cp)
+        if kept is not None:
+            created = kept.created_at
+        else:  # a thread made by a run (or outside the service): when first seen
+            created = thread.created_at if thread is not None else (cp.created_at if cp else 0.0)
         updated = cp.created_at if cp is not None else created
         return {
             "thread_id": thread_id,
             "created_at": iso(created),
             "updated_at": iso(updated),
-            "metadata": thread_metadata(cp),
+            "metadata": kept.metadata if kept is not None else {},
             "status": status,
             "values": state["values"],
             "interrupts": {i["id"]: [i] for i in state["interrupts"]},
@@ -481,10 +485,10 @@ class ServiceApp:
                     f"fork the thread from it (POST /threads/{thread.thread_id}/fork) and run there"
                 )
         metadata = params.json_object(body, "metadata")
-        if THREAD_METADATA in metadata:
+        if THREAD_KEY in metadata:
             raise InvalidRequest(
-                f"metadata: {THREAD_METADATA!r} is the thread's metadata in the run's "
-                "checkpoints; name the run's key otherwise, or change the thread's metadata "
+                f"metadata: {THREAD_KEY!r} keeps the thread in the run's checkpoints; name "
+                "the run's key otherwise, or change the thread's metadata "
                 f"with PATCH /threads/{thread.thread_id}"
             )
         raw_mode = body.get("stream_mode") or "values"

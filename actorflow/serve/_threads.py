@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -61,16 +61,39 @@ worker runs (no worker tells another when a run ends)."""
 KEPT_RUNS = 100
 """Finished runs remembered per thread (their records; their history stays in the store)."""
 
-THREAD_METADATA = "thread_metadata"
-"""The key of a thread's metadata in the metadata of each checkpoint the service writes
-(a run's own metadata beside it), so every worker reads it from the thread's latest."""
+THREAD_KEY = "actorflow.thread"
+"""The key, in the metadata of every checkpoint the service writes, of what it keeps of
+the thread (:class:`StoredThread`; a run's own metadata beside it), so every worker
+reads a thread from its latest checkpoint."""
 
 
-def thread_metadata(latest: Checkpoint | None) -> dict[str, Any]:
-    """The metadata of the thread whose latest checkpoint is ``latest`` ({} for none,
-    or for a session the service did not write)."""
-    found = latest.metadata.get(THREAD_METADATA) if latest is not None else None
-    return dict(found) if isinstance(found, dict) else {}
+@dataclass(frozen=True)
+class StoredThread:
+    """What the service keeps of a thread in its checkpoints."""
+
+    metadata: dict[str, Any]
+    """The thread's metadata (``POST /threads``, ``PATCH``)."""
+    created_at: float
+    """When the thread was made."""
+
+    @classmethod
+    def of(cls, latest: Checkpoint | None) -> StoredThread | None:
+        """What the thread's latest checkpoint ``latest`` keeps of it; None without one,
+        or for a session the service did not write."""
+        if latest is None:
+            return None
+        kept = latest.metadata.get(THREAD_KEY)
+        if not isinstance(kept, dict):
+            return None
+        metadata, created_at = kept.get("metadata"), kept.get("created_at")
+        return cls(
+            dict(metadata) if isinstance(metadata, dict) else {},
+            float(created_at) if isinstance(created_at, int | float) else latest.created_at,
+        )
+
+    def stored_with(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """The metadata of a checkpoint that keeps this, beside ``metadata`` (a run's)."""
+        return {**metadata, THREAD_KEY: {"metadata": self.metadata, "created_at": self.created_at}}
 
 
 @dataclass
@@ -168,7 +191,7 @@ class Threads:
         if existing is None:
             try:
                 session = await self._workflow.asession(tid, store=self._store, wait=HANDOFF_WAIT)
-                await self._save(session, metadata)
+                await self._save(session, StoredThread(dict(metadata), time.time()))
                 return self._remember(Thread(tid, stored=True))
             except SessionExists:  # made meanwhile, by another worker
                 existing = self._remember(Thread(tid, stored=True))
@@ -180,13 +203,19 @@ class Threads:
         )
 
     @staticmethod
-    async def _save(session: Session, metadata: Mapping[str, Any]) -> None:
-        """Store a new thread's ``session`` with its ``metadata``, and close it, giving
-        its lease back."""
+    async def _save(session: Session, made: StoredThread) -> None:
+        """Store a new thread's ``session`` keeping ``made``, and close it, giving its
+        lease back."""
         try:
-            await session.asave(metadata={THREAD_METADATA: dict(metadata)})
+            await session.asave(metadata=made.stored_with({}))
         finally:
             await session.aclose()
+
+    async def _stored(self, thread: Thread) -> StoredThread:
+        """What the thread's latest checkpoint keeps of it (made now for a thread whose
+        checkpoints keep nothing: made by a run, or outside the service)."""
+        latest = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
+        return StoredThread.of(latest) or StoredThread({}, thread.created_at)
 
     async def update(self, thread: Thread, metadata: Mapping[str, Any]) -> None:
         """Merge ``metadata`` into the thread's, stored with a new checkpoint of its
@@ -205,10 +234,10 @@ class Threads:
                 )
             session = await self.hold(thread)
             try:
-                latest = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
-                merged = {**thread_metadata(latest), **metadata}
+                kept = await self._stored(thread)
+                merged = replace(kept, metadata={**kept.metadata, **metadata})
                 try:
-                    await session.asave(metadata={THREAD_METADATA: merged})
+                    await session.asave(metadata=merged.stored_with({}))
                 except SessionBusy:
                     raise SessionBusy(
                         f"thread {thread.thread_id!r} cannot take new metadata now: its last "
@@ -335,16 +364,16 @@ class Threads:
                             "the thread on from where it waits"
                         )
                     answers = self._inputs.answers(resume, session.pending_requests)
-                # The run's checkpoints carry the thread's metadata on: the session is
-                # held, so no other worker changes it meanwhile.
-                latest = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
+                # The run's checkpoints keep the thread on: the session is held, so no
+                # other worker changes it meanwhile.
+                kept = await self._stored(thread)
             except BaseException:
                 await self.let_go(thread)
                 raise
             if streamed:
                 await self.hold(thread)  # open and held: only counts one more user
             run = Run(thread.thread_id, self._workflow.name, metadata or {}, stream_mode)
-            stored = {**run.metadata, THREAD_METADATA: thread_metadata(latest)}
+            stored = kept.stored_with(run.metadata)
             # The run holds the session until it ended; it lets go before it says so,
             # so a client told the run ended finds the thread free on any worker.
             run.task = asyncio.create_task(
@@ -375,8 +404,8 @@ class Threads:
         tid = str(uuid.uuid4()) if new_id is None else params.thread_id(new_id)
         if tid in self._threads:
             raise SessionExists(f"thread {tid!r} exists; fork into a new thread id")
-        source = await asyncio.to_thread(self._store.latest, session=thread.thread_id)
-        metadata = {**thread_metadata(source), "forked_from": thread.thread_id}
+        source = await self._stored(thread)
+        made = StoredThread({**source.metadata, "forked_from": thread.thread_id}, time.time())
         session = await asyncio.to_thread(
             self._workflow.resume,
             self._store,
@@ -384,7 +413,7 @@ class Threads:
             checkpoint_id=checkpoint_id,
             as_session=tid,
         )
-        await self._save(session, metadata)  # stored now: any worker runs it
+        await self._save(session, made)  # stored now: any worker runs it
         return self._remember(Thread(tid, stored=True))
 
     async def delete(self, thread_id: str) -> None:

@@ -286,13 +286,14 @@ def test_a_thread_made_on_one_worker_is_run_found_and_updated_on_another(
     workers: tuple[httpx.Client, httpx.Client],
 ) -> None:
     """A thread made by POST /threads is stored at once: the other worker reads it (with
-    its metadata), runs it and finds it by its metadata; metadata changed on either
-    worker is what both show, and runs carry it on."""
+    its metadata and creation time), runs it and finds it by its metadata; metadata
+    changed on either worker is what both show, and runs carry it on."""
     a, b = workers
     made = _ok(a.post("/threads", json={"thread_id": "t1", "metadata": {"user": "ann"}})).json()
     assert made["metadata"] == {"user": "ann"} and made["status"] == "idle"
     seen = _ok(b.get("/threads/t1")).json()
     assert seen["metadata"] == {"user": "ann"} and seen["status"] == "idle"
+    assert seen["created_at"] == made["created_at"]
     assert _ok(b.post("/threads/t1/runs/wait", json=ITEMS)).json() == {"outputs": ["a"]}
     found = _ok(b.post("/threads/search", json={"metadata": {"user": "ann"}})).json()
     assert [t["thread_id"] for t in found] == ["t1"]
@@ -303,6 +304,7 @@ def test_a_thread_made_on_one_worker_is_run_found_and_updated_on_another(
     assert _ok(a.post("/threads/t1/runs/wait", json=run)).json() == {"outputs": ["a"]}
     after = _ok(b.get("/threads/t1")).json()
     assert after["metadata"] == {"user": "ann", "tier": 2}
+    assert after["created_at"] == made["created_at"] < after["updated_at"]
     assert after["values"]["intake"] == {"orders": [1, 1]}
     state = _ok(b.get("/threads/t1/state")).json()
     assert state["metadata"]["source"] == "web"  # the run's own, beside the thread's
@@ -347,7 +349,9 @@ def test_metadata_is_not_changed_under_a_run_nor_over_a_run_that_stopped_midway(
     stopped = b.patch("/threads/t1", json={"metadata": {"tier": 2}})
     assert stopped.status_code == 409 and "run it on" in stopped.json()["message"], stopped.text
     assert _ok(a.get("/threads/t1")).json()["metadata"] == {"user": "ann"}
-    hidden = a.post("/threads/t1/runs/wait", json={"input": 1, "metadata": {"thread_metadata": {}}})
+    hidden = a.post(
+        "/threads/t1/runs/wait", json={"input": 1, "metadata": {"actorflow.thread": {}}}
+    )
     assert hidden.status_code == 422 and "PATCH /threads/t1" in hidden.json()["message"]
 
 
