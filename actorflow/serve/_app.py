@@ -281,6 +281,11 @@ class ServiceApp:
         return f"{root}/threads/{thread}/runs/{run.run_id}{tail}"
 
     async def _thread_json(self, thread_id: str, thread: Thread | None) -> dict[str, Any]:
+        """The thread as JSON, read from its latest checkpoint.
+
+        Raises:
+            ThreadNotFound: the thread was deleted (by another worker) while it was read.
+        """
         cp = await asyncio.to_thread(self._states.latest, thread_id)
         state = await asyncio.to_thread(self._states.state, thread_id, cp)
         status = self._states.status(cp)
@@ -362,7 +367,12 @@ class ServiceApp:
         ids = sorted(set(stored) | set(known))
         if wanted:
             ids = [i for i in ids if i in set(wanted)]
-        rows = [await self._thread_json(tid, known.get(tid)) for tid in ids]
+        rows = []
+        for tid in ids:
+            try:
+                rows.append(await self._thread_json(tid, known.get(tid)))
+            except ThreadNotFound:
+                continue  # deleted while the search read it
         if metadata:
             rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in metadata.items())]
         if status:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from actorflow.actors import decode, decode_state, to_json
-from actorflow.errors import CheckpointNotFound
+from actorflow.errors import CheckpointNotFound, ThreadNotFound
 from actorflow.runtime import decode_runtime
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
@@ -56,9 +56,31 @@ class States:
         """The thread's state at ``cp`` (None: before its first checkpoint).
 
         Raises:
+            ThreadNotFound: the thread was deleted (by another worker) while it was read.
+            CheckpointNotFound: ``cp`` was deleted while it was read (pruned, or its
+                thread deleted and made anew).
             CheckpointError: a record or blob is missing or damaged.
             DecodeError: a state holds a type this process has not registered.
         """
+        try:
+            return self._state(thread_id, cp)
+        except CheckpointNotFound:
+            assert cp is not None, "without a checkpoint nothing is read"
+            try:
+                self._store.load(cp.id)
+            except CheckpointNotFound:  # the record went with its blobs: deleted meanwhile
+                if self._store.latest(session=thread_id) is None:
+                    raise ThreadNotFound(
+                        f"thread {thread_id!r} was deleted while it was read; read it again "
+                        "to see whether it was made anew"
+                    ) from None
+                raise CheckpointNotFound(
+                    f"checkpoint {cp.id} of thread {thread_id!r} was deleted while it was "
+                    "read (pruned, or the thread made anew); read the thread again"
+                ) from None
+            raise  # the record is there and lacks a part: the store is damaged
+
+    def _state(self, thread_id: str, cp: Checkpoint | None) -> dict[str, Any]:
         if cp is None:
             return {
                 "values": {},

@@ -391,3 +391,41 @@ def test_a_thread_stream_ends_when_its_thread_is_deleted_and_made_anew_between_r
         _ok(b.post("/threads/t1/runs/wait", json=ITEMS))
         _ok(b.post("/threads/t1/runs/wait", json=ITEMS))
         assert list(data) == []  # it ended, showing nothing of the new thread
+
+
+class _DeletedWhileRead(af.MemoryStore):
+    """A store on which the next state read of a thread finds it deleted (by another
+    worker) between reading its latest checkpoint and that checkpoint's states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.victim: str | None = None
+
+    def load_blob(self, digest: str) -> bytes:
+        victim, self.victim = self.victim, None
+        if victim is not None:
+            af.delete_session(self, victim)
+        return super().load_blob(digest)
+
+
+def test_a_thread_deleted_while_it_is_read_is_not_found_and_left_out_of_a_search() -> None:
+    """A thread deleted (on another worker) while a worker reads it: GET says the thread
+    was deleted (404 ThreadNotFound, not a missing blob), and a search leaves it out
+    rather than failing as a whole."""
+    with (
+        build() as wf,
+        _DeletedWhileRead() as store,
+        Server(ServiceApp(wf, store)) as worker,
+        httpx.Client(base_url=worker.url, timeout=30) as client,
+    ):
+        for n, tid in enumerate(("t1", "t2", "t3")):
+            _ok(client.post("/threads", json={"thread_id": tid, "metadata": {"team": "x"}}))
+            order = {"input": {"id": n, "items": ["a"]}}  # a state of its own (blobs too)
+            _ok(client.post(f"/threads/{tid}/runs/wait", json=order))
+        store.victim = "t1"
+        gone = client.get("/threads/t1")
+        assert gone.status_code == 404 and gone.json()["error"] == "ThreadNotFound", gone.text
+        assert "deleted" in gone.json()["message"]
+        store.victim = "t2"  # the first thread the search reads (ids in order)
+        found = _ok(client.post("/threads/search", json={"metadata": {"team": "x"}})).json()
+        assert [t["thread_id"] for t in found] == ["t3"]
