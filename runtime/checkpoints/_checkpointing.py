@@ -75,10 +75,12 @@ class Checkpointer:
         lease: Lease | None = None,
         lineage: Lineage | None = None,
         on_stored: Callable[[int], None] | None = None,
+        held: Mapping[str, bytes] | None = None,
     ) -> None:
         """``on_stored(seq)``: told, once a cut carrying history entries is in the store,
         the number of its last entry (on the background writer's thread for an async
-        write); the session's history log then stops keeping those events."""
+        write); the session's history log then stops keeping those events. ``held``:
+        the bytes of ``parent``'s blobs read for the resume (by digest)."""
         self.store = store
         self.spec = spec
         self.session = session
@@ -99,7 +101,18 @@ class Checkpointer:
         if lineage is not None:
             entries.update(lineage.entries())
         self._packed_graph = PackedEntries(entries)
-        self._stored: frozenset[str] = parent.blob_digests() if parent is not None else frozenset()
+        self._stored: frozenset[str] = frozenset()
+        self._carried: Mapping[str, bytes] = {}
+        """Until a cut of this session is stored: bytes of blobs that only another
+        session's records hold, sent with every write that names them."""
+        if parent is not None and parent.session == session:
+            self._stored = parent.blob_digests()
+        elif parent is not None:
+            # A fork: its source session may be deleted, and with it every blob no other
+            # session's record names, before the fork stores a cut of its own. So the
+            # fork's first cut stores every blob it names, from the bytes the resume
+            # read, rather than trusting the source's records to keep them.
+            self._carried = held or {}
         self.lease = lease
         """The session's lease (its fencing token goes with every save), or None."""
         self._save = cut_saver(store, lease)
@@ -175,6 +188,8 @@ class Checkpointer:
         # is missing, which the store refuses loudly: it never saves a dangling record).
         fresh = referenced - self._stored if referenced is not self._stored else None
         blobs = {d: chunks[d] for d in fresh if d in chunks} if fresh else {}
+        if fresh and self._carried:
+            blobs.update((d, self._carried[d]) for d in fresh - blobs.keys() if d in self._carried)
         cut = self._cut(
             kind if kind in _KINDS else CheckpointKind(kind).value,  # unknown kinds raise
             superstep,
@@ -216,6 +231,7 @@ class Checkpointer:
         """``item`` is in the store: the lineage may fall back to it, and its history
         entries need not be kept in memory any more."""
         self._confirmed_id = item.cut.id
+        self._carried = {}  # its blobs are this session's own now
         history = item.cut.history
         if history and self._on_stored is not None:
             self._on_stored(history[-1][0])
@@ -240,7 +256,12 @@ class Checkpointer:
         ``[sends, outputs, requests, effects, statements]``: the statements are kept as
         data, and committed by the store only with the superstep's cut.
         """
-        blobs = {d: c for d, c in chunks if c is not None and d not in self._stored}
+        carried = self._carried
+        blobs = {
+            d: c if c is not None else carried[d]
+            for d, c in chunks
+            if d not in self._stored and (c is not None or d in carried)
+        }
         cut = self._cut(
             CheckpointKind.PARTIAL.value,
             superstep,
@@ -405,6 +426,10 @@ class Restored:
         }
         """Executor -> its snapshot chunks: bytes already in hand, or None (read from the store)."""
         self._attempted: list[list[Any]] = list(extra.get("effects", ()))
+
+    def held(self) -> dict[str, bytes]:
+        """The bytes of the snapshot chunks read for this resume, by digest."""
+        return {d: c for chunks in self.snapshots.values() for d, c in chunks if c is not None}
 
     def same_barrier(self, later: Checkpoint) -> None:
         """``later``, a cut of the session written after this one at the same barrier

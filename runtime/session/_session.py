@@ -457,6 +457,7 @@ class Session:
                 lease=self._ownership.first if self._ownership is not None else None,
                 lineage=self._answers.lineage,
                 on_stored=self._history.log.stored,
+                held=restored.held() if restored else None,
             )
         driver = Driver(
             spec,

@@ -40,6 +40,7 @@ class Show(af.Executor):
 
 
 GATE = threading.Event()
+GATE.set()  # open, unless a test closes it
 INSIDE = threading.Event()
 
 
@@ -182,3 +183,30 @@ def test_asave_stores_from_an_event_loop(wf: af.Workflow) -> None:
     saved = asyncio.run(main())
     cut = store.latest(session="loop")
     assert cut is not None and cut.id == saved and cut.metadata == {"via": "asave"}
+
+
+@pytest.mark.parametrize("restart", [None, af.RestartPolicy()])
+@pytest.mark.parametrize("first", ["run", "save"])
+def test_a_fork_whose_source_is_deleted_before_its_first_cut_is_stored_whole(
+    first: str, restart: af.RestartPolicy | None
+) -> None:
+    """A fork holds its source's state from the resume on: its first cut stores every
+    blob it references, so the source session deleted before that cut (its blobs with
+    it) loses the fork nothing; the store verifies clean and the fork resumes."""
+    builder = af.WorkflowBuilder("counting", start=Counter("count"), restart=restart).add_edge(
+        "count", Show("show")
+    )
+    store = af.MemoryStore()
+    with builder.build() as wf:
+        with wf.session("source", store=store) as source:
+            source.run(10)
+            idle = source.last_checkpoint_id
+        with wf.resume(store, checkpoint_id=idle, as_session="fork") as fork:
+            af.delete_session(store, "source")
+            assert store.list(session="source") == []
+            if first == "save":
+                assert fork.save() is not None
+            assert fork.run(1).outputs == [11]
+        assert store.verify() == []
+        with wf.resume(store, session="fork") as again:
+            assert again.run(2).outputs == [13]
