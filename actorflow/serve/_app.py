@@ -46,7 +46,7 @@ from actorflow.errors import (
     ThreadNotFound,
 )
 from actorflow.runtime import NO_INPUT, Event, Workflow
-from actorflow.storage import CheckpointStore
+from actorflow.storage import Checkpoint, CheckpointStore
 
 from . import _params as params
 from ._runs import Run
@@ -287,10 +287,20 @@ class ServiceApp:
             ThreadNotFound: the thread was deleted (by another worker) while it was read.
         """
         cp = await asyncio.to_thread(self._states.latest, thread_id)
+        return await self._thread_at(thread_id, thread, cp, self._status(thread, cp))
+
+    def _status(self, thread: Thread | None, cp: Checkpoint | None) -> str:
+        """The status of a thread whose latest checkpoint is ``cp``."""
+        return (
+            "busy" if thread is not None and thread.active is not None else self._states.status(cp)
+        )
+
+    async def _thread_at(
+        self, thread_id: str, thread: Thread | None, cp: Checkpoint | None, status: str
+    ) -> dict[str, Any]:
+        """The thread as JSON, its latest checkpoint ``cp`` read already (its state is
+        read now)."""
         state = await asyncio.to_thread(self._states.state, thread_id, cp)
-        status = self._states.status(cp)
-        if thread is not None and thread.active is not None:
-            status = "busy"
         kept = StoredThread.of(cp)
         if kept is not None:
             created = kept.created_at
@@ -369,14 +379,19 @@ class ServiceApp:
             ids = [i for i in ids if i in set(wanted)]
         rows = []
         for tid in ids:
+            # Matched on the latest record alone: states are read for the matches only.
+            cp = await asyncio.to_thread(self._states.latest, tid)
+            kept = StoredThread.of(cp)
+            have = kept.metadata if kept is not None else {}
+            if any(have.get(k) != v for k, v in metadata.items()):
+                continue
+            found = self._status(known.get(tid), cp)
+            if status and found != status:
+                continue
             try:
-                rows.append(await self._thread_json(tid, known.get(tid)))
+                rows.append(await self._thread_at(tid, known.get(tid), cp, found))
             except ThreadNotFound:
                 continue  # deleted while the search read it
-        if metadata:
-            rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in metadata.items())]
-        if status:
-            rows = [r for r in rows if r["status"] == status]
         rows.sort(key=lambda r: str(r[key]), reverse=order == "desc")
         return JSONResponse(rows[offset : offset + limit])
 
