@@ -133,10 +133,13 @@ class RetentionTests(KitBase):
                 lease = store.acquire_lease(session, "opener", LONG_TTL)
                 head = store.latest(session=session)
                 blob = blob_digest(session.encode())
-                if head is not None and (
-                    store.list(session=session) != [head] or store.has_blobs([blob]) != {blob}
-                ):
-                    vanished.append(session)
+                if head is not None:
+                    listed, has = store.list(session=session), store.has_blobs([blob])
+                    if listed != [head] or has != {blob}:
+                        vanished.append(
+                            f"{session}: head {head.id}, listed {[c.id for c in listed]}, "
+                            f"blob stored {has == {blob}}"
+                        )
                 store.release_lease(lease)
             opened_all.set()
             return vanished
@@ -150,7 +153,8 @@ class RetentionTests(KitBase):
 
         with ThreadPoolExecutor(2) as pool:
             opened, removing = pool.submit(open_each), pool.submit(remove)
-            assert opened.result(timeout=WAIT_S) == []
+            vanished = opened.result(timeout=WAIT_S)
+            assert vanished == [], f"vanished beneath a lease: {vanished}"
             removed = removing.result(timeout=WAIT_S)
         assert removed + store.prune_older_than(now - DAY, whole_sessions=True) == len(sessions)
         assert store.sessions() == []
