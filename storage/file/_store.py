@@ -95,7 +95,7 @@ class FileStore:
     retire records and collect blobs. So a collection never removes a blob that a
     save in another thread or process has just found present and is about to
     reference. Records are read without the lock (frames and packs never change once
-    written).
+    written); the folder is listed under the shared lock (see ``_ids``).
 
     Deleting a record lists its id in ``deleted`` (and renames a record pack to a
     blob-only pack); collection then rewrites segments and blob-only packs that hold
@@ -350,7 +350,7 @@ class FileStore:
             doomed = prune_plan(
                 (
                     (cp.id, cp.kind.value, cp.parent_id)
-                    for cp in self._scan(self._ids())
+                    for cp in self._scan(self._listed())
                     if cp.session == session
                 ),
                 keep,
@@ -382,7 +382,7 @@ class FileStore:
             assert lock is not None  # a write section has its lock, or raised
             records = [
                 (cp.id, cp.session, cp.kind.value, cp.parent_id, cp.created_at)
-                for cp in self._scan(self._ids())
+                for cp in self._scan(self._listed())
             ]
             if not whole_sessions:
                 doomed = age_plan(records, limit, whole_sessions=False)
@@ -473,7 +473,18 @@ class FileStore:
             raise store_closed(self)
 
     def _ids(self, *, strict: bool = True) -> builtins.list[str]:
-        """Every stored id; ``strict``: raise CheckpointCorrupt if a segment is damaged."""
+        """Every stored id; ``strict``: raise CheckpointCorrupt if a segment is damaged.
+
+        Listed under the shared store lock, so no collection runs meanwhile: one moves
+        a segment's live records into packs and then unlinks the segment, and a
+        listing it overtook (the folder read before the packs appeared, the segments
+        after it was gone) would find neither, and a live session would look deleted.
+        """
+        with self._lock.held(exclusive=False, write=False):
+            return self._listed(strict=strict)
+
+    def _listed(self, *, strict: bool = True) -> builtins.list[str]:
+        """:meth:`_ids`, for a caller that holds the store lock."""
         try:
             names = os.listdir(self._packs)
         except FileNotFoundError as exc:

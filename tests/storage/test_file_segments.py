@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import threading
@@ -502,3 +503,63 @@ def test_a_frame_named_after_another_record_is_reported(tmp_path: Path, name: st
             store.load(newest.id)  # hidden under another name: never "not found"
         assert any(f"holds the record of {newest.id}" in p for p in store.verify())
         assert store.load(last.id) == last  # frames after it are read on
+
+
+@pytest.mark.parametrize("read_before", [False, True], ids=["fresh-handle", "read-before"])
+def test_a_listing_during_a_collection_never_misses_a_live_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_before: bool
+) -> None:
+    """A listing that a collection could overtake (one handle reads the folder and sees
+    a segment; another deletes a record of that segment, which moves the segment's live
+    records into packs and unlinks it; the first then reads the segments) still finds
+    every live record: a session whose record moved must not look gone (an open
+    holding its lease would find it vanished). The collection is started right where
+    it would overtake the listing, and the listing goes on once it is done or waits
+    on the store lock."""
+    from actorflow.storage.file import _lock as file_lock
+
+    real_flock = file_lock.flock_within
+    went_on = threading.Event()
+    """Set once the collection is done, or waits for the lock the listing holds."""
+
+    def watched_flock(fd: int, seconds: float | None, *, shared: bool = False) -> bool:
+        if not shared:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                went_on.set()  # the listing holds the lock: the collection waits
+        return real_flock(fd, seconds, shared=shared)
+
+    monkeypatch.setattr(file_lock, "flock_within", watched_flock)
+    with FileStore(tmp_path) as writer:
+        kept, kept_blobs = make_checkpoint(session="kept", chunks={"e": [b"kept"]})
+        writer.save(kept, kept_blobs)
+        doomed, doomed_blobs = make_checkpoint(session="doomed", chunks={"e": [b"doomed"]})
+        writer.save(doomed, doomed_blobs)
+        assert len(segments(tmp_path)) == 1
+        with FileStore(tmp_path) as reader:
+            if read_before:
+                assert reader.list() == [kept, doomed]
+            records = reader._segments
+            assert records is not None
+            real_refresh = records.refresh
+
+            def collect() -> None:
+                writer.delete(doomed.id)
+                went_on.set()
+
+            collector = threading.Thread(target=collect)
+
+            def overtaken_refresh() -> None:
+                if collector.ident is None:  # the listing's own folder read came just before
+                    collector.start()
+                    assert went_on.wait(10)
+                real_refresh()
+
+            monkeypatch.setattr(records, "refresh", overtaken_refresh)
+            assert reader.latest(session="kept") == kept
+            collector.join(10)
+            assert not collector.is_alive() and segments(tmp_path) == []
+            assert reader.list() == [kept]
+            assert reader.sessions() == ["kept"]
