@@ -516,9 +516,10 @@ def test_a_listing_during_a_collection_never_misses_a_live_record(
     holding its lease would find it vanished). The collection is started right where
     it would overtake the listing, and the listing goes on once it is done or waits
     on the store lock."""
+    from actorflow.storage import _lock_wait
     from actorflow.storage.file import _lock as file_lock
 
-    real_flock = file_lock.flock_within
+    real_flock = _lock_wait.flock_within
     went_on = threading.Event()
     """Set once the collection is done, or waits for the lock the listing holds."""
 
