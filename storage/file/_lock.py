@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from actorflow.errors import CheckpointError
 from actorflow.storage._lock_wait import flock_within, lock_bound, store_lock_held
 
-from ._packindex import PackIndex
+from ._packindex import TOKEN_SIZE, PackIndex
 
 __all__ = ["StoreLock"]
 
@@ -35,6 +36,36 @@ class StoreLock:
         self._path = root / ".lock"
         self._index = index
         self._name = name
+        self._token_fd: int | None = None
+        """A read-only descriptor of the lock file, for :meth:`token` (opened by its first read)."""
+        self._opening = threading.Lock()
+
+    def token(self) -> bytes | None:
+        """The collection token as it is now (see ``_packindex``), read without taking
+        the lock; None while there is no lock file (nothing ever wrote the store).
+
+        Raises:
+            CheckpointError: the lock file exists but cannot be read.
+        """
+        fd = self._token_fd
+        try:
+            if fd is None:
+                with self._opening:
+                    if self._token_fd is None:
+                        self._token_fd = os.open(self._path, os.O_RDONLY)
+                    fd = self._token_fd
+            return os.pread(fd, TOKEN_SIZE, 0)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(f"cannot read the lock file {self._path}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the descriptor :meth:`token` reads."""
+        with self._opening:
+            fd, self._token_fd = self._token_fd, None
+        if fd is not None:
+            os.close(fd)
 
     @contextlib.contextmanager
     def held(self, *, exclusive: bool, write: bool = True) -> Iterator[int | None]:

@@ -15,8 +15,15 @@ collection could run, and no collection has started since. Lock-free readers onl
 use it as a hint: a pack gone or replaced under them sends them back through the
 locked path.
 
+The token also tells lock-free listings whether a collection overtook them (a
+seqlock): a collection writes a token marked *collecting* before it moves anything
+and a fresh unmarked one when it is done, so a listing that read the same unmarked
+token before and after saw no collection at work (see ``FileStore._ids``).
+
 The token is a signal between live processes, not durable state: after a crash
-every process starts with an empty cache, so it is written without fsync.
+every process starts with an empty cache, so it is written without fsync (a
+collection that died leaves its mark, and listings take the lock until the next
+collection clears it).
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ ReadFrames = Callable[[str, int], tuple[list[Frame], int] | None]
 file order from the start without a gap, and where they end; or None."""
 
 TOKEN_SIZE = 16
+
+
+def is_collecting(token: bytes | None) -> bool:
+    """Whether a collection was under way (or died half-way) when ``token`` was read."""
+    return token is not None and len(token) > 0 and bool(token[0] & 1)
 
 
 def is_pack_name(name: str) -> bool:
@@ -84,10 +96,22 @@ class PackIndex:
                 self._scanned.clear()
 
     def bump(self, lock_fd: int) -> None:
-        """Announce a collection to every handle. Caller holds the exclusive lock."""
-        # In place, so the lock file keeps its inode (flocks are on it); no reader
-        # can see half a token, since readers hold the lock shared.
-        os.pwrite(lock_fd, os.urandom(TOKEN_SIZE), 0)
+        """Announce a collection to every handle: a new token, marked as collecting.
+        Caller holds the exclusive lock."""
+        self._write_token(lock_fd, collecting=True)
+
+    def settle(self, lock_fd: int) -> None:
+        """Announce that the collection is over: a new token, unmarked. Caller holds
+        the exclusive lock."""
+        self._write_token(lock_fd, collecting=False)
+
+    def _write_token(self, lock_fd: int, *, collecting: bool) -> None:
+        # In place, so the lock file keeps its inode (flocks are on it). A lock-free
+        # reader (a listing) may see half a token: it differs from the old one, and
+        # the reader goes on under the lock (see is_collecting).
+        token = bytearray(os.urandom(TOKEN_SIZE))
+        token[0] = token[0] | 1 if collecting else token[0] & ~1
+        os.pwrite(lock_fd, bytes(token), 0)
         self.sync(lock_fd)
 
     def scan(self) -> None:

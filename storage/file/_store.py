@@ -57,7 +57,7 @@ from ._pack import (
     read_record,
     write_pack,
 )
-from ._packindex import PackIndex
+from ._packindex import PackIndex, is_collecting
 from ._segment import SEGMENT_SUFFIX, SegmentWriter
 from ._segments import SegmentRecords, read_deleted, read_deleted_ids
 
@@ -95,7 +95,8 @@ class FileStore:
     retire records and collect blobs. So a collection never removes a blob that a
     save in another thread or process has just found present and is about to
     reference. Records are read without the lock (frames and packs never change once
-    written); the folder is listed under the shared lock (see ``_ids``).
+    written); a listing that a collection overtook is made again under the shared
+    lock (see ``_ids``).
 
     Deleting a record lists its id in ``deleted`` (and renames a record pack to a
     blob-only pack); collection then rewrites segments and blob-only packs that hold
@@ -181,6 +182,7 @@ class FileStore:
         """Stop appending to this handle's segment and refuse further use. Idempotent."""
         if self._writer is not None:
             self._writer.close()
+        self._lock.close()
         self._closed = True
 
     def __enter__(self) -> Self:
@@ -475,11 +477,20 @@ class FileStore:
     def _ids(self, *, strict: bool = True) -> builtins.list[str]:
         """Every stored id; ``strict``: raise CheckpointCorrupt if a segment is damaged.
 
-        Listed under the shared store lock, so no collection runs meanwhile: one moves
-        a segment's live records into packs and then unlinks the segment, and a
-        listing it overtook (the folder read before the packs appeared, the segments
-        after it was gone) would find neither, and a live session would look deleted.
+        A collection moves a segment's live records into packs and then unlinks the
+        segment: a listing it overtook (the folder read before the packs appeared, the
+        segments after the segment was gone) would find neither, and a live session
+        would look deleted. So a listing is made without the lock and kept only if the
+        collection token (see ``_packindex``) was the same before and after it and
+        said no collection was under way; otherwise it is made again under the shared
+        lock, where no collection runs. A listing thus never waits on a lock holder
+        that does not collect (a save, however stalled).
         """
+        before = self._lock.token()
+        if not is_collecting(before):
+            ids = self._listed(strict=strict)
+            if self._lock.token() == before:
+                return ids
         with self._lock.held(exclusive=False, write=False):
             return self._listed(strict=strict)
 
@@ -543,11 +554,14 @@ class FileStore:
         """Delete these records and collect. Caller holds the exclusive lock (``lock``)."""
         try:
             self._index.bump(lock)  # before any pack moves: see _packindex
-            with open(self._deleted, "a") as f:
-                f.write("".join(f"{i}\n" for i in ids))
-                f.flush()
-                os.fsync(f.fileno())
-            gc.retire_records(self._packs, ids)
-            gc.collect(self._packs, self._index, read_deleted_ids(self._deleted))
+            try:
+                with open(self._deleted, "a") as f:
+                    f.write("".join(f"{i}\n" for i in ids))
+                    f.flush()
+                    os.fsync(f.fileno())
+                gc.retire_records(self._packs, ids)
+                gc.collect(self._packs, self._index, read_deleted_ids(self._deleted))
+            finally:
+                self._index.settle(lock)  # nothing moves any more (the lock is still held)
         except OSError as exc:
             raise CheckpointError(f"could not delete checkpoints from {self._root}: {exc}") from exc

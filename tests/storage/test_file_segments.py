@@ -564,3 +564,38 @@ def test_a_listing_during_a_collection_never_misses_a_live_record(
             assert not collector.is_alive() and segments(tmp_path) == []
             assert reader.list() == [kept]
             assert reader.sessions() == ["kept"]
+
+
+def test_listings_wait_for_no_lock_holder_but_a_collection(tmp_path: Path) -> None:
+    """A listing takes no lock while no collection is under way, so another process
+    holding the store lock (a save or an open stopped half-way) never holds it up; a
+    collection that died half-way (its token still says collecting) makes listings
+    take the shared lock, and the next collection clears that."""
+    with FileStore(tmp_path) as store:
+        first, blobs = make_checkpoint(chunks={"e": [b"one"]})
+        store.save(first, blobs)
+        doomed, more = make_checkpoint(chunks={"e": [b"two"]})
+        store.save(doomed, more)
+        lock = os.open(tmp_path / ".lock", os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held by "another process", not collecting
+            assert store.latest() == doomed
+            assert store.list() == [first, doomed]
+            store._index.bump(lock)  # a collection that dies before it is done
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            os.close(lock)
+        taken: list[bool] = []
+        real_held = store._lock.held
+
+        def counted(**kwargs: Any) -> Any:
+            taken.append(kwargs["exclusive"])
+            return real_held(**kwargs)
+
+        store._lock.held = counted  # type: ignore[method-assign]
+        assert store.list() == [first, doomed]
+        assert taken == [False]  # under the shared lock
+        store.delete(doomed.id)  # a collection: done, it clears the mark
+        taken.clear()
+        assert store.list() == [first]
+        assert taken == []
