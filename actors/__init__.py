@@ -17,9 +17,11 @@ from ._backend import (
     HostPool,
     HostProxy,
     HostRef,
+    OnAnswer,
     ThreadBackend,
     WaitAny,
     group_wait,
+    relay_answer,
 )
 from ._host import ExecutorHost, HandlerAborted, Hosted, HostedFactory, HostLoop, ProgramSlot
 from ._reply import LeanActor, ReplyFuture, ReplyTimeout, error_parts, rebuilt_error, said_by
@@ -55,6 +57,7 @@ __all__ = [
     "Hosted",
     "HostedFactory",
     "LeanActor",
+    "OnAnswer",
     "ProgramSlot",
     "RayBackend",
     "ReplyFuture",
@@ -75,6 +78,7 @@ __all__ = [
     "main_module_name",
     "message",
     "rebuilt_error",
+    "relay_answer",
     "said_by",
     "stable_name",
     "state_names",

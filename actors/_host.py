@@ -17,6 +17,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+import pykka
+
 from ._reply import LeanActor, Raised
 
 __all__ = [
@@ -29,7 +31,9 @@ __all__ = [
     "Hosted",
     "HostedFactory",
     "LoadCall",
+    "OnAnswer",
     "ProgramSlot",
+    "Relay",
     "Unload",
 ]
 
@@ -113,6 +117,19 @@ class LoadCall(NamedTuple):
     payload: bytes
 
 
+OnAnswer = Callable[[bytes | BaseException], None]
+"""What a :class:`Relay` hands its answer to: the call's bytes, or what it raised."""
+
+
+class Relay(NamedTuple):
+    """Call the loaded program like :class:`Call`, then hand the answer to ``then``, on
+    the host's thread: sent with a ``tell``, it answers nobody (see ``HostRef.relay``)."""
+
+    method: str
+    payload: bytes
+    then: OnAnswer
+
+
 class Unload(NamedTuple):
     """Stop the current program; the host stays alive for reuse."""
 
@@ -120,7 +137,7 @@ class Unload(NamedTuple):
 UNLOAD = Unload()
 """The one :class:`Unload` message (it carries nothing)."""
 
-HostMessage = Call | LoadCall | Unload
+HostMessage = Call | LoadCall | Relay | Unload
 """What :meth:`ProgramSlot.receive` answers. Built in the host's own process (a
 pykka ask, or a Ray worker from its call's arguments), so never decoded."""
 
@@ -129,7 +146,7 @@ class ProgramSlot:
     """The place one :class:`Hosted` program lives in a host, whatever the host is.
 
     ``receive`` answers the host messages (:data:`HostMessage`): :class:`Call`,
-    :class:`LoadCall` and :class:`Unload`.
+    :class:`LoadCall` and :class:`Unload`; a :class:`Relay` is answered to its ``then``.
 
     A ``BaseException`` the program raises fails only its call, as
     :class:`HandlerAborted`. Used by the thread host (:class:`ExecutorHost`) and the
@@ -144,8 +161,15 @@ class ProgramSlot:
 
     def receive(self, message: HostMessage) -> Any:
         """Dispatch one host message."""
+        if type(message) is Relay:
+            answer = self._answer(message)
+            message.then(answer.error if type(answer) is Raised else answer)
+            return None
+        return self._answer(message)
+
+    def _answer(self, message: HostMessage) -> Any:
         try:
-            if type(message) is Call:
+            if type(message) is Call or type(message) is Relay:
                 program = self._program
                 if program is None:
                     raise RuntimeError("host has no program loaded; load one first")
@@ -200,3 +224,21 @@ class ExecutorHost(LeanActor):
     def on_stop(self) -> None:
         """Stop the program and close the loop when the actor stops."""
         self._slot.close()
+
+    def _actor_loop_teardown(self) -> None:
+        # pykka's own teardown answers the asks left in a stopped actor's inbox with
+        # ActorDeadError, and drops its tells. A relay is a tell whose sender waits for
+        # its ``then``: it gets that error too, or its sender would wait for ever.
+        inbox = self.actor_inbox
+        left = []
+        while not inbox.empty():
+            envelope = inbox.get()
+            if type(envelope.message) is Relay:
+                envelope.message.then(
+                    pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the call")
+                )
+            else:
+                left.append(envelope)
+        for envelope in left:
+            inbox.put(envelope)
+        super()._actor_loop_teardown()

@@ -18,8 +18,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from actorflow.actors._backend import HostFuture
-from actorflow.actors._host import HostedFactory
+from actorflow.actors._backend import HostFuture, relay_answer
+from actorflow.actors._host import HostedFactory, OnAnswer
 from actorflow.actors._reply import Raised
 from actorflow.errors import HostLost
 
@@ -70,6 +70,9 @@ class RayHost:
         if not self._enter():
             return self._refused()
         return RayFuture(self, self._handle.call.remote(method.encode(), payload))
+
+    def relay(self, method: str, payload: bytes, then: OnAnswer) -> None:
+        relay_answer(self.call(method, payload), then)
 
     def load_call(self, factory: HostedFactory, method: str, payload: bytes) -> RayFuture:
         digest, blob = self._programs.pickled(factory)

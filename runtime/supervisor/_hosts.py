@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actorflow.actors import HostedFactory, HostFuture, HostPool, HostRef
+from actorflow.actors import HostedFactory, HostFuture, HostPool, HostRef, OnAnswer, relay_answer
 from actorflow.errors import ExecutorFailed
 from actorflow.runtime._graph import GraphSpec
 from actorflow.runtime._pace import PACE, unpaced
@@ -112,6 +112,16 @@ class Hosts:
             self._unloaded.discard(target)
             return host.load_call(self._spec.programs[target], method, payload)
         return host.call(method, payload)
+
+    def relay(self, target: str, method: str, payload: bytes, then: OnAnswer) -> None:
+        """:meth:`call` whose answer goes to ``then`` (see ``HostRef.relay``)."""
+        host = self._through[target]
+        assert target not in self._unrestored, "restore it first"
+        if target in self._unloaded:
+            self._unloaded.discard(target)
+            relay_answer(host.load_call(self._spec.programs[target], method, payload), then)
+            return
+        host.relay(method, payload, then)
 
     def restore_due(self, targets: list[str], run_id: str, superstep: int) -> None:
         """Restore the stored states of those ``targets`` that have not run since the
