@@ -38,9 +38,6 @@ __all__ = [
 
 _PENDING: Any = object()
 
-_PLAIN_MESSAGES = (tuple, types.FunctionType)
-"""Message types that go straight to ``on_receive``: pykka's own are neither."""
-
 
 class ReplyTimeout(pykka.Timeout, TimeoutError):
     """No answer within the timeout: both pykka's ``Timeout`` and the builtin ``TimeoutError``."""
@@ -287,6 +284,10 @@ class LeanActor(pykka.ThreadingActor):
 
     use_daemon_thread = True
 
+    plain_messages: tuple[type, ...] = (tuple, types.FunctionType)
+    """Message types that go straight to ``on_receive`` (see ``_handle_receive``):
+    pykka's own control and proxy messages are none of them."""
+
     @staticmethod
     def _create_actor_inbox() -> queue.SimpleQueue[Any]:
         # pykka's inbox protocol is put/get/empty, which SimpleQueue implements in C.
@@ -299,9 +300,9 @@ class LeanActor(pykka.ThreadingActor):
 
     def _handle_receive(self, message: Any) -> Any:
         # pykka first tests every message against its four control and proxy types;
-        # the runtime's own messages (plain tuples, functions) are never those, so
-        # they skip the four isinstance calls. Should pykka rename this hook, its
+        # the runtime's own messages (plain_messages) are never those, so they skip
+        # the four isinstance calls. Should pykka rename this hook, its
         # own dispatch runs instead: slower, never wrong.
-        if type(message) in _PLAIN_MESSAGES:
+        if type(message) in self.plain_messages:
             return self.on_receive(message)
         return super()._handle_receive(message)
