@@ -172,12 +172,13 @@ def test_store_on_a_real_read_only_mount(tmp_path: Path) -> None:
         subprocess.run(
             ["mount", "-o", "remount,ro,bind", str(mount)], check=True, capture_output=True
         )
-        ro = FileStore(mount)
-        latest = ro.latest()
-        assert latest is not None and latest.id == ids[1]
-        assert ro.verify() == []
-        assert ro.load_blobs(sorted(latest.blob_digests()))
-        with pytest.raises(CheckpointError, match=r"(?i)read-only file system"):
-            ro.prune("session-a", keep=0)
+        with FileStore(mount) as ro:  # closed before the unmount: it holds files open
+            latest = ro.latest()
+            assert latest is not None and latest.id == ids[1]
+            assert ro.verify() == []
+            assert ro.load_blobs(sorted(latest.blob_digests()))
+            with pytest.raises(CheckpointError, match=r"(?i)read-only file system"):
+                ro.prune("session-a", keep=0)
     finally:
-        subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+        # check=True: a mount left behind would break every later pytest's cleanup.
+        subprocess.run(["umount", str(mount)], check=True, capture_output=True)
