@@ -54,13 +54,19 @@ class SegmentRecords:
         """
         try:
             with os.scandir(self._packs) as entries:
-                listed = {
-                    e.name: e.stat(follow_symlinks=False)
+                found = [
+                    e
                     for e in entries
                     if e.name.endswith(SEGMENT_SUFFIX) and not e.name.startswith(".")
-                }
+                ]
         except FileNotFoundError as exc:
             raise CheckpointError(f"{self._packs} is missing: the store is damaged") from exc
+        listed: dict[str, os.stat_result] = {}
+        for entry in found:
+            try:
+                listed[entry.name] = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # unlinked since the folder was read: collected, its records moved
         with self._lock:
             for name in [n for n in self._segments if n not in listed]:
                 del self._segments[name]

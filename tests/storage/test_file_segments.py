@@ -599,3 +599,42 @@ def test_listings_wait_for_no_lock_holder_but_a_collection(tmp_path: Path) -> No
         taken.clear()
         assert store.list() == [first]
         assert taken == []
+
+
+def test_a_segment_unlinked_while_its_folder_is_read_is_no_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection unlinks a segment between a reader's folder listing and its look at
+    that segment's size: the segment is gone, not the store (the reader said "packs is
+    missing: the store is damaged"), and the listing finds the moved records."""
+    with FileStore(tmp_path) as writer:
+        kept, kept_blobs = make_checkpoint(session="kept", chunks={"e": [b"kept"]})
+        writer.save(kept, kept_blobs)
+        doomed, doomed_blobs = make_checkpoint(session="doomed", chunks={"e": [b"doomed"]})
+        writer.save(doomed, doomed_blobs)
+        with FileStore(tmp_path) as reader:
+            real_scandir = os.scandir
+            overtaken: list[bool] = []
+
+            def overtaken_scandir(path: Any) -> Any:
+                entries = list(real_scandir(path))  # (their stat is read later, lazily)
+                if not overtaken:
+                    overtaken.append(True)
+                    writer.delete(doomed.id)  # unlinks the segment the entries name
+                    assert segments(tmp_path) == []
+                return _Listing(entries)
+
+            monkeypatch.setattr(os, "scandir", overtaken_scandir)  # the first is the reader's
+            assert reader.list() == [kept]
+            assert overtaken
+            assert reader.latest(session="kept") == kept
+
+
+class _Listing(list[Any]):
+    """A folder's entries, usable like ``os.scandir``'s iterator (a context manager)."""
+
+    def __enter__(self) -> _Listing:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
