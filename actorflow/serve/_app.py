@@ -68,6 +68,9 @@ from ._threads import THREAD_KEY, StoredThread, Thread, Threads
 __all__ = ["ServiceApp"]
 
 _SORTS = ("thread_id", "status", "created_at", "updated_at")
+_CREATE_ATTEMPTS = 3
+"""How often ``POST /threads`` makes or finds its thread when another worker keeps
+deleting it between finding and reading it (then the deletion's 404 stands)."""
 """What ``/threads/search`` sorts by."""
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
@@ -355,12 +358,18 @@ class ServiceApp:
     async def thread_create(self, request: Request) -> Response:
         """``POST /threads``: ``{thread_id?, metadata?, if_exists?}`` -> the thread."""
         body = await self._body(request)
-        thread = await self.threads.create(
-            body.get("thread_id"),
-            params.json_object(body, "metadata"),
-            params.choice(body, "if_exists", ("raise", "do_nothing"), "raise"),
-        )
-        return JSONResponse(await self._thread_json(thread.thread_id, thread))
+        metadata = params.json_object(body, "metadata")
+        if_exists = params.choice(body, "if_exists", ("raise", "do_nothing"), "raise")
+        for attempt in range(_CREATE_ATTEMPTS):
+            thread = await self.threads.create(body.get("thread_id"), metadata, if_exists)
+            try:
+                return JSONResponse(await self._thread_json(thread.thread_id, thread))
+            except ThreadNotFound:
+                # Found (do_nothing), then deleted by another worker before it was read:
+                # this request comes after that delete, and makes the thread anew.
+                if attempt == _CREATE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def thread_search(self, request: Request) -> Response:
         """``POST /threads/search``: ``{ids?, status?, metadata?, limit?, offset?}`` ->

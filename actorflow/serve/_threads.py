@@ -181,13 +181,14 @@ class Threads:
                 :data:`HANDOFF_WAIT` s.
         """
         tid = str(uuid.uuid4()) if thread_id is None else params.thread_id(thread_id)
-        existing = self._threads.get(tid)
-        if (
-            existing is None
-            and thread_id is not None
-            and await asyncio.to_thread(self._store.latest, session=tid) is not None
-        ):
-            existing = self._remember(Thread(tid, stored=True))
+        existing: Thread | None = None
+        if thread_id is not None:
+            try:
+                # As get() finds it: a record of a stored thread is checked against the
+                # store, as another worker may have deleted it.
+                existing = await self.get(tid)
+            except ThreadNotFound:
+                existing = None
         if existing is None:
             try:
                 session = await self._workflow.asession(tid, store=self._store, wait=HANDOFF_WAIT)

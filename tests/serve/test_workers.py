@@ -429,3 +429,38 @@ def test_a_thread_deleted_while_it_is_read_is_not_found_and_left_out_of_a_search
         store.victim = "t2"  # the first thread the search reads (ids in order)
         found = _ok(client.post("/threads/search", json={"metadata": {"team": "x"}})).json()
         assert [t["thread_id"] for t in found] == ["t3"]
+
+
+def test_a_thread_deleted_on_another_worker_can_be_made_again_here(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """A worker that made a thread (and remembers it) does not take it for existing
+    once another worker deleted it: POST /threads makes it anew, whatever ``if_exists``."""
+    a, b = workers
+    for if_exists in ("raise", "do_nothing"):
+        _ok(a.post("/threads", json={"thread_id": "t1", "metadata": {"n": 1}}))
+        _ok(b.delete("/threads/t1"), 204)
+        body = {"thread_id": "t1", "metadata": {"n": 2}, "if_exists": if_exists}
+        again = _ok(a.post("/threads", json=body)).json()
+        assert again["metadata"] == {"n": 2}, if_exists
+        assert _ok(b.get("/threads/t1")).json()["metadata"] == {"n": 2}
+        _ok(a.delete("/threads/t1"), 204)
+
+
+def test_do_nothing_on_a_thread_deleted_while_it_is_read_makes_it_anew() -> None:
+    """``if_exists: do_nothing`` finds the thread, which another worker deletes before
+    it is read: the request, ordered after that delete, makes the thread (200), never
+    404 for a create."""
+    with (
+        build() as wf,
+        _DeletedWhileRead() as store,
+        Server(ServiceApp(wf, store)) as worker,
+        httpx.Client(base_url=worker.url, timeout=30) as client,
+    ):
+        _ok(client.post("/threads", json={"thread_id": "t1", "metadata": {"n": 1}}))
+        _ok(client.post("/threads/t1/runs/wait", json={"input": {"id": 1, "items": ["a"]}}))
+        store.victim = "t1"
+        body = {"thread_id": "t1", "metadata": {"n": 2}, "if_exists": "do_nothing"}
+        made = _ok(client.post("/threads", json=body)).json()
+        assert made["metadata"] == {"n": 2} and made["values"]["intake"] == {"orders": []}
+        assert store.victim is None  # the deletion happened, mid-read
