@@ -181,14 +181,7 @@ class Threads:
                 :data:`HANDOFF_WAIT` s.
         """
         tid = str(uuid.uuid4()) if thread_id is None else params.thread_id(thread_id)
-        existing: Thread | None = None
-        if thread_id is not None:
-            try:
-                # As get() finds it: a record of a stored thread is checked against the
-                # store, as another worker may have deleted it.
-                existing = await self.get(tid)
-            except ThreadNotFound:
-                existing = None
+        existing = await self._existing(tid) if thread_id is not None else None
         if existing is None:
             try:
                 session = await self._workflow.asession(tid, store=self._store, wait=HANDOFF_WAIT)
@@ -272,6 +265,15 @@ class Threads:
             f"no thread {thread_id!r}: this service did not create it and the store has no "
             "checkpoint of it; create it with POST /threads, or run with if_not_exists='create'"
         )
+
+    async def _existing(self, thread_id: str) -> Thread | None:
+        """The thread ``thread_id`` if it exists, else None: as :meth:`get` finds it, so
+        a record of a stored thread is checked against the store (another worker may
+        have deleted it)."""
+        try:
+            return await self.get(thread_id)
+        except ThreadNotFound:
+            return None
 
     async def hold(self, thread: Thread) -> Session:
         """The thread's session, opened (resuming its latest checkpoint) if need be and
@@ -403,7 +405,7 @@ class Threads:
             SessionExists: ``new_id`` already has checkpoints.
         """
         tid = str(uuid.uuid4()) if new_id is None else params.thread_id(new_id)
-        if tid in self._threads:
+        if new_id is not None and await self._existing(tid) is not None:
             raise SessionExists(f"thread {tid!r} exists; fork into a new thread id")
         source = await self._stored(thread)
         made = StoredThread({**source.metadata, "forked_from": thread.thread_id}, time.time())

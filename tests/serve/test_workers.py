@@ -464,3 +464,19 @@ def test_do_nothing_on_a_thread_deleted_while_it_is_read_makes_it_anew() -> None
         made = _ok(client.post("/threads", json=body)).json()
         assert made["metadata"] == {"n": 2} and made["values"]["intake"] == {"orders": []}
         assert store.victim is None  # the deletion happened, mid-read
+
+
+def test_a_fork_goes_into_a_thread_id_deleted_on_another_worker(
+    workers: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """The id of a thread another worker deleted is free for a fork here too."""
+    a, b = workers
+    _ok(a.post("/threads", json={"thread_id": "t1", "metadata": {"user": "ann"}}))
+    _ok(a.post("/threads/t1/runs/wait", json=ITEMS))
+    _ok(a.post("/threads", json={"thread_id": "t2"}))
+    _ok(b.delete("/threads/t2"), 204)
+    fork = _ok(a.post("/threads/t1/fork", json={"thread_id": "t2"})).json()
+    assert fork["metadata"] == {"user": "ann", "forked_from": "t1"}
+    assert _ok(b.get("/threads/t2")).json()["values"]["intake"] == {"orders": [1]}
+    taken = a.post("/threads/t1/fork", json={"thread_id": "t2"})
+    assert taken.status_code == 409 and taken.json()["error"] == "SessionExists"
