@@ -142,6 +142,9 @@ class _Race:
                 continue
             if saved.id not in {cp.id for cp in store.list(session=session)}:
                 self._found(f"list(session={session!r}) misses {saved.id}")
+            lineage = store.history(newest.id)
+            if lineage[0].id != newest.id or any(cp.session != session for cp in lineage):
+                self._found(f"history({newest.id}) of {session!r} starts or strays wrong")
             if session not in store.sessions():
                 self._found(f"sessions() misses {session!r}")
             digests = sorted(newest.blob_digests())
