@@ -9,7 +9,8 @@ handle of the store runs in a thread of its own:
   sessions by age (which must leave every leased session alone);
 - **readers** check, over and over, that every kept session is found whole: its newest
   record is the one last saved or newer (``latest``), ``list`` and ``sessions`` hold
-  it, and its blobs load (``load_blobs``, ``has_blobs``).
+  it, its lineage reads (``history``), and its blobs load (``load_blobs``,
+  ``has_blobs``).
 
 Any breach, and any exception of a reader or saver, is a finding. What collectors
 raise is one too, but for ``CheckpointNotFound`` (two collectors deleting one record).
