@@ -203,8 +203,8 @@ class _ThreadHost:
 
     def relay(self, method: str, payload: bytes, then: OnAnswer) -> None:
         """A :class:`Relay` told to the host, which calls ``then`` on its thread: no
-        future, no callback. Measured on W1 (``python -m bench.w1``): ~10% less time a
-        superstep than an ask whose future calls back."""
+        future, no callback. Measured on W1 (pinned to one CPU): ~8% less time a
+        superstep than an ask whose future calls back (see ``bench/README.md``)."""
         ref = self._ref
         if ref is None:  # its first call starts it (or it was stopped before it ran)
             relay_answer(self.call(method, payload), then)

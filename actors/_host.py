@@ -139,7 +139,7 @@ UNLOAD = Unload()
 
 HostMessage = Call | LoadCall | Relay | Unload
 """What :meth:`ProgramSlot.receive` answers. Built in the host's own process (a
-pykka ask, or a Ray worker from its call's arguments), so never decoded."""
+pykka ask or tell, or a Ray worker from its call's arguments), so never decoded."""
 
 
 class ProgramSlot:
