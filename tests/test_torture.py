@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import pg
+from torture.service_race import race as service_race
 from torture.store_race import race
 from torture.stores import KINDS
 from torture.trial import Failure, Trial
@@ -115,3 +116,11 @@ def test_store_race(kind: str) -> None:
     if kind == "postgres":
         pg.dsn()  # skips (fails under CI=true) without a server
     assert race(kind, seconds=3, seed=0) == []
+
+
+@pytest.mark.timeout(120)
+def test_service_race() -> None:
+    """Two workers of the service on one store, with clients racing on a few threads,
+    answer nothing but what the API gives by design, and leave nothing leased
+    (torture.service_race)."""
+    assert service_race(seconds=4, seed=0) == []
