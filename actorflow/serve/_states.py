@@ -16,6 +16,7 @@ from actorflow.runtime import decode_runtime
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 from ._shapes import checkpoint_ref, interrupt_json, iso
+from ._threads import is_saved
 
 __all__ = ["THREAD_STATUSES", "States"]
 
@@ -144,10 +145,11 @@ class States:
         """``idle``, ``interrupted`` (requests wait for answers) or ``error`` (the last
         run failed, or stopped before its end: its process died), as the newest cut
         ``cp`` says. A run cancelled at a barrier leaves the thread ``idle``: it ended
-        as asked, and the next run goes on from it."""
+        as asked, and the next run goes on from it; so does a fork from the middle of
+        a run (the service's own cut, with messages in flight)."""
         if cp is None:
             return "idle"
-        if cp.kind is CheckpointKind.FINAL:
+        if cp.kind is CheckpointKind.FINAL or is_saved(cp):
             return "interrupted" if decode_runtime(cp.runtime).get("pending") else "idle"
         ends = [e.kind for e in cp.history if e.kind in ("run_failed", "run_cancelled")]
         if cp.kind is CheckpointKind.HALT and ends and ends[-1] == "run_cancelled":

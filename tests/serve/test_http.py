@@ -261,6 +261,28 @@ def test_fork_and_state_at_a_checkpoint(client: httpx.Client) -> None:
     assert client.get("/threads/t1/state").json()["values"]["intake"] == {"orders": [1, 2]}
 
 
+def test_a_fork_from_the_middle_of_a_run_is_idle_not_failed(client: httpx.Client) -> None:
+    """A fork at a checkpoint of a run that went on (messages in flight, nothing
+    failed) is ``idle``, with the executors to run next; run on, it does the rest of
+    that run's work. A thread whose run's process died there is ``error``: only the
+    fork is the service's own cut."""
+    _thread(client)
+    assert client.post("/threads/t1/runs/wait", json={"input": 17}).status_code == 200
+    history = client.post("/threads/t1/history", json={"limit": 100}).json()
+    middle = next(h for h in history if h["next"] == ["ticker"])
+    body = {"checkpoint_id": middle["checkpoint"]["checkpoint_id"], "thread_id": "t2"}
+    forked = client.post("/threads/t1/fork", json=body)
+    assert forked.status_code == 200, forked.text
+    assert forked.json()["status"] == "idle"
+    assert client.get("/threads/t2").json()["status"] == "idle"
+    assert client.get("/threads/t2/state").json()["next"] == ["ticker"]
+    idle = client.post("/threads/search", json={"status": "idle"}).json()
+    assert "t2" in [t["thread_id"] for t in idle]
+    done = client.post("/threads/t2/runs/wait", json={}).json()
+    assert done["outputs"] and done["outputs"][-1] == 20
+    assert client.get("/threads/t2").json()["status"] == "idle"
+
+
 @pytest.mark.parametrize(
     "case",
     [
