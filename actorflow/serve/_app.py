@@ -68,10 +68,10 @@ from ._threads import THREAD_KEY, StoredThread, Thread, Threads
 __all__ = ["ServiceApp"]
 
 _SORTS = ("thread_id", "status", "created_at", "updated_at")
+"""What ``/threads/search`` sorts by."""
 _CREATE_ATTEMPTS = 3
 """How often ``POST /threads`` makes or finds its thread when another worker keeps
 deleting it between finding and reading it (then the deletion's 404 stands)."""
-"""What ``/threads/search`` sorts by."""
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 """Host names a service without a token answers to."""
@@ -360,16 +360,17 @@ class ServiceApp:
         body = await self._body(request)
         metadata = params.json_object(body, "metadata")
         if_exists = params.choice(body, "if_exists", ("raise", "do_nothing"), "raise")
-        for attempt in range(_CREATE_ATTEMPTS):
+        attempt = 1
+        while True:
             thread = await self.threads.create(body.get("thread_id"), metadata, if_exists)
             try:
                 return JSONResponse(await self._thread_json(thread.thread_id, thread))
             except ThreadNotFound:
                 # Found (do_nothing), then deleted by another worker before it was read:
                 # this request comes after that delete, and makes the thread anew.
-                if attempt == _CREATE_ATTEMPTS - 1:
+                if attempt == _CREATE_ATTEMPTS:
                     raise
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                attempt += 1
 
     async def thread_search(self, request: Request) -> Response:
         """``POST /threads/search``: ``{ids?, status?, metadata?, limit?, offset?}`` ->
