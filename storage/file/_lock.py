@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from actorflow.errors import CheckpointError
+from actorflow.storage._common import store_closed
 from actorflow.storage._lock_wait import flock_within, lock_bound, store_lock_held
 
 from ._packindex import TOKEN_SIZE, PackIndex
@@ -38,34 +39,39 @@ class StoreLock:
         self._name = name
         self._token_fd: int | None = None
         """A read-only descriptor of the lock file, for :meth:`token` (opened by its first read)."""
-        self._opening = threading.Lock()
+        self._closed = False
+        self._guard = threading.Lock()
+        """Held for each read of the descriptor and for its close: a close that ran beside
+        a read would make it fail on a closed descriptor, or read whatever file was
+        opened next under the same number."""
 
     def token(self) -> bytes | None:
         """The collection token as it is now (see ``_packindex``), read without taking
         the lock; None while there is no lock file (nothing ever wrote the store).
 
         Raises:
+            StoreClosed: :meth:`close` ran (maybe while the caller's listing did).
             CheckpointError: the lock file exists but cannot be read.
         """
-        fd = self._token_fd
-        try:
-            if fd is None:
-                with self._opening:
-                    if self._token_fd is None:
-                        self._token_fd = os.open(self._path, os.O_RDONLY)
-                    fd = self._token_fd
-            return os.pread(fd, TOKEN_SIZE, 0)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CheckpointError(f"cannot read the lock file {self._path}: {exc}") from exc
+        with self._guard:
+            if self._closed:
+                raise store_closed(self._name)
+            try:
+                if self._token_fd is None:
+                    self._token_fd = os.open(self._path, os.O_RDONLY)
+                return os.pread(self._token_fd, TOKEN_SIZE, 0)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise CheckpointError(f"cannot read the lock file {self._path}: {exc}") from exc
 
     def close(self) -> None:
-        """Close the descriptor :meth:`token` reads."""
-        with self._opening:
+        """Close the descriptor :meth:`token` reads; later reads raise StoreClosed."""
+        with self._guard:
+            self._closed = True
             fd, self._token_fd = self._token_fd, None
-        if fd is not None:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     @contextlib.contextmanager
     def held(self, *, exclusive: bool, write: bool = True) -> Iterator[int | None]:

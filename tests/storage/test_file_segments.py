@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from actorflow.errors import CheckpointCorrupt, CheckpointError
+from actorflow.errors import CheckpointCorrupt, CheckpointError, StoreClosed
 from actorflow.storage import Checkpoint, FileStore, encode_checkpoint
 from actorflow.storage.conformance import FileStoreFactory, make_checkpoint
 from actorflow.storage.file._segment import Frame, encode_frame_prefix, scan_segment
@@ -638,3 +639,42 @@ class _Listing(list[Any]):
 
     def __exit__(self, *exc_info: object) -> None:
         return None
+
+
+def test_a_listing_overtaken_by_close_raises_store_closed_and_leaks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() from another thread lands while a listing runs (between its two reads of
+    the collection token): the listing raises StoreClosed, never a CheckpointError on a
+    closed descriptor, and no descriptor of the lock file is opened again behind the
+    close (one was, and stayed open)."""
+
+    def lock_fds() -> list[str]:
+        fds = Path("/proc/self/fd")
+        found = []
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == str(tmp_path / ".lock"):
+                    found.append(fd.name)
+        return found
+
+    store = FileStore(tmp_path)
+    saved, blobs = make_checkpoint(chunks={"e": [b"one"]})
+    store.save(saved, blobs)
+    assert store.list() == [saved]  # the token's descriptor is open
+    assert len(lock_fds()) == 1
+    records = store._segments
+    assert records is not None
+    real_refresh = records.refresh
+
+    def closing_refresh() -> None:
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive()
+        real_refresh()
+
+    monkeypatch.setattr(records, "refresh", closing_refresh)
+    with pytest.raises(StoreClosed):
+        store.latest()
+    assert lock_fds() == []
