@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 import actorflow as af
+from actorflow.runtime import decode_runtime
+from actorflow.runtime.checkpoints import at_rest
 from actorflow.storage import Checkpoint, new_checkpoint_id
 from actorflow.ui import Inspector
 from tests.support import ui_scenario
@@ -391,6 +393,31 @@ def test_a_lineage_that_stopped_midway_is_running_while_leased_and_interrupted_a
         polled = urllib.parse.quote(html.unescape(shown.group(1)))
         status, live = get(f"{inspector.url}/sessions/stuck/live?v={polled}")
         assert status == 200 and "state-interrupted" in live, (status, live)
+
+
+def test_a_fork_saved_from_the_middle_of_a_run_is_idle_open_or_not(
+    store: af.MemoryStore, workflow: af.Workflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of a step cut, saved before its first run, has a step cut with messages
+    in flight as its newest, as a process killed mid-run leaves; but no run wrote it:
+    it is idle, neither running while it is open nor interrupted once it is closed."""
+    from actorflow.ui import _sessions
+
+    step = next(
+        c
+        for c in store.list(session="order-1")
+        if c.kind.value == "step" and any(decode_runtime(c.runtime)["inbox"].values())
+    )
+    with Inspector(store, port=0) as inspector:
+        with workflow.resume(store, checkpoint_id=step.id, as_session="forked") as fork:
+            fork.save()
+            saved = store.latest(session="forked")
+            assert saved is not None and saved.kind.value == "step" and at_rest(saved)
+            _, index = get(inspector.url + "/?q=forked")  # open: its lease is held
+            assert "state-idle" in index and "state-running" not in index
+        monkeypatch.setattr(_sessions, "RUNNING_WINDOW", 0.0)
+        _, index = get(inspector.url + "/?q=forked")
+        assert "state-idle" in index and "state-interrupted" not in index
 
 
 def test_a_failed_session_says_why_and_its_timeline_tells_the_story(

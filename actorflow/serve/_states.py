@@ -13,10 +13,10 @@ from typing import Any
 from actorflow.actors import decode, decode_state, to_json
 from actorflow.errors import CheckpointNotFound, ThreadNotFound
 from actorflow.runtime import decode_runtime
+from actorflow.runtime.checkpoints import at_rest
 from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
 
 from ._shapes import checkpoint_ref, interrupt_json, iso
-from ._threads import is_saved
 
 __all__ = ["THREAD_STATUSES", "States"]
 
@@ -144,14 +144,12 @@ class States:
     def status(self, cp: Checkpoint | None) -> str:
         """``idle``, ``interrupted`` (requests wait for answers) or ``error`` (the last
         run failed, or stopped before its end: its process died), as the newest cut
-        ``cp`` says. A run cancelled at a barrier leaves the thread ``idle``: it ended
-        as asked, and the next run goes on from it; so does a fork from the middle of
-        a run (the service's own cut, with messages in flight)."""
+        ``cp`` says. A thread at rest (see ``actorflow.runtime.checkpoints.at_rest``) is
+        ``idle`` or ``interrupted``: its run ended, or was cancelled at a barrier (the
+        next run goes on from it), or it is a fork from the middle of a run (a saved
+        cut, with messages in flight)."""
         if cp is None:
             return "idle"
-        if cp.kind is CheckpointKind.FINAL or is_saved(cp):
-            return "interrupted" if decode_runtime(cp.runtime).get("pending") else "idle"
-        ends = [e.kind for e in cp.history if e.kind in ("run_failed", "run_cancelled")]
-        if cp.kind is CheckpointKind.HALT and ends and ends[-1] == "run_cancelled":
+        if at_rest(cp):
             return "interrupted" if decode_runtime(cp.runtime).get("pending") else "idle"
         return "error"

@@ -91,25 +91,10 @@ class StoredThread:
             float(created_at) if isinstance(created_at, int | float) else latest.created_at,
         )
 
-    def stored_with(self, metadata: Mapping[str, Any], *, saved: bool = False) -> dict[str, Any]:
-        """The metadata of a checkpoint that keeps this, beside ``metadata`` (a run's).
-
-        ``saved``: the checkpoint is the service's own cut of a thread no run is
-        writing (made, forked, updated; see :func:`is_saved`).
-        """
+    def stored_with(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """The metadata of a checkpoint that keeps this, beside ``metadata`` (a run's)."""
         kept: dict[str, Any] = {"metadata": self.metadata, "created_at": self.created_at}
-        if saved:
-            kept["saved"] = True
         return {**metadata, THREAD_KEY: kept}
-
-
-def is_saved(cp: Checkpoint) -> bool:
-    """Whether ``cp`` is the service's own cut of a thread (``POST /threads``, a fork,
-    ``PATCH``), not one a run wrote. A fork from the middle of a run is a ``step`` cut
-    with messages in flight, as is the last cut of a run whose process died: this
-    tells the two apart."""
-    kept = cp.metadata.get(THREAD_KEY)
-    return isinstance(kept, dict) and kept.get("saved") is True
 
 
 @dataclass
@@ -217,7 +202,7 @@ class Threads:
         """Store a new thread's ``session`` keeping ``made``, and close it, giving its
         lease back."""
         try:
-            await session.asave(metadata=made.stored_with({}, saved=True))
+            await session.asave(metadata=made.stored_with({}))
         finally:
             await session.aclose()
 
@@ -232,7 +217,8 @@ class Threads:
         idle state.
 
         Raises:
-            SessionBusy: a run is going on, or the last one stopped before its end.
+            SessionBusy: a run is going on, or the last one failed or its process died
+                with messages in flight.
             SessionOwned: another worker runs the thread.
         """
         async with thread.lock:
@@ -247,12 +233,12 @@ class Threads:
                 kept = await self._stored(thread)
                 merged = replace(kept, metadata={**kept.metadata, **metadata})
                 try:
-                    await session.asave(metadata=merged.stored_with({}, saved=True))
+                    await session.asave(metadata=merged.stored_with({}))
                 except SessionBusy:
                     raise SessionBusy(
                         f"thread {thread.thread_id!r} cannot take new metadata now: its last "
-                        "run stopped before its end, with messages in flight; run it on "
-                        "(a run without input) or fork it, then update the metadata"
+                        "run failed, or its process died, with messages in flight; run it "
+                        "on (a run without input) or fork it, then update the metadata"
                     ) from None
                 thread.stored = True
             finally:

@@ -25,6 +25,7 @@ from actorflow.runtime import (
     RunStatus,
     event_of,
 )
+from actorflow.runtime.checkpoints import at_rest, cancelled
 from actorflow.storage import (
     Checkpoint,
     CheckpointKind,
@@ -156,7 +157,8 @@ def session_state(
       neither ``final`` nor ``halt`` while a live lease holds the session (``owner``,
       asked only then) or within :data:`RUNNING_WINDOW` of it;
     - ``waiting`` / ``idle``: a ``final`` cut, with or without pending requests (its
-      ``run_completed`` entry says which; else its runtime record);
+      ``run_completed`` entry says which; else its runtime record); or a step cut no
+      run wrote (a fork from the middle of a run, saved: see ``checkpoints.at_rest``);
     - ``failed`` / ``cancelled``: a ``halt`` cut, whose ``run_failed`` entry gives
       the reason (executor, error, restarts in its superstep) or ``run_cancelled``;
     - ``interrupted``: a newest record that is not an end, nobody holds the session
@@ -171,9 +173,11 @@ def session_state(
                 return ("waiting" if pending else "idle"), ""
         body, _ = decode_runtime_safely(latest)
         return ("waiting" if body and body["pending"] else "idle"), ""
+    if at_rest(latest) and not cancelled(latest):  # not final: a step cut Session.save wrote
+        body, _ = decode_runtime_safely(latest)
+        return ("waiting" if body and body["pending"] else "idle"), ""
     if latest.kind is CheckpointKind.HALT:
-        ends = [e.kind for e in latest.history if e.kind in ("run_failed", "run_cancelled")]
-        if ends and ends[-1] == "run_cancelled":
+        if cancelled(latest):
             return "cancelled", "cancelled: the run stopped at a barrier"
         if not explain:
             return "failed", ""

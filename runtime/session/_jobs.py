@@ -24,7 +24,7 @@ from actorflow.actors import encode
 from actorflow.errors import EncodeError, InputNotAccepted, SessionBroken, SessionBusy
 from actorflow.runtime._context import RUN_INPUT
 from actorflow.runtime._wire import SINGLE
-from actorflow.runtime.checkpoints import Restored
+from actorflow.runtime.checkpoints import Restored, at_rest
 from actorflow.runtime.graph import type_label
 from actorflow.runtime.supervisor import Driver, Payload, RunJob, SupervisorActor, new_run_id
 from actorflow.runtime.telemetry import capture_context
@@ -193,15 +193,18 @@ class RunJobs:
         driver = self._driver
         checkpointer = driver.checkpointer
         assert checkpointer is not None
-        if driver.state.inbox and checkpointer.store.latest(session=driver.session) is not None:
-            # Its last run stopped with messages in flight (failed, cancelled, or its
-            # process died mid-run): a new cut would hide the one that says why, and
-            # the finished parts of a superstep a crash interrupted hang off that one.
-            raise SessionBusy(
-                f"session {driver.session!r} cannot be saved now: its last run stopped "
-                f"with messages in flight after superstep {driver.state.superstep}; run it "
-                "on (session.run()) to idle first, or fork it"
-            )
+        if driver.state.inbox:
+            latest = checkpointer.store.latest(session=driver.session)
+            if latest is not None and not at_rest(latest):
+                # Its last run failed, or its process died mid-run, with messages in
+                # flight: a new cut would hide the one that says why, and the finished
+                # parts of a superstep a crash interrupted hang off that one.
+                raise SessionBusy(
+                    f"session {driver.session!r} cannot be saved now: its last run stopped "
+                    f"with messages in flight after superstep {driver.state.superstep} "
+                    "(it failed, or its process died); run it on (session.run()) to idle "
+                    "first, or fork it"
+                )
         self._start_hosts()
         driver.save(job)
         return ev.RunStatus.COMPLETED

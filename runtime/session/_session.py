@@ -168,8 +168,11 @@ class Session:
         one gets a newer checkpoint carrying ``metadata``.
 
         The cut written is ``final`` at the session's superstep, carrying ``metadata``
-        and no history: nothing ran. A fork of a barrier with messages in flight gets
-        a ``step`` cut instead, which its next run continues.
+        and no history: nothing ran. With messages in flight (a fork of a barrier in
+        the middle of a run, or a session whose run was cancelled) it is a ``step`` cut,
+        which its next run continues, and its metadata also holds
+        ``actorflow.saved: True`` (:data:`~actorflow.runtime.checkpoints.SAVED_KEY`):
+        no run wrote it, unlike a step cut that may be the last of a process that died.
 
         >>> import actorflow as af
         >>> class Echo(af.Executor):
@@ -189,8 +192,9 @@ class Session:
 
         Raises:
             SessionBusy: a run is active; or the store holds the session and its last
-                run stopped with messages in flight (failed, cancelled, or its process
-                died), so run it on first. Nothing is stored.
+                run stopped with messages in flight because it failed or its process
+                died (the cut saying so would be hidden), so run it on first. Nothing
+                is stored.
             ExecutorFailed: an executor's state could not be snapshotted.
             CheckpointWriteFailed: the store refused the cut (a lease lost, say).
         """

@@ -35,9 +35,15 @@ from actorflow.runtime._logging import get_logger
 from actorflow.runtime._pace import PACE
 from actorflow.runtime._policy import RestartPolicy
 from actorflow.runtime._wire import SINGLE, StepReport, StepRequest
-from actorflow.runtime.checkpoints import Checkpointer, FailedAttempt, RunState, effect_scope
+from actorflow.runtime.checkpoints import (
+    SAVED_KEY,
+    Checkpointer,
+    FailedAttempt,
+    RunState,
+    effect_scope,
+)
 from actorflow.runtime.telemetry import SILENT, SPAN_RESTART, SPAN_ROLLBACK, Telemetry, open_run
-from actorflow.storage import BlobBatchReader, sql_dialect
+from actorflow.storage import BlobBatchReader, metadata_with, sql_dialect
 
 from ._attempts import Attempts
 from ._barrier import Interrupted, Outcome, TimedOut, collect, wait_released
@@ -196,14 +202,17 @@ class Driver:
     def save(self, job: RunJob) -> None:
         """Write the cut of the state as it stands, between runs (``Session.save``):
         ``final`` when idle, ``step`` when messages are in flight (a fork of a barrier
-        in the middle of a run, which its next run continues).
+        in the middle of a run, or a cancelled run, which its next run continues),
+        marked with :data:`~actorflow.runtime.checkpoints.SAVED_KEY`.
 
         Raises:
             ExecutorFailed: a snapshot the cut needs could not be taken.
             CheckpointWriteFailed: the store refused the cut.
         """
         assert self._cuts is not None, "only a session with a store saves"
-        kind = "step" if self.state.inbox else "final"
+        kind = "final"
+        if self.state.inbox:  # marked: no run wrote this step cut (see checkpoints._rest)
+            kind, job.metadata = "step", metadata_with(job.metadata, SAVED_KEY, True)
         self._cuts.write(job, kind, self.state, self._telemetry)
         self._cuts.checkpointer.flush()
 

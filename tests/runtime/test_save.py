@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import actorflow as af
+from actorflow.runtime.checkpoints import SAVED_KEY, at_rest
 from actorflow.storage import CheckpointKind
 
 BOUND = 20.0
@@ -114,6 +115,38 @@ def test_a_stored_session_whose_run_stopped_midway_is_not_saved(wf: af.Workflow)
         assert again.run().outputs == [3]
 
 
+def test_a_session_cancelled_at_a_barrier_is_saved_and_its_next_run_goes_on(
+    wf: af.Workflow,
+) -> None:
+    """A run cancelled (its superstep rolled back, its messages in flight again) stops
+    as asked, at a barrier: a newer cut hides nothing, so a save is taken (new
+    metadata, say) and writes a ``step`` cut marked as saved (a run's step cut may be
+    the last of a process that died); the next run, in another
+    opener, delivers what was in flight."""
+    store = af.MemoryStore()
+    with wf.session("cancelled", store=store) as session:
+        GATE.clear()
+        INSIDE.clear()
+        try:
+            for event in session.stream(5):
+                if isinstance(event, af.ExecutorInvokedEvent) and event.executor == "show":
+                    assert INSIDE.wait(BOUND)
+                    session.cancel()
+        finally:
+            GATE.set()  # the abandoned handler may finish now
+        halted = store.latest(session="cancelled")
+        assert halted is not None and halted.kind is CheckpointKind.HALT
+        saved = session.save(metadata={"label": "red"})
+    assert saved is not None
+    cut = store.load(saved)
+    assert cut.kind is CheckpointKind.STEP and cut.superstep == halted.superstep
+    assert cut.metadata == {"label": "red", SAVED_KEY: True}
+    assert at_rest(cut) and at_rest(halted)
+    with wf.resume(store, session="cancelled") as again:
+        again.save(metadata={"label": "blue"})  # a saved cut hides nothing either
+        assert again.run().outputs == [5]
+
+
 def test_a_fork_saved_before_its_first_run_holds_the_source_state(wf: af.Workflow) -> None:
     """A fork of an idle cut stores a ``final`` cut of the source's state under the new
     id, its parent that cut; the source lineage is untouched; the fork resumes."""
@@ -145,7 +178,9 @@ def test_a_fork_of_a_cut_with_messages_in_flight_is_saved_as_a_step(wf: af.Workf
     assert saved is not None
     cut = store.load(saved)
     assert cut.kind is CheckpointKind.STEP and cut.superstep == step.superstep
+    assert at_rest(cut) and not at_rest(step)  # the step a run wrote: it may have died
     with wf.resume(store, session="midway") as again:
+        again.save(metadata={"label": "kept"})  # its new metadata, before its first run
         assert again.run().outputs == [7]
 
 

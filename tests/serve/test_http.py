@@ -278,6 +278,12 @@ def test_a_fork_from_the_middle_of_a_run_is_idle_not_failed(client: httpx.Client
     assert client.get("/threads/t2/state").json()["next"] == ["ticker"]
     idle = client.post("/threads/search", json={"status": "idle"}).json()
     assert "t2" in [t["thread_id"] for t in idle]
+    for label in ("red", "blue"):  # its own cut hides nothing: it takes new metadata
+        patched = client.patch("/threads/t2", json={"metadata": {"label": label}})
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["metadata"]["label"] == label
+        assert patched.json()["status"] == "idle"
+    assert client.get("/threads/t2/state").json()["next"] == ["ticker"]
     done = client.post("/threads/t2/runs/wait", json={}).json()
     assert done["outputs"] and done["outputs"][-1] == 20
     assert client.get("/threads/t2").json()["status"] == "idle"
@@ -451,5 +457,8 @@ def test_a_cancelled_run_leaves_its_thread_idle_and_says_it_was_cancelled(
     joined = client.get(f"/threads/t1/runs/{run['run_id']}/join").json()
     assert "cancelled" in joined["__cancelled__"]["message"]
     assert client.get("/threads/t1").json()["status"] == "idle"
+    patched = client.patch("/threads/t1", json={"metadata": {"label": "red"}})
+    assert patched.status_code == 200, patched.text  # it stopped as asked: nothing to hide
+    assert patched.json()["status"] == "idle" and patched.json()["metadata"]["label"] == "red"
     again = client.post("/threads/t1/runs/wait", json={})  # goes on from where it stopped
     assert again.json()["outputs"] == list(range(len(joined["outputs"]), 21))
