@@ -23,7 +23,7 @@ from ._format import (
 from ._history import HistoryEntry
 from ._lease import Lease
 from ._memory import MemoryStore
-from ._protocol import BlobBatchReader, CheckpointStore
+from ._protocol import BlobBatchReader, CancelRequests, CheckpointStore
 from ._statements import CommitsStatements, SqlValue, Statement
 from ._summary import SessionSummary
 from ._wrapper import StoreWrapper
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT_VERSION",
     "BlobBatchReader",
+    "CancelRequests",
     "Checkpoint",
     "CheckpointKind",
     "CheckpointStore",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from actorflow.errors import HeldLease, LeaseLost, SessionOwned
 
@@ -24,6 +24,8 @@ __all__ = [
     "MAX_TTL",
     "Lease",
     "LeaseRow",
+    "cancel_noted",
+    "check_run_id",
     "check_ttl",
     "fence",
     "grant",
@@ -65,12 +67,16 @@ class Lease:
         owner: who holds it, for humans (e.g. ``"pid 4242 on host-a (worker-3)"``).
         expires_at: epoch seconds by the store's clock; after it another opener
             may take the session over.
+        cancel_requested: the id of a run another process asked the holder to
+            cancel (``request_cancel``, see :class:`~actorflow.storage.CancelRequests`),
+            or None. It is no part of the hold: fencing and renewal ignore it.
     """
 
     session: str
     token: int
     owner: str
     expires_at: float
+    cancel_requested: str | None = None
 
     def remaining(self, now: float | None = None) -> float:
         """Seconds until :attr:`expires_at` (negative once expired), by the local clock."""
@@ -89,20 +95,22 @@ class LeaseRow:
     """What a store keeps per session: the last token granted and whether it still holds.
 
     ``released`` rows keep their token so the next grant is greater (tokens are never
-    reused, also across release).
+    reused, also across release). ``cancel``: the run a cancel was requested of while
+    this lease held (see :func:`cancel_noted`); a grant starts without one.
     """
 
     token: int
     owner: str
     expires_at: float
     released: bool
+    cancel: str | None = None
 
     def live(self, now: float) -> bool:
         """Whether the lease holds at ``now`` (unreleased and unexpired, see :func:`live`)."""
         return not self.released and live(self.expires_at, now)
 
     def as_lease(self, session: str) -> Lease:
-        return Lease(session, self.token, self.owner, self.expires_at)
+        return Lease(session, self.token, self.owner, self.expires_at, self.cancel)
 
 
 def check_ttl(ttl: float) -> float:
@@ -148,7 +156,22 @@ def renewed(row: LeaseRow | None, lease: Lease, ttl: float, now: float) -> Lease
     if not current(row, lease):
         raise lost(lease, row, "renew")
     assert row is not None
-    return LeaseRow(row.token, row.owner, now + ttl, False)
+    return LeaseRow(row.token, row.owner, now + ttl, False, row.cancel)
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` of a cancel request; ValueError unless a non-empty str."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError(f"a cancel request names a run by its id, a non-empty str; got {run_id!r}")
+    return run_id
+
+
+def cancel_noted(row: LeaseRow | None, run_id: str, now: float) -> LeaseRow | None:
+    """The row after ``request_cancel(session, run_id)``: the request noted on a live
+    lease; None when no live lease holds the session (nothing runs it: nothing noted)."""
+    if row is None or not row.live(now):
+        return None
+    return replace(row, cancel=run_id)
 
 
 def fence(row: LeaseRow | None, lease: Lease, session: str, checkpoint_id: str) -> None:

@@ -32,7 +32,9 @@ from ._history import HistoryEntry
 from ._lease import (
     Lease,
     LeaseRow,
+    cancel_noted,
     check_owner,
+    check_run_id,
     check_ttl,
     fence,
     grant,
@@ -257,6 +259,16 @@ class MemoryStore:
             self._check_open()
             row = self._leases.get(session)
         return row.as_lease(session) if row is not None and row.live(time.time()) else None
+
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Note a cancel of ``run_id`` for the holder of ``session`` (see CancelRequests)."""
+        run_id = check_run_id(run_id)
+        with self._lock:
+            self._check_open()
+            noted = cancel_noted(self._leases.get(session), run_id, time.time())
+            if noted is not None:
+                self._leases[session] = noted
+        return noted is not None
 
     def load(self, checkpoint_id: str) -> Checkpoint:
         """The record with this id, freshly decoded (see CheckpointStore.load)."""

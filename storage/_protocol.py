@@ -310,3 +310,29 @@ class BlobBatchReader(Protocol):
             CheckpointNotFound: one of them is not stored.
             CheckpointCorrupt: one of them does not match its digest.
         """
+
+
+@runtime_checkable
+class CancelRequests(Protocol):
+    """Optional: cancel requests carried through the store to a session's holder.
+
+    Processes that share a store (the workers of a service) each run the sessions
+    whose leases they hold; only the holder can stop a run. Another process asks it
+    through the store: :meth:`request_cancel` notes the run on the session's live
+    lease, where the holder reads it (``current_lease(session).cancel_requested``,
+    also on the lease ``renew_lease`` returns) and cancels the run if it is the one
+    going on. Every built-in store offers it.
+    """
+
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Ask the holder of ``session``'s live lease to cancel run ``run_id``.
+
+        Returns whether a live lease held the session: False means no one holds it,
+        so nothing runs it, and nothing is noted. A later request replaces an earlier
+        one; a new grant starts without one. The note changes neither the lease's
+        token nor its expiry, and no save is refused for it: the holder decides.
+
+        Raises:
+            ValueError: ``run_id`` is not a non-empty str.
+        """
+        ...

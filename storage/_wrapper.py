@@ -33,12 +33,14 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, Self
 
+from actorflow.errors import CheckpointError
+
 from ._common import store_closed
 from ._cut import Cut
 from ._fast_paths import SavesCuts, takes_cuts
 from ._lease import Lease
 from ._lock_wait import check_lock_wait
-from ._protocol import BlobBatchReader, CheckpointStore
+from ._protocol import BlobBatchReader, CancelRequests, CheckpointStore
 
 __all__ = ["StoreWrapper", "protocol_methods"]
 
@@ -72,6 +74,8 @@ class StoreWrapper:
       to the inner store's batch read (``BlobBatchReader``) only while
       ``load_blob`` is not overridden, and otherwise calls ``self.load_blob`` per
       digest.
+    - ``request_cancel`` (``CancelRequests``) goes to the inner store's, and raises
+      CheckpointError for an inner store without one.
     - A wrapper is never volatile (``VolatileStore``): what it adds may outlive
       the process, so the runtime keeps its strict write order.
     - :meth:`close` closes the inner store too, unless ``close_inner=False``: then
@@ -153,6 +157,21 @@ class StoreWrapper:
         if _owner(type(self), "load_blob") is StoreWrapper and isinstance(inner, BlobBatchReader):
             return inner.load_blobs(digests)
         return {digest: self.load_blob(digest) for digest in digests}
+
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """``inner.request_cancel`` (see :class:`~actorflow.storage.CancelRequests`).
+
+        Raises:
+            CheckpointError: the inner store carries no cancel requests.
+        """
+        inner = self._inner
+        if not isinstance(inner, CancelRequests):
+            raise CheckpointError(
+                f"{inner!r} carries no cancel requests (it has no request_cancel, the optional "
+                "CancelRequests part of the store protocol): only the process holding a "
+                "session can cancel its run"
+            )
+        return inner.request_cancel(session, run_id)
 
     def close(self) -> None:
         """Close the wrapper, and the inner store unless ``close_inner=False``. Idempotent;

@@ -23,7 +23,7 @@ import pytest
 from actorflow.errors import LeaseLost, SessionOwned
 from actorflow.storage._format import Checkpoint
 from actorflow.storage._lease import MAX_TTL, Lease
-from actorflow.storage._protocol import CheckpointStore
+from actorflow.storage._protocol import CancelRequests, CheckpointStore
 
 from ._base import WAIT_S, KitBase, StoreFactory, child_processes, make_checkpoint, save_new
 
@@ -255,6 +255,51 @@ class LeaseTests(KitBase):
         store.release_lease(revived)
         with pytest.raises(LeaseLost):
             store.renew_lease(revived, LONG_TTL)
+
+    def test_a_cancel_request_is_noted_for_the_holder(
+        self, store: CheckpointStore, store_factory: StoreFactory
+    ) -> None:
+        """request_cancel notes a run on the live lease, where current_lease and
+        renew_lease show it to the holder (another handle's request too); a later one
+        replaces it; it changes neither token nor expiry nor what saves are taken;
+        without a live lease (never granted, released, expired) nothing is noted and
+        it says so; a new grant starts without one."""
+        if not isinstance(store, CancelRequests):
+            pytest.skip(f"{type(store).__name__} carries no cancel requests (optional)")
+        lease = leased(store).acquire_lease("s", "holder", LONG_TTL)
+        assert lease.cancel_requested is None
+        durable = getattr(store_factory, "durable", False)
+        other = store_factory() if durable else store  # another handle, where there are
+        try:
+            assert isinstance(other, CancelRequests)
+            assert other.request_cancel("s", "run-1") is True
+        finally:
+            if durable:
+                other.close()
+        noted = store.current_lease("s")
+        assert noted is not None and noted.cancel_requested == "run-1"
+        assert (noted.token, noted.owner, noted.expires_at) == (
+            lease.token,
+            lease.owner,
+            lease.expires_at,
+        )
+        assert store.request_cancel("s", "run-2") is True
+        renewed = store.renew_lease(lease, LONG_TTL)
+        assert renewed.cancel_requested == "run-2" and renewed.token == lease.token
+        checkpoint, blobs = make_checkpoint(session="s")
+        store.save(checkpoint, blobs, lease=lease)  # the holder decides: saves go on
+        for bad in ("", None, 7):
+            with pytest.raises(ValueError, match="run"):
+                store.request_cancel("s", bad)  # type: ignore[arg-type]
+        assert store.request_cancel("never-leased", "run-1") is False
+        assert store.current_lease("never-leased") is None
+        store.release_lease(renewed)
+        assert store.request_cancel("s", "run-3") is False
+        again = store.acquire_lease("s", "next holder", SHORT_TTL)
+        assert again.cancel_requested is None
+        assert store.current_lease("s") == again
+        wait_until_free(store, "s", SHORT_TTL + WAIT_S / 4)
+        assert store.request_cancel("s", "run-4") is False  # expired: nobody runs it
 
     def test_save_with_the_current_lease(self, store: CheckpointStore) -> None:
         """Saves carrying the current lease extend the lineage, also past expiry."""

@@ -5,7 +5,8 @@ Layout, inside the store's folder::
     leases/<key>.lock     flock(2) target: held exclusively by every lease change and
                           every save of the session, so the fencing check and the
                           record's commit are one step
-    leases/<key>.lease    the lease row as JSON, replaced by rename (never torn)
+    leases/<key>.lease    the lease row as JSON, replaced by rename (never torn); it
+                          also carries a cancel request (``request_cancel``)
 
 ``<key>`` is a digest of the session id (ids may hold any character). The row
 outlives release, so the next grant's token is greater: tokens are never reused.
@@ -31,7 +32,9 @@ from actorflow.errors import CheckpointCorrupt, CheckpointError, SessionOwned, S
 from actorflow.storage._lease import (
     Lease,
     LeaseRow,
+    cancel_noted,
     check_owner,
+    check_run_id,
     check_ttl,
     fence,
     grant,
@@ -77,6 +80,14 @@ class FileLeases:
             if row is not None and not row.released and row.token == lease.token:
                 released = LeaseRow(row.token, row.owner, row.expires_at, True)
                 self._write(key, lease.session, released, durable=False)
+
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        run_id = check_run_id(run_id)
+        with self._locked(session) as key:
+            noted = cancel_noted(self._read(key, session), run_id, time.time())
+            if noted is not None:
+                self._write(key, session, noted, durable=False)
+        return noted is not None
 
     def current(self, session: str) -> Lease | None:
         # Read without the lock: rows are replaced by rename, so a read sees a whole one.
@@ -199,10 +210,20 @@ class FileLeases:
             raise CheckpointError(f"cannot read lease file {path}: {exc}") from exc
         try:
             body = json.loads(data)
+            cancel = body.get("cancel")  # absent from rows older actorflow versions wrote
             row = LeaseRow(
-                int(body["token"]), str(body["owner"]), float(body["expires_at"]), body["released"]
+                int(body["token"]),
+                str(body["owner"]),
+                float(body["expires_at"]),
+                body["released"],
+                cancel,
             )
-            valid = body["session"] == session and isinstance(row.released, bool) and row.token > 0
+            valid = (
+                body["session"] == session
+                and isinstance(row.released, bool)
+                and row.token > 0
+                and (cancel is None or isinstance(cancel, str))
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise _damaged(path, str(exc)) from exc
         if not valid:
@@ -218,6 +239,8 @@ class FileLeases:
             "expires_at": row.expires_at,
             "released": row.released,
         }
+        if row.cancel is not None:
+            body["cancel"] = row.cancel
         tmp = self._dir / f".{key}.{os.getpid()}.tmp"
         try:
             with open(tmp, "wb") as f:

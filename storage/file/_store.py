@@ -468,6 +468,11 @@ class FileStore:
         self._check_open()
         return self._leases.current(session)
 
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Note a cancel of ``run_id`` for the holder of ``session`` (see CancelRequests)."""
+        self._check_open()
+        return self._leases.request_cancel(session, run_id)
+
     # --- internals -----------------------------------------------------------------
 
     def _check_open(self) -> None:

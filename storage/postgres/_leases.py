@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from actorflow.errors import CheckpointError
 from actorflow.storage._lease import (
     MAX_TTL,
     Lease,
     LeaseRow,
     check_owner,
+    check_run_id,
     check_ttl,
     grant,
     renewed,
@@ -36,14 +38,22 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
 LEASE_ROW = (
-    "SELECT date_part('epoch', now()), l.token, l.owner, l.expires_at, l.released"
+    "SELECT date_part('epoch', now()), l.token, l.owner, l.expires_at, l.released, NULL"
     " FROM (SELECT 1) AS one LEFT JOIN {s}.leases AS l ON l.session = %s"
 )
-"""The server's time and the session's lease row (NULLs when it has none): one row.
+"""The server's time and the session's lease row (NULLs when it has none): one row,
+its last column the run a cancel was requested of (here none: a schema without
+:data:`~._sql.CANCELS`; see :data:`LEASE_ROW_CANCEL`).
 
 Times are ``date_part('epoch', ...)``, a float8 like ``expires_at``: ``extract``
 returns numeric, whose functions a new connection's server process loads on first
 use (~0.4 ms of a first resume)."""
+
+LEASE_ROW_CANCEL = (
+    LEASE_ROW.replace(", NULL FROM", ", c.run FROM")
+    + " LEFT JOIN {s}.cancels AS c ON c.session = l.session AND c.token = l.token"
+)
+""":data:`LEASE_ROW` with the run a cancel was requested of while this lease held."""
 
 LIVE = f"(expires_at > {{now}} AND expires_at <= {{now}} + {MAX_TTL:.0f})"
 """An unreleased lease holds: the SQL form of ``_lease.live`` (``{now}``: the server's
@@ -69,6 +79,18 @@ The token is the row's last one + 1 (1 for a session's first lease). The grant
 commits durably, like every lease change: a token handed out is never handed out
 again, whatever the server's clock does after a crash.
 """
+
+
+CANCEL = (
+    "INSERT INTO {s}.cancels AS c (session, token, run) SELECT l.session, l.token, %s::text"
+    " FROM {s}.leases AS l WHERE l.session = %s::text AND NOT l.released AND "
+    + LIVE.replace("expires_at", "l.expires_at").replace("{now}", "date_part('epoch', now())")
+    + " ON CONFLICT (session) DO UPDATE SET token = EXCLUDED.token, run = EXCLUDED.run"
+    " RETURNING 1"
+)
+"""``request_cancel`` in one statement: the run noted with the token of the session's
+live lease; no row when none holds it. A grant committing meanwhile leaves the note on
+the token it replaced: the request was of the run its holder ran."""
 
 
 ROWS_FOR = (
@@ -158,19 +180,23 @@ def read_lease(db: Conn, query: str, session: str) -> tuple[LeaseRow | None, flo
 
 
 def lease_of(found: tuple[Any, ...]) -> tuple[LeaseRow | None, float]:
-    now, token, owner, expires_at, released = found
+    now, token, owner, expires_at, released, cancel = found
     if token is None:
         return None, float(now)
-    return LeaseRow(int(token), str(owner), float(expires_at), bool(released)), float(now)
+    row = LeaseRow(int(token), str(owner), float(expires_at), bool(released), cancel)
+    return row, float(now)
 
 
 class PostgresLeases:
     """The session leases of one PostgresStore schema, on the store's connections."""
 
-    def __init__(self, connections: PostgresConnections, q: Statements) -> None:
+    def __init__(self, connections: PostgresConnections, q: Statements, *, cancels: bool) -> None:
         self._sql = q
         self._run = connections.run
-        self._q_lease_row = q(LEASE_ROW)
+        self._cancels = cancels
+        """Whether the schema holds :data:`~._sql.CANCELS` (see ``_schema.open_schema``)."""
+        self._q_lease_row = q(LEASE_ROW_CANCEL if cancels else LEASE_ROW)
+        self._q_cancel = q(CANCEL)
         self._q_session_lock = "SELECT pg_advisory_xact_lock(%s::bigint)"
         self._q_grant = q(GRANT)
         self._q_grant_within = q(GRANT_WITHIN)
@@ -291,6 +317,26 @@ class PostgresLeases:
             lambda db: read_lease(db, self._q_lease_row, session), what="read a lease"
         )
         return row.as_lease(session) if row is not None and row.live(now) else None
+
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Note a cancel of ``run_id`` for the holder of ``session`` (see CancelRequests).
+
+        Raises:
+            CheckpointError: the schema has no ``cancels`` table (the role that opened
+                it may not create one).
+        """
+        run_id = check_run_id(run_id)
+        if not self._cancels:
+            raise CheckpointError(
+                f"the PostgresStore schema {self._sql.schema!r} has no table of cancel "
+                "requests, and this role may not create it: open the store once with a role "
+                "that may create tables in the schema (it adds the table), then cancel again"
+            )
+        noted = self._run(
+            lambda db: db.execute(self._q_cancel, (run_id, session)).fetchone(),
+            what=f"request a cancel in session {session}",
+        )
+        return noted is not None
 
     def _change(
         self, session: str, rule: Callable[[LeaseRow | None, float], LeaseRow | None]

@@ -13,9 +13,10 @@ from . import _sql as sql
 Conn = psycopg.Connection[Any]
 
 
-def open_schema(db: Conn, q: sql.Statements, where: str, *, create: bool = True) -> None:
+def open_schema(db: Conn, q: sql.Statements, where: str, *, create: bool = True) -> bool:
     """Make ``q.schema`` hold the current tables: create (unless ``create`` is false),
-    upgrade, or check them.
+    upgrade, or check them. Returns whether it holds :data:`~._sql.CANCELS` (a schema
+    an older actorflow made gets it now, unless the role may not create it).
 
     Raises:
         StoreNotFound: ``create`` is false and the schema holds no actorflow tables.
@@ -26,15 +27,18 @@ def open_schema(db: Conn, q: sql.Statements, where: str, *, create: bool = True)
     version_of = q("SELECT max(version) FROM {s}.actorflow_schema")
     table = f"{q.schema}.actorflow_schema"
     index = f"{q.schema}.checkpoints_by_parent"
+    cancels = f"{q.schema}.cancels"
     with db.transaction():
-        exists = db.execute("SELECT to_regclass(%s), to_regclass(%s)", (table, index)).fetchone()
+        exists = db.execute(
+            "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)", (table, index, cancels)
+        ).fetchone()
         if exists is not None and exists[0] is not None:
             version = db.execute(version_of).fetchone()
             if version is not None and version[0] == sql.SCHEMA_VERSION:
-                if exists[1] is None:  # made by an older actorflow, of the same version
+                if exists[1] is None or exists[2] is None:  # an older actorflow's, same version
                     db.execute(f"SELECT pg_advisory_xact_lock({sql.LOCK_INIT}, {q.key})")
-                    _parent_index(db, q)
-                return  # the common case: no lock, no DDL
+                    return _added(db, q)
+                return True  # the common case: no lock, no DDL
         if not create and (exists is None or exists[0] is None):
             raise StoreNotFound(
                 f"{where}: no actorflow store there (no schema {q.schema!r} with actorflow's "
@@ -58,24 +62,32 @@ def open_schema(db: Conn, q: sql.Statements, where: str, *, create: bool = True)
             db.execute(
                 q("INSERT INTO {s}.actorflow_schema (version) VALUES (%s)"), (sql.SCHEMA_VERSION,)
             )
-            return
+            return True
         row = db.execute(version_of).fetchone()
         upgrade(db, q, where, row[0] if row else None)
-        _parent_index(db, q)
+        return _added(db, q)
 
 
-def _parent_index(db: Conn, q: sql.Statements) -> None:
-    """Add :data:`~._sql.PARENT_INDEX` to a schema an older actorflow made.
+def _added(db: Conn, q: sql.Statements) -> bool:
+    """Add :data:`~._sql.PARENT_INDEX` and :data:`~._sql.CANCELS` to a schema an older
+    actorflow made; returns whether the schema now holds ``cancels``.
 
-    Building it holds a lock that makes saves wait, once, for as long as the build
-    takes. A role that may not create it leaves the schema without it: reads stay
-    right, and their check of children scans the table instead.
+    Building the index holds a lock that makes saves wait, once, for as long as the
+    build takes. A role that may not create them leaves the schema without them:
+    without the index reads stay right, and their check of children scans the table
+    instead; without ``cancels`` the store carries no cancel requests.
     """
     try:
         with db.transaction():  # a savepoint: the role may lack the privilege
             db.execute(q(sql.PARENT_INDEX))
     except psycopg.errors.InsufficientPrivilege:
         pass
+    try:
+        with db.transaction():
+            db.execute(q(sql.CANCELS))
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
 
 
 def upgrade(db: Conn, q: sql.Statements, where: str, version: object) -> None:

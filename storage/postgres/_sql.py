@@ -35,6 +35,18 @@ LOCK_DATA = 0x6166_0002
 """Shared by saves, exclusive for delete/prune: a collection never removes a blob
 that a concurrent save has found stored and is about to reference."""
 
+CANCELS = """CREATE TABLE IF NOT EXISTS {s}.cancels (
+        session text PRIMARY KEY,
+        token   bigint NOT NULL,
+        run     text NOT NULL
+    )"""
+"""Cancel requests (``request_cancel``, see ``CancelRequests``): the run another process
+asked the holder of a session's lease to cancel, and that lease's token (a new grant
+has another token, so it starts without a request). A row stays until the next
+request of its session replaces it. Not a schema version of its own, like
+:data:`PARENT_INDEX`: older actorflow versions ignore it, and opening a schema without
+it creates it (see ``_schema``)."""
+
 PARENT_INDEX = "CREATE INDEX IF NOT EXISTS checkpoints_by_parent ON {s}.checkpoints (parent_id)"
 """Reads check the children of what they return (see ``actorflow.storage._sql.check_left_out``). Not a
 schema version of its own: older actorflow versions read and write the schema as they
@@ -74,6 +86,7 @@ TABLES = (
         expires_at double precision NOT NULL,
         released   boolean NOT NULL DEFAULT false
     )""",
+    CANCELS,
 )
 
 FAST_COMPRESSION = "ALTER TABLE {s}.blobs ALTER COLUMN data SET COMPRESSION lz4"

@@ -173,7 +173,6 @@ class PostgresStore:
             pool, owns_pool=owns_pool, where=self._where, name=repr(self), make_pool=make_pool
         )
         self._run = self._connections.run
-        self._leases = PostgresLeases(self._connections, self._sql)
         self._verifier = PostgresVerify(self._connections, self._sql)
         q = self._sql
         # Chunks, records and digest lists travel in binary (``%b``, ``binary=True``):
@@ -579,6 +578,10 @@ class PostgresStore:
         """The live lease of ``session`` by the server's clock, or None."""
         return self._leases.current(session)
 
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Note a cancel of ``run_id`` for the holder of ``session`` (see CancelRequests)."""
+        return self._leases.request_cancel(session, run_id)
+
     # --- internals -----------------------------------------------------------------
 
     def _collect(self, db: Conn, ids: builtins.list[str]) -> int:
@@ -634,9 +637,10 @@ class PostgresStore:
 
     def _init_schema(self, create: bool) -> None:
         where = f"PostgresStore {self._where} schema {self._schema!r}"
-        self._run(
+        cancels = self._run(
             lambda db: open_schema(db, self._sql, where, create=create), what="open its schema"
         )
+        self._leases = PostgresLeases(self._connections, self._sql, cancels=cancels)
 
 
 def _redact(dsn: str) -> str:

@@ -11,7 +11,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from actorflow.storage._lease import Lease, LeaseRow, check_owner, check_ttl, grant, renewed
+from actorflow.storage._lease import (
+    Lease,
+    LeaseRow,
+    cancel_noted,
+    check_owner,
+    check_run_id,
+    check_ttl,
+    grant,
+    renewed,
+)
 from actorflow.storage._lock_wait import (
     check_lock_wait,
     describe_holders,
@@ -74,6 +83,7 @@ class SQLiteLeases:
         with self._connections.write(durable=False) as db:
             row = renewed(sql.lease_row(db, lease.session), lease, ttl, time.time())
             sql.put_lease(db, lease.session, row)
+            row = sql.with_cancel(db, lease.session, row)
         return row.as_lease(lease.session)
 
     def release(self, lease: Lease) -> None:
@@ -89,4 +99,15 @@ class SQLiteLeases:
         """The live lease of ``session``, or None."""
         with self._connections.read() as db:
             row = sql.lease_row(db, session)
-        return row.as_lease(session) if row is not None and row.live(time.time()) else None
+            if row is None or not row.live(time.time()):
+                return None
+            return sql.with_cancel(db, session, row).as_lease(session)
+
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Note a cancel of ``run_id`` for the holder of ``session`` (see CancelRequests)."""
+        run_id = check_run_id(run_id)
+        with self._connections.write(durable=False) as db:
+            noted = cancel_noted(sql.lease_row(db, session), run_id, time.time())
+            if noted is not None:
+                sql.put_cancel(db, session, noted)
+        return noted is not None

@@ -7,6 +7,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,16 @@ CREATE TABLE leases (
     released   INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+# Cancel requests (``request_cancel``, see ``CancelRequests``): the run another process
+# asked the holder of a session's lease to cancel, and that lease's token (a new grant
+# has another token, so it starts without a request); a row stays until the next
+# request of its session replaces it. Not a schema version of its own: a file an
+# older actorflow made gets it with its first request (a write, unlike most opens),
+# its reads find none until then, and older versions ignore it.
+CANCELS = (
+    "CREATE TABLE IF NOT EXISTS cancels (session TEXT PRIMARY KEY, token INTEGER NOT NULL,"
+    " run TEXT NOT NULL) WITHOUT ROWID"
+)
 # Schema 3 -> 4 added the leases table (one row per session ever leased; the row
 # outlives release so tokens are never reused) and nothing else.
 LEASES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE leases") :].strip().rstrip(";")
@@ -130,6 +141,32 @@ def lease_row(db: sqlite3.Connection, session: str) -> LeaseRow | None:
     ):
         raise CheckpointCorrupt(f"the lease row of session {session!r} is damaged: {row!r}")
     return LeaseRow(token, owner, float(expires_at), bool(released))
+
+
+def with_cancel(db: sqlite3.Connection, session: str, row: LeaseRow) -> LeaseRow:
+    """``row`` with the run a cancel was requested of while it held (see :data:`CANCELS`)."""
+    try:
+        found = db.execute(
+            "SELECT run FROM cancels WHERE session = ? AND token = ?", (session, row.token)
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):  # no request yet in a file an older version made
+            return row
+        raise
+    if found is None:
+        return row
+    if not isinstance(found[0], str):
+        raise CheckpointCorrupt(f"the cancel request of session {session!r} is damaged: {found!r}")
+    return replace(row, cancel=found[0])
+
+
+def put_cancel(db: sqlite3.Connection, session: str, row: LeaseRow) -> None:
+    """Store the cancel request ``row`` carries (inside the caller's write transaction)."""
+    db.execute(CANCELS)
+    db.execute(
+        "INSERT OR REPLACE INTO cancels (session, token, run) VALUES (?, ?, ?)",
+        (session, row.token, row.cancel),
+    )
 
 
 def put_lease(db: sqlite3.Connection, session: str, row: LeaseRow) -> None:

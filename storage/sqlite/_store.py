@@ -485,6 +485,10 @@ class SQLiteStore:
         """The live lease of ``session``, or None."""
         return self._leases.current(session)
 
+    def request_cancel(self, session: str, run_id: str) -> bool:
+        """Note a cancel of ``run_id`` for the holder of ``session`` (see CancelRequests)."""
+        return self._leases.request_cancel(session, run_id)
+
     # --- internals -----------------------------------------------------------------
 
     def _init_schema(self) -> None:
@@ -502,6 +506,7 @@ class SQLiteStore:
                 db.execute("CREATE TABLE actorflow_schema (version INTEGER NOT NULL)")
                 for statement in sql.statements(sql.SCHEMA + sql.HEADS):
                     db.execute(statement)
+                db.execute(sql.CANCELS)
                 db.execute("INSERT INTO actorflow_schema (version) VALUES (?)", (SCHEMA_VERSION,))
                 return
             if version in (2, 3, 4):

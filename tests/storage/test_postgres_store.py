@@ -588,19 +588,23 @@ def test_a_null_in_a_blob_id_array_is_a_problem_line(
 
 
 def test_a_schema_without_the_parent_index_gets_it_when_opened(where: tuple[str, str]) -> None:
-    """A schema an older actorflow made (no index by parent) is given it on opening,
-    with its version unchanged; reads check the children of what they return."""
+    """A schema an older actorflow made (no index by parent, no table of cancel
+    requests) is given them on opening, with its version unchanged; reads check the
+    children of what they return, and cancel requests are noted."""
     dsn, schema = where
     with af.PostgresStore(dsn, schema=schema) as store:
         older = save_new_chunk(store, b"older")
         newest, blobs = make_checkpoint(session="z", parent=older, chunks={"e": [b"newest"]})
         store.save(newest, blobs)
     _sql(dsn, f"DROP INDEX {schema}.checkpoints_by_parent")
+    _sql(dsn, f"DROP TABLE {schema}.cancels")
     with af.PostgresStore(dsn, schema=schema) as store:
         assert store.latest(session="z") == newest
-    assert _sql(dsn, "SELECT to_regclass(%s) IS NOT NULL", f"{schema}.checkpoints_by_parent") == [
-        (True,)
-    ]
+        lease = store.acquire_lease("z", "holder", 60)
+        assert store.request_cancel("z", "run-1") is True
+        assert store.renew_lease(lease, 60).cancel_requested == "run-1"
+    for added in ("checkpoints_by_parent", "cancels"):
+        assert _sql(dsn, "SELECT to_regclass(%s) IS NOT NULL", f"{schema}.{added}") == [(True,)]
     assert _sql(dsn, f"SELECT version FROM {schema}.actorflow_schema") == [(1,)]
     _sql(dsn, f"UPDATE {schema}.checkpoints SET session = 'moved' WHERE id = %s", newest.id)
     with (
@@ -613,8 +617,10 @@ def test_a_schema_without_the_parent_index_gets_it_when_opened(where: tuple[str,
 def test_a_role_that_may_not_add_the_parent_index_still_opens_the_schema(
     where: tuple[str, str],
 ) -> None:
-    """A role with only data privileges opens a schema lacking the index by parent, and
-    its reads still check the children of what they return (scanning for them)."""
+    """A role with only data privileges opens a schema lacking the index by parent and
+    the table of cancel requests: its reads still check the children of what they
+    return (scanning for them), its leases work, and a cancel request says how to get
+    the table."""
     import psycopg.conninfo
 
     dsn, schema = where
@@ -624,6 +630,7 @@ def test_a_role_that_may_not_add_the_parent_index_still_opens_the_schema(
         newest, blobs = make_checkpoint(session="z", parent=older, chunks={"e": [b"newest"]})
         store.save(newest, blobs)
     _sql(dsn, f"DROP INDEX {schema}.checkpoints_by_parent")
+    _sql(dsn, f"DROP TABLE {schema}.cancels")
     _sql(dsn, f"CREATE ROLE {role}")
     try:
         _sql(dsn, f"GRANT USAGE ON SCHEMA {schema} TO {role}")
@@ -636,7 +643,13 @@ def test_a_role_that_may_not_add_the_parent_index_still_opens_the_schema(
             _sql(dsn, f"UPDATE {schema}.checkpoints SET id = '0' WHERE id = %s", newest.id)
             with pytest.raises(af.CheckpointCorrupt, match=f"a child of {older.id}"):
                 store.latest(session="z")
-        assert _sql(dsn, "SELECT to_regclass(%s)", f"{schema}.checkpoints_by_parent") == [(None,)]
+            lease = store.acquire_lease("z", "holder", 60)
+            assert store.current_lease("z") == lease
+            with pytest.raises(af.CheckpointError, match="role that may create tables"):
+                store.request_cancel("z", "run-1")
+            assert store.renew_lease(lease, 60).cancel_requested is None
+        for missing in ("checkpoints_by_parent", "cancels"):
+            assert _sql(dsn, "SELECT to_regclass(%s)", f"{schema}.{missing}") == [(None,)]
     finally:
         _sql(dsn, f"DROP OWNED BY {role}")
         _sql(dsn, f"DROP ROLE {role}")

@@ -33,6 +33,7 @@ def test_public_names() -> None:
     assert set(actorflow.storage.__all__) == {
         "FORMAT_VERSION",
         "BlobBatchReader",
+        "CancelRequests",
         "Checkpoint",
         "CheckpointKind",
         "CheckpointStore",
@@ -190,6 +191,44 @@ def test_sqlite_store_upgrades_schema_3_with_a_leases_table(tmp_path: Path) -> N
         assert store.current_lease("s") == lease
     with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
         assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(5,)]
+
+
+def test_sqlite_store_without_a_table_of_cancel_requests_gets_one_with_the_first(
+    tmp_path: Path,
+) -> None:
+    """A file an older actorflow made (schema 5, no table of cancel requests) opens as
+    it is: its leases carry no request; the first request adds the table, and the
+    holder's handle sees what another handle requested; the version stays 5."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        first, blobs = make_checkpoint(session="s")
+        store.save(first, blobs)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE cancels")
+    with SQLiteStore(path) as holder, SQLiteStore(path) as other:
+        lease = holder.acquire_lease("s", "holder", ttl=30)
+        assert holder.current_lease("s") == lease and lease.cancel_requested is None
+        assert holder.renew_lease(lease, 30).cancel_requested is None
+        assert other.request_cancel("s", "run-1") is True
+        noted = holder.current_lease("s")
+        assert noted is not None and noted.cancel_requested == "run-1"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT version FROM actorflow_schema").fetchall() == [(5,)]
+        assert db.execute("SELECT session, run FROM cancels").fetchall() == [("s", "run-1")]
+
+
+def test_every_built_in_store_carries_cancel_requests(tmp_path: Path) -> None:
+    """The optional CancelRequests part of the protocol is no option for the built-in
+    stores (the conformance kit skips its test for a store without it)."""
+    stores: list[actorflow.storage.CheckpointStore] = [
+        MemoryStore(),
+        FileStore(tmp_path / "f"),
+        SQLiteStore(tmp_path / "s.db"),
+        actorflow.storage.StoreWrapper(MemoryStore()),
+    ]
+    for store in stores:
+        assert isinstance(store, actorflow.storage.CancelRequests), store
+        store.close()
 
 
 def test_sqlite_store_refuses_memory_paths() -> None:
