@@ -322,6 +322,16 @@ class CancelRequests(Protocol):
     lease, where the holder reads it (``current_lease(session).cancel_requested``,
     also on the lease ``renew_lease`` returns) and cancels the run if it is the one
     going on. Every built-in store offers it.
+
+    >>> import actorflow as af
+    >>> store = af.MemoryStore()
+    >>> lease = store.acquire_lease("order-7", "worker 1", ttl=30)
+    >>> store.request_cancel("order-7", "run-42")  # from any process sharing the store
+    True
+    >>> store.current_lease("order-7").cancel_requested  # what the holder sees
+    'run-42'
+    >>> store.request_cancel("order-8", "run-43")  # nobody holds it: nothing runs it
+    False
     """
 
     def request_cancel(self, session: str, run_id: str) -> bool:

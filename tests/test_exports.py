@@ -14,6 +14,7 @@ import actorflow.runtime._events
 import actorflow.runtime._workflow
 import actorflow.runtime.session._deletion
 import actorflow.storage
+import actorflow.storage._protocol
 import actorflow.testing
 import actorflow.ui
 
@@ -74,6 +75,7 @@ def test_every_error_derives_from_the_single_base() -> None:
         actorflow.runtime._events,
         actorflow.runtime.session._deletion,
         actorflow.runtime.session._session,
+        actorflow.storage._protocol,
     ],
 )
 def test_doctests(module: object) -> None:

@@ -36,7 +36,7 @@ from actorflow.runtime import (
     event_of,
     read_entries,
 )
-from actorflow.storage import Checkpoint, CheckpointStore
+from actorflow.storage import CancelRequests, Checkpoint, CheckpointStore
 
 from . import _params as params
 from ._inputs import Inputs
@@ -572,14 +572,26 @@ class Threads:
     async def cancel(self, thread: Thread, run: Run, *, wait: bool = True) -> None:
         """Ask ``run`` to stop at its next barrier; with ``wait``, wait until it ended.
 
+        A run another worker runs is asked through the store (``request_cancel``):
+        that worker's session looks at its lease for such requests while it runs.
+
         Raises:
-            SessionBusy: another worker runs it (only that worker can stop it).
+            SessionBusy: another worker runs it, and the store carries no cancel
+                requests (only that worker can stop it then).
         """
         if run.elsewhere and run.running:
-            raise SessionBusy(
-                f"run {run.run_id} goes on on another worker of this service, which alone "
-                "can stop it; send the cancel to the worker that started it"
-            )
+            store = self._store
+            if not isinstance(store, CancelRequests):
+                raise SessionBusy(
+                    f"run {run.run_id} goes on on another worker of this service, which alone "
+                    f"can stop it: the store ({type(store).__name__}) carries no cancel "
+                    "requests; send the cancel to the worker that started it"
+                )
+            # False: nobody holds the thread, so the run ended (joining finds how).
+            await asyncio.to_thread(store.request_cancel, thread.thread_id, run.run_id)
+            if wait:
+                await self.join(thread, run)
+            return
         if run.running and thread.session is not None:
             thread.session.cancel()
             if wait:

@@ -33,6 +33,7 @@ from actorflow.storage import EMPTY_METADATA, packed_metadata
 from ._answers import Answers
 from ._delivery import End, collected, pending_of
 from ._engine import Engine
+from ._ownership import Ownership
 from ._turn import STOP_WAIT, Turn
 
 __all__ = ["NO_INPUT", "RunJobs"]
@@ -56,8 +57,12 @@ class RunJobs:
         answers: Answers,
         driver: Driver,
         restored: Restored | None,
+        *,
+        ownership: Ownership | None = None,
     ) -> None:
         self._engine = engine
+        self._ownership = ownership
+        """The session's hold on its lease: the runs watch it for cancel requests."""
         self._turn = turn
         self._answers = answers
         self._driver = driver
@@ -256,7 +261,14 @@ class RunJobs:
                 )
             if answered:
                 first = "response"
-        status = driver.run(job, first_checkpoint=first)
+        ownership = self._ownership
+        if ownership is not None:  # a cancel asked for through the store stops it too
+            ownership.watch(job.run_id, job.cancel)
+        try:
+            status = driver.run(job, first_checkpoint=first)
+        finally:
+            if ownership is not None:
+                ownership.unwatch()
         if driver.checkpointer is not None:
             driver.checkpointer.flush()
         return status

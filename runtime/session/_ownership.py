@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import math
 import os
 import re
 import socket
@@ -32,9 +33,10 @@ from typing import Final
 from actorflow._forks import forget_in_children
 from actorflow.errors import CheckpointError, LeaseLost, SessionOwned
 from actorflow.runtime._logging import get_logger
-from actorflow.storage import CheckpointStore, Lease
+from actorflow.storage import CancelRequests, CheckpointStore, Lease
 
 __all__ = [
+    "CANCEL_LOOK_EVERY",
     "DEFAULT_LEASE_TTL",
     "LOCK_WAIT_FLOOR",
     "Ownership",
@@ -52,6 +54,12 @@ _RENEW_EVERY: Final = 1 / 3
 """Renew when this fraction of the TTL has passed since the last renewal."""
 _RETRY_EVERY: Final = 1 / 10
 """After a failed renewal (the store unavailable), try again after this fraction."""
+
+CANCEL_LOOK_EVERY: Final = 0.25
+"""Seconds between two looks at the lease of a session whose run goes on, for a cancel
+of that run another process asked for through the store (``CancelRequests``): how
+long such a request takes at most to be seen (the run then stops at its next
+barrier). One store read per look, only while a run goes on."""
 
 LOCK_WAIT_FLOOR: Final = 1.0
 """Seconds an open with ``wait=0`` may still wait for a store's lock.
@@ -361,6 +369,13 @@ class Ownership:
         self.lost: LeaseLost | None = None
         """Set when a renewal found the lease taken over; saves then fail with it too."""
         self.due = time.monotonic() + ttl * _RENEW_EVERY
+        self.look_due = math.inf
+        """When the renewer next looks for a cancel request (see :meth:`watch`)."""
+        self._watched: tuple[str, threading.Event] | None = None
+        self._carries_cancels = isinstance(store, CancelRequests)
+        self._watching = threading.Lock()
+        """Guards ``_watched`` with ``look_due``: a run watched just as a look found none
+        must not be left without looks."""
         self._released = False
         self._pid = os.getpid()
         """The process holding the lease: a forked child never releases it."""
@@ -389,6 +404,56 @@ class Ownership:
             return True
         self.due = time.monotonic() + self.ttl * _RENEW_EVERY
         return True
+
+    def watch(self, run_id: str, cancel: threading.Event) -> None:
+        """Until :meth:`unwatch`, have the renewer look at the lease every
+        :data:`CANCEL_LOOK_EVERY` s for a cancel of run ``run_id`` another process
+        asked for (``request_cancel``), and set ``cancel`` when it finds one.
+
+        A store without cancel requests is not looked at. The looks go on until one
+        finds no run watched, so back-to-back runs wake the renewer once, not once a
+        run (each wake-up is a thread switch in the middle of a short run).
+        """
+        if not self._carries_cancels:
+            return
+        with self._watching:
+            self._watched = (run_id, cancel)
+            idle = self.look_due == math.inf
+            if idle:
+                self.look_due = time.monotonic() + CANCEL_LOOK_EVERY
+        if idle:
+            _RENEWER.wake()
+
+    def unwatch(self) -> None:
+        """The watched run ended (see :meth:`watch`)."""
+        with self._watching:
+            self._watched = None
+
+    def look(self) -> None:
+        """Look for a cancel request of the watched run (renewer thread); set its cancel
+        if there is one. A store that fails the read is looked at again next time."""
+        with self._watching:
+            watched = self._watched
+            self.look_due = math.inf if watched is None else time.monotonic() + CANCEL_LOOK_EVERY
+        if watched is None:
+            return
+        run_id, cancel = watched
+        try:
+            lease = self.store.current_lease(self._lease.session)
+        except Exception as exc:  # noqa: BLE001 - the medium failed: look again next time
+            _log.warning(
+                "session lease not read for cancel requests",
+                session=self._lease.session,
+                error=str(exc),
+            )
+            return
+        if (
+            lease is not None
+            and lease.token == self._lease.token
+            and lease.cancel_requested == run_id
+        ):
+            _log.info("run cancelled by request", session=lease.session, run=run_id)
+            cancel.set()
 
     def release(self) -> None:
         """Stop renewing and release the lease in the store. Idempotent; never raises."""
@@ -439,6 +504,11 @@ class _Renewer:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=60)
 
+    def wake(self) -> None:
+        """Have the loop look at the times again (a look was scheduled)."""
+        with self._cond:
+            self._cond.notify()
+
     def _loop(self) -> None:
         while True:
             with self._cond:
@@ -447,10 +517,14 @@ class _Renewer:
                     return
                 now = time.monotonic()
                 due = [o for o in self._held if o.due <= now]
-                if not due:
-                    self._cond.wait(min(o.due for o in self._held) - now)
+                looks = [o for o in self._held if o.look_due <= now]
+                if not due and not looks:
+                    self._cond.wait(min(min(o.due, o.look_due) for o in self._held) - now)
                     continue
-            lost = [o for o in due if not o.renew()]  # outside the lock: the store may block
+            # Outside the lock: the store may block.
+            for ownership in looks:
+                ownership.look()
+            lost = [o for o in due if not o.renew()]
             if lost:
                 with self._cond:
                     self._held.difference_update(lost)

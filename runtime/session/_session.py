@@ -76,7 +76,12 @@ class Session:
             HistoryLog(history_seq, durable=store is not None), store, self._turn, lambda: self._id
         )
         self._runs = RunJobs(
-            engine, self._turn, self._answers, self._new_driver(restored), restored
+            engine,
+            self._turn,
+            self._answers,
+            self._new_driver(restored),
+            restored,
+            ownership=ownership,
         )
         self._async = AsyncRuns(engine, self._turn, self._runs)
         forget_in_children(self)

@@ -238,20 +238,28 @@ def test_a_run_another_worker_started_is_read_and_joined_from_the_store(
 ) -> None:
     """A worker asked for a run it did not start reads it from the thread's stored
     history: its status while it goes on, a join that returns when it ends, its
-    interrupts; only the worker running it cancels it."""
+    interrupts; it cancels it through the store (the running worker sees the request
+    on the thread's lease and stops the run at a barrier)."""
     a, b = workers
     _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
     going = _ok(a.post("/threads/t1/runs", json={"input": 0})).json()  # holds at tick 5
     path = f"/threads/t1/runs/{going['run_id']}"
     assert _ok(b.get(path)).json()["status"] == "running"
-    cancel = b.post(f"{path}/cancel")
-    assert cancel.status_code == 409 and "another worker" in cancel.json()["message"]
+    cancelled = _ok(b.post(f"{path}/cancel")).json()  # waits until the run stopped
+    assert cancelled["status"] == "interrupted", cancelled  # the API's word for cancelled
+    gate.set()  # the handler abandoned at tick 5 may return now
+    stopped = _ok(a.get(f"{path}/join")).json()
+    assert stopped["outputs"] == list(range(5)) and "__cancelled__" in stopped, stopped
+    assert _ok(a.get("/threads/t1")).json()["status"] == "idle"
+    gate.clear()
+    going = _ok(a.post("/threads/t1/runs", json={})).json()  # on from tick 5, holds there
+    path = f"/threads/t1/runs/{going['run_id']}"
     joined: list[httpx.Response] = []
     joiner = threading.Thread(target=lambda: joined.append(b.get(f"{path}/join")))
     joiner.start()
     gate.set()
     joiner.join(timeout=30)
-    assert _ok(joined[0]).json() == {"outputs": list(range(21))}
+    assert _ok(joined[0]).json() == {"outputs": list(range(5, 21))}
     assert _ok(b.get(path)).json()["status"] == "success"
     asked = _ok(a.post("/threads/t1/runs/wait", json={"input": {"id": 3}})).json()
     [interrupt] = asked["__interrupt__"]
