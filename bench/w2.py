@@ -3,6 +3,8 @@
 W2: source -> 8 workers (worker i sends i * 2) -> fan-in aggregator, which outputs
 the sum (56) in one invocation. Metric: runs/s over 200 runs (after a warm-up),
 against 8 bare pykka actors asked at once and gathered, per run. Target: >= 0.9x.
+Reported beside it (``details``): the same shape on bare actors, three rounds a run
+(one ask, eight at once, one ask: :class:`ThreeRounds`), and the ratio to it.
 
 W2-io: the same, every worker blocking 20 ms in its handler (the I/O stand-in).
 Metric: median latency per run over ~30 runs, against 8 bare pykka actors that
@@ -21,6 +23,7 @@ import actorflow as af
 from bench._common import (
     GatherFloor,
     alternate,
+    alternate_all,
     median,
     parse_options,
     report,
@@ -85,11 +88,40 @@ def check(result: af.RunResult, expected: int) -> None:
         )
 
 
+class ThreeRounds:
+    """W2's shape on bare actors: one asked, then ``width`` at once, then one: the
+    three supersteps of a run with nothing of a workflow around them. Reported beside
+    the target's floor (one round), which a run of three supersteps, each a round of
+    hand-offs between threads, cannot reach by construction."""
+
+    def __init__(self, width: int = WIDTH) -> None:
+        self._rounds = (GatherFloor(1), GatherFloor(width), GatherFloor(1))
+
+    def __enter__(self) -> ThreeRounds:
+        for one in self._rounds:
+            one.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for one in self._rounds:
+            one.__exit__()
+
+    def rate(self, runs: int) -> float:
+        """Runs/s over ``runs`` runs of three rounds."""
+
+        def batch() -> None:
+            for _ in range(runs):
+                for one in self._rounds:
+                    one.run_once()
+
+        return runs / time_call(batch)
+
+
 def bench_w2(quick: bool) -> None:
     """Measure W2 (runs/s over batches of runs) against the gather floor."""
     runs = 50 if quick else 200
     repeats = 2 if quick else 5
-    with build() as wf, GatherFloor(WIDTH) as floor:
+    with build() as wf, GatherFloor(WIDTH) as floor, ThreeRounds() as shaped:
 
         def batch() -> float:
             def go() -> None:
@@ -98,7 +130,9 @@ def bench_w2(quick: bool) -> None:
 
             return runs / time_call(go)
 
-        floors, rates = alternate(lambda: floor.rate(runs), batch, repeats)
+        floors, three_rounds, rates = alternate_all(
+            [lambda: floor.rate(runs), lambda: shaped.rate(runs), batch], repeats
+        )
     rate, floor_rate = median(rates), median(floors)
     report(
         "w2",
@@ -116,6 +150,9 @@ def bench_w2(quick: bool) -> None:
         runs_per_sample=runs,
         ms_per_run=1e3 / rate,
         floor_ms_per_run=1e3 / floor_rate,
+        three_round_floor_per_s=median(three_rounds),
+        three_round_floor_samples=three_rounds,
+        ratio_vs_three_round_floor=round(rate / median(three_rounds), 4),
     )
 
 

@@ -407,7 +407,11 @@ class Threads:
             SessionExists: ``new_id`` already has checkpoints.
         """
         tid = str(uuid.uuid4()) if new_id is None else params.thread_id(new_id)
-        if new_id is not None and await self._existing(tid) is not None:
+        # Its own id first: the thread may read as gone by the next look (deleted on
+        # another worker meanwhile), and the fork of a session into itself is no fork.
+        if tid == thread.thread_id or (
+            new_id is not None and await self._existing(tid) is not None
+        ):
             raise SessionExists(f"thread {tid!r} exists; fork into a new thread id")
         source = await self._stored(thread)
         made = StoredThread({**source.metadata, "forked_from": thread.thread_id}, time.time())

@@ -489,3 +489,21 @@ def test_a_fork_goes_into_a_thread_id_deleted_on_another_worker(
     assert _ok(b.get("/threads/t2")).json()["values"]["intake"] == {"orders": [1]}
     taken = a.post("/threads/t1/fork", json={"thread_id": "t2"})
     assert taken.status_code == 409 and taken.json()["error"] == "SessionExists"
+
+
+def test_a_fork_into_its_own_id_is_refused_even_as_it_is_deleted(
+    workers: tuple[httpx.Client, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of t1 into t1 is refused (409 SessionExists), also when t1 reads as gone by
+    then (deleted on another worker between the look at the thread and the look at
+    the new id): it was a 500, the runtime refusing a fork into the session forked."""
+    a, _ = workers
+    _ok(a.post("/threads/t1/runs/wait", json={**ITEMS, "if_not_exists": "create"}))
+
+    async def gone(self: Threads, thread_id: str) -> None:
+        return None  # the id reads as free: its thread was just deleted elsewhere
+
+    monkeypatch.setattr(Threads, "_existing", gone)
+    itself = a.post("/threads/t1/fork", json={"thread_id": "t1"})
+    assert itself.status_code == 409 and itself.json()["error"] == "SessionExists", itself.text
+    assert "new thread id" in itself.json()["message"]
