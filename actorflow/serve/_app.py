@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import urllib.parse
 import uuid
@@ -92,13 +93,19 @@ _STATUS: tuple[tuple[type[ActorflowError], int], ...] = (
 
 Handler = Callable[[Request], Awaitable[Response]]
 
+_log = logging.getLogger("actorflow.serve")
+"""Where a request's unexpected error goes, with its traceback (the library attaches
+only a ``NullHandler`` to ``actorflow``: the application decides what is shown)."""
+
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:
     return JSONResponse({"error": kind, "message": message, "detail": message}, status_code=status)
 
 
 def _guarded(handler: Handler) -> Handler:
-    """``handler`` with the library's errors as JSON responses."""
+    """``handler`` with the library's errors as JSON responses, and any other error (a
+    defect) as a JSON 500 logged with its traceback: left to Starlette, it is a plain
+    500 and uvicorn closes the connection, failing the client's next request on it."""
 
     async def guarded(request: Request) -> Response:
         try:
@@ -109,6 +116,20 @@ def _guarded(handler: Handler) -> Handler:
             if status == 503:  # the store is busy, not broken: worth another try soon
                 response.headers["Retry-After"] = "1"
             return response
+        except Exception as exc:  # noqa: BLE001 - answered, and logged with its traceback
+            _log.error(
+                "%s %s failed with an unexpected error",
+                request.method,
+                request.url.path,
+                exc_info=exc,
+            )
+            return _error(
+                500,
+                "InternalError",
+                f"{request.method} {request.url.path} failed: {type(exc).__name__}: {exc}. "
+                "This is a defect of the service, not of the request: report it with the "
+                "server's log (logger actorflow.serve), which holds its traceback",
+            )
 
     return guarded
 

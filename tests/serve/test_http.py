@@ -315,6 +315,32 @@ def test_errors_are_json_that_say_what_to_do(
     assert words in response.json()["message"]
 
 
+def test_an_unexpected_error_is_json_logged_and_keeps_the_connection(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that fails with an error the service does not expect (a defect) answers
+    500 with a JSON body naming it and saying what to do, logs it with its traceback
+    on the ``actorflow.serve`` logger, and leaves the connection usable: the client's
+    next request on it is answered (a plain 500 closed it, failing that request too)."""
+    from actorflow.serve import _threads
+
+    _thread(client)
+
+    async def broken(self: object, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(_threads.Threads, "fork", broken)
+    with caplog.at_level("ERROR", logger="actorflow.serve"):
+        failed = client.post("/threads/t1/fork", json={})
+    assert failed.status_code == 500, failed.text
+    assert failed.json()["error"] == "InternalError"
+    assert "RuntimeError: a defect" in failed.json()["message"]
+    assert "server's log" in failed.json()["message"]
+    [record] = [r for r in caplog.records if r.name == "actorflow.serve"]
+    assert record.exc_info is not None and "a defect" in str(record.exc_info[1])
+    assert client.get("/threads/t1").status_code == 200  # the same connection
+
+
 def test_a_method_a_path_does_not_answer_is_405_naming_those_it_does(
     client: httpx.Client,
 ) -> None:
