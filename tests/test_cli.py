@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -642,3 +643,35 @@ def test_graph_in_graphviz_dot(tmp_path: Path) -> None:
         '    "s1" -> "gather" [label="fan_in"];',
     ):
         assert edge in lines, (edge, lines)
+
+
+def test_cancel_stops_a_run_another_process_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``actorflow cancel STORE SESSION`` finds the run going on in the session's stored
+    history and asks its holder, through the store, to stop it: the run ends cancelled.
+    With nobody holding the session, or no run going on, it says so and exits 1."""
+    from tests.runtime.test_cancel_requests import ticking
+
+    path = str(tmp_path / "runs.db")
+    with ticking(limit=2000) as wf, SQLiteStore(path) as store, wf.session("s", store=store) as s:
+        ended: list[af.Event] = []
+        started = threading.Event()
+
+        def run() -> None:
+            for event in s.stream(0):
+                if isinstance(event, af.OutputEvent) and event.value == 2:
+                    started.set()  # its start is stored by now (a cut a superstep)
+                ended[:] = [event]
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        assert started.wait(30)
+        assert main(["cancel", path, "s"]) == 0
+        assert "asked the holder of session 's' (pid " in capsys.readouterr().out
+        runner.join(30)
+        assert not runner.is_alive() and isinstance(ended[0], af.RunCancelledEvent)
+        assert main(["cancel", path, "s"]) == 1
+        assert "has no run going on" in capsys.readouterr().out
+    assert main(["cancel", path, "s", "--run", "r1"]) == 1
+    assert "nobody holds session 's'" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from actorflow.errors import ActorflowError
 
-from . import _checkpoints, _demo, _graph, _replay, _serve, _ui
+from . import _cancel, _checkpoints, _demo, _graph, _replay, _serve, _ui
 from ._usage import Usage
 
 __all__ = ["main"]
@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     # In the order ``--help`` lists them.
     _checkpoints.register(commands)
+    _cancel.register(commands)
     _graph.register(commands)
     _replay.register(commands)
     _ui.register(commands)
