@@ -521,13 +521,15 @@ class _Renewer:
                 if not due and not looks:
                     self._cond.wait(min(min(o.due, o.look_due) for o in self._held) - now)
                     continue
-            # Outside the lock: the store may block.
-            for ownership in looks:
-                ownership.look()
+            # Outside the lock: the store may block. Renewals first: a lease kept is what
+            # the session's writes need; a look only speeds a cancel up, and many of
+            # them (one per run going on) must not hold a renewal back.
             lost = [o for o in due if not o.renew()]
             if lost:
                 with self._cond:
                     self._held.difference_update(lost)
+            for ownership in looks:
+                ownership.look()
 
     def forget_parent(self) -> None:
         """In a forked child (its only thread): the leases are the parent's (renewed by
