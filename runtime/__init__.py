@@ -86,6 +86,7 @@ from ._effects import raised_place as raised_place
 from ._history import KINDS as KINDS
 from ._history import event_of as event_of
 from ._history import read_entries as read_entries
+from ._history import run_going_on as run_going_on
 from ._replay import Divergence as Divergence
 from ._replay import ReplayReport as ReplayReport
 from ._replay import replay as replay

@@ -21,7 +21,7 @@ from actorflow.actors import decode
 from actorflow.errors import CheckpointCorrupt
 from actorflow.storage import CheckpointStore, HistoryEntry, RawEntry
 
-__all__ = ["DURABLE", "KINDS", "event_of", "raw_entry", "read_entries"]
+__all__ = ["DURABLE", "KINDS", "event_of", "raw_entry", "read_entries", "run_going_on"]
 
 KINDS: Final[dict[type[ev.Event], str]] = {
     ev.RunStartedEvent: "run_started",
@@ -127,3 +127,24 @@ def read_entries(store: CheckpointStore, session: str, since: int = 0) -> list[H
     entries = [e for cp in store.list(session=session) for e in cp.history if e.seq >= since]
     entries.sort(key=lambda e: (e.seq, e.checkpoint_id))
     return entries
+
+
+def run_going_on(store: CheckpointStore, session: str) -> str | None:
+    """The id of ``session``'s run that its stored history shows started and not ended
+    (what to name in a cancel request: ``CancelRequests``), or None.
+
+    A run's start is stored with its first cut, so a run that has stored no cut yet is
+    not found; nor is the end of one whose process died (its start is then the last).
+    """
+    run_id: str | None = None
+    for entry in read_entries(store, session):
+        if entry.kind == "run_started":  # its input stays encoded: no user types needed
+            started = event_of(entry, decode_value=bytes)
+            assert isinstance(started, ev.RunStartedEvent)
+            run_id = started.run_id
+        elif entry.kind in _RUN_ENDS:
+            run_id = None
+    return run_id
+
+
+_RUN_ENDS: Final = frozenset({"run_completed", "run_failed", "run_cancelled"})

@@ -509,3 +509,47 @@ def test_the_sessions_list_searches_filters_and_pages(tmp_path: Path) -> None:
             assert 'id="no-match"' in none
     finally:
         store.close()
+
+
+def test_a_running_session_is_cancelled_from_its_page(tmp_path: Path) -> None:
+    """A session another process runs shows a cancel button while it runs. The button
+    (with the page's token) asks the holder through the store, and the run ends
+    cancelled; once nothing runs, the page shows no button and a post says so."""
+    from tests.runtime.test_cancel_requests import ticking
+
+    path = str(tmp_path / "runs.db")
+    with (
+        ticking(limit=2000) as wf,
+        af.SQLiteStore(path) as runner_store,
+        af.SQLiteStore(path) as ui_store,
+        wf.session("s", store=runner_store) as session,
+    ):
+        ended: list[af.Event] = []
+        started = threading.Event()
+
+        def run() -> None:
+            for event in session.stream(0):
+                if isinstance(event, af.OutputEvent) and event.value == 2:
+                    started.set()
+                ended[:] = [event]
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        try:
+            assert started.wait(30)
+            with Inspector(ui_store, workflow=wf, port=0) as inspector:
+                _, page = get(f"{inspector.url}/sessions/s")
+                assert 'action="/sessions/s/cancel"' in page and "state-running" in page
+                url = f"{inspector.url}/sessions/s/cancel"
+                token = token_of(page)
+                assert post(url, {})[0] == 403  # no token
+                status, body = post(url, {"csrf": token})
+                assert status == 200 and "Session <span" in body, body  # back on its page
+                runner.join(30)
+                assert not runner.is_alive() and isinstance(ended[0], af.RunCancelledEvent)
+                _, page = get(f"{inspector.url}/sessions/s")
+                assert "/sessions/s/cancel" not in page
+                status, body = post(url, {"csrf": token})
+                assert status == 409 and "no run going on" in body
+        finally:
+            runner.join(30)

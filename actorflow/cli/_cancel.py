@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 
 from actorflow.errors import CheckpointError
-from actorflow.runtime import event_of
-from actorflow.storage import CancelRequests, CheckpointStore
+from actorflow.runtime import run_going_on
+from actorflow.storage import CancelRequests
 
 from ._stores import open_store
 
 __all__ = ["register"]
-
-_ENDS = frozenset({"run_completed", "run_failed", "run_cancelled"})
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +40,7 @@ def _cancel(args: argparse.Namespace) -> int:
                 f"{args.store}: {type(store).__name__} carries no cancel requests; stop the "
                 "run in the process that runs it (session.cancel())"
             )
-        run_id = args.run or going_on(store, args.session)
+        run_id = args.run or run_going_on(store, args.session)
         if run_id is None:
             print(f"session {args.session!r} has no run going on: its history shows none")
             return 1
@@ -58,14 +56,3 @@ def _cancel(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
-
-
-def going_on(store: CheckpointStore, session: str) -> str | None:
-    """The id of ``session``'s run that its stored history shows started and not ended."""
-    run_id: str | None = None
-    for entry in store.session_history(session):
-        if entry.kind == "run_started":  # its input stays encoded: no user types needed
-            run_id = event_of(entry, decode_value=bytes).run_id
-        elif entry.kind in _ENDS:
-            run_id = None
-    return run_id

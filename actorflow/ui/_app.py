@@ -14,6 +14,7 @@ import json
 import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,8 +29,8 @@ from starlette.staticfiles import StaticFiles
 
 from actorflow.actors import from_json, type_named
 from actorflow.errors import ActorflowError
-from actorflow.runtime import Workflow
-from actorflow.storage import Checkpoint, CheckpointKind, CheckpointStore
+from actorflow.runtime import Workflow, run_going_on
+from actorflow.storage import CancelRequests, Checkpoint, CheckpointKind, CheckpointStore
 
 from . import _model as model
 from ._answer_form import answer_fields, form_data
@@ -98,6 +99,7 @@ class InspectorApp:
             routes=[
                 Route("/", self.index),
                 Route("/sessions/{sid:path}/live", self.live),
+                Route("/sessions/{sid:path}/cancel", self.cancel, methods=["POST"]),
                 Route("/sessions/{sid:path}", self.session),
                 Route("/checkpoints/{cid}", self.checkpoint),
                 Route("/checkpoints/{cid}/respond", self.respond, methods=["POST"]),
@@ -424,6 +426,37 @@ class InspectorApp:
             session_id,
             lambda s: s.queue_answers({request_id: answer}),
         )
+
+    async def cancel(self, request: Request) -> Response:
+        """Ask whatever process runs the session to cancel the run its history shows
+        going on, through the store (``CancelRequests``); back to its page."""
+        _, refused = await self._guard(request)
+        if refused is not None:
+            return refused
+        sid = request.path_params["sid"]
+        store = self.store
+        if not isinstance(store, CancelRequests):
+            return self.page(
+                "error.html",
+                status=409,
+                title="Cannot cancel",
+                error=f"{type(store).__name__} carries no cancel requests: stop the run in "
+                "the process that runs it",
+            )
+        try:
+            run_id = run_going_on(store, sid)
+            asked = run_id is not None and store.request_cancel(sid, run_id)
+        except ActorflowError as exc:
+            return self.page("error.html", status=400, title="Cannot cancel", error=str(exc))
+        if not asked:
+            return self.page(
+                "error.html",
+                status=409,
+                title="Nothing to cancel",
+                error=f"session {sid!r} has no run going on: its history shows none, or no "
+                "process holds it",
+            )
+        return RedirectResponse(f"/sessions/{urllib.parse.quote(sid)}", status_code=303)
 
     def _refused(self, why: str) -> Response:
         return self.page("error.html", status=400, title="Answer refused", error=why)
