@@ -8,8 +8,9 @@ runs (waited for, or in the background, each ``if_not_exists``), cancels, metada
 updates, reads of a thread, its state and its history, searches, forks and deletes.
 
 A finding is an answer the API does not give by design (anything but 200, 201, 202,
-204, 404, 409 and 422: a 5xx, say), a request that fails, or a thread still leased
-once every client stopped and every run ended.
+204, 404, 409 and 422: a 5xx, say), a request that fails, a cancel (sent to either
+worker, and waited for) that answers while its run still goes on, or a thread still
+leased once every client stopped and every run ended.
 
 Run: ``python -m torture.service_race --seconds 30 --seed 3``; ``tests/test_torture.py``
 runs a few seconds.
@@ -123,9 +124,11 @@ async def _client(n: int, urls: list[str], stop: asyncio.Event, seed: int) -> li
             elif op == 3 and answer.status_code == 200 and rng.random() < 0.5:
                 run_id = answer.json()["run_id"]
                 cancel = f"/threads/{tid}/runs/{run_id}/cancel"
-                cancelled = await client.post(rng.choice(urls) + cancel)
+                cancelled = await client.post(rng.choice(urls) + cancel)  # waits for the end
                 if cancelled.status_code not in EXPECTED:
                     found.append(f"POST {cancel}: {cancelled.status_code} {cancelled.text[:300]}")
+                elif cancelled.status_code == 200 and cancelled.json()["status"] == "running":
+                    found.append(f"POST {cancel}: answered while the run still goes on")
     return found
 
 
